@@ -1,0 +1,33 @@
+# Two entry points: `make demo` (the main job on the embedded default corpus) and `make test`.
+# Both create the virtual environment and install what they need.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUN_DIR ?= runs/demo
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[all,test]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/clusterclip run --out $(RUN_DIR)
+	$(BIN)/clusterclip report $(RUN_DIR)
+
+test: $(BIN)/.installed
+	bash scripts/install-chromium.sh
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/pytest -q -ra
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

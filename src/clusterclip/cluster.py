@@ -1,0 +1,218 @@
+"""Spherical (cosine) k-means with faiss: fit centroids on a sample, assign every document in batches.
+
+Memory is bounded by the training sample (``points_per_centroid * k`` rows, float32) plus one batch of
+embeddings during assignment, never ``N x dim``: embeddings stay in their float16 shards on disk.
+Clusters left empty by the full assignment are removed and the labels renumbered, so downstream
+stages can rely on ``sizes > 0`` for every cluster ``0..K-1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.rundir import RunDir, save_npy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POINTS_PER_CENTROID = 256
+ASSIGN_BATCH = 65_536
+
+
+def default_k(n: int) -> int:
+    """Default number of clusters: ``sqrt(N / 2)`` clipped to [2, 10000] (about 90 for 16k documents).
+
+    It grows sub-linearly so clusters stay meaningful (a few hundred documents each at 10^5-10^6
+    documents) and k-means cost stays affordable; the paper used thousands for 10^7-10^8 documents.
+    """
+    if n < 2:
+        raise ClusterClipError(f"clustering needs at least 2 documents, got {n}")
+    return int(min(10_000, max(2, round(math.sqrt(n / 2)))))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Options of the cluster stage (part of the stage record)."""
+
+    k: int | None = None
+    seed: int = 0
+    niter: int = 25
+    nredo: int = 1
+    points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID
+    init: str = "kmeans++"
+
+    def validate(self, n: int) -> int:
+        """Return the effective k for ``n`` documents, rejecting out-of-range options."""
+        k = default_k(n) if self.k is None else self.k
+        if k < 1:
+            raise ClusterClipError(f"--k must be at least 1, got {k}")
+        if k > n:
+            raise ClusterClipError(f"--k {k} is larger than the number of documents ({n}); use 1 <= k <= {n}")
+        if self.niter < 1 or self.nredo < 1:
+            raise ClusterClipError("--niter and --nredo must be at least 1")
+        if self.points_per_centroid < 1:
+            raise ClusterClipError("--points-per-centroid must be at least 1")
+        if self.init not in ("kmeans++", "random", "afkmc2"):
+            raise ClusterClipError(f"--init must be kmeans++, random or afkmc2, got {self.init!r}")
+        return k
+
+
+@dataclass
+class KMeansResult:
+    centroids: np.ndarray
+    train_objective: float
+    iterations: int
+    sample_size: int
+
+
+def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nredo: int = 1,
+                  init: str = "kmeans++", points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID) -> KMeansResult:
+    """Train spherical k-means on ``sample`` (float32, unit rows) and return unit-norm centroids.
+
+    faiss keeps the best of ``nredo`` runs. Its own subsampling is disabled (the caller's sample is
+    used whole) so the logged sample size is the real one.
+    """
+    import faiss
+
+    x = np.ascontiguousarray(sample, dtype=np.float32)
+    n, d = x.shape
+    if k > n:
+        raise ClusterClipError(f"k={k} is larger than the training sample ({n} rows)")
+    methods = {"random": "ClusteringInitMethod_RANDOM", "kmeans++": "ClusteringInitMethod_KMEANS_PLUS_PLUS",
+               "afkmc2": "ClusteringInitMethod_AFK_MC2"}
+    kwargs: dict[str, Any] = {}
+    if hasattr(faiss, methods[init]):
+        kwargs["init_method"] = getattr(faiss, methods[init])
+    elif init != "random":
+        log.warning("cluster: this faiss has no %s initialisation; using random", init)
+    km = faiss.Kmeans(d, k, niter=niter, nredo=nredo, spherical=True, seed=seed, verbose=False,
+                      max_points_per_centroid=max(points_per_centroid, math.ceil(n / k)),
+                      min_points_per_centroid=1, **kwargs)
+    km.train(x)
+    centroids = km.centroids.astype(np.float32)
+    centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+    obj = float(km.obj[-1]) / n if len(km.obj) else float("nan")
+    return KMeansResult(centroids, obj, len(km.obj), n)
+
+
+def assign(batches: Iterable[np.ndarray], centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid (by cosine) and the cosine for every row of the streamed batches."""
+    import faiss
+
+    index = faiss.IndexFlatIP(centroids.shape[1])
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    labels, scores = [], []
+    for block in batches:
+        sim, idx = index.search(np.ascontiguousarray(block, dtype=np.float32), 1)
+        labels.append(idx[:, 0].astype(np.int32))
+        scores.append(sim[:, 0].astype(np.float32))
+    return np.concatenate(labels), np.concatenate(scores)
+
+
+def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
+    """Sorted, seeded sample of ``size`` distinct row numbers out of ``n``."""
+    if size >= n:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+
+
+def compact_labels(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Drop clusters that received no documents and renumber labels densely; returns sizes too."""
+    sizes = np.bincount(labels, minlength=len(centroids))
+    keep = np.flatnonzero(sizes)
+    if keep.size == len(centroids):
+        return labels, centroids, sizes.astype(np.int64)
+    remap = np.full(len(centroids), -1, dtype=np.int32)
+    remap[keep] = np.arange(keep.size, dtype=np.int32)
+    return remap[labels], centroids[keep], sizes[keep].astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------ the stage
+
+
+def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: bool = False,
+                  progress: bool = True) -> dict[str, Any]:
+    """Fit centroids on a sample of the run's embeddings and assign every document.
+
+    Writes ``centroids.npy``, ``labels.npy`` (int32), ``scores.npy`` (cosine to own centroid),
+    ``sizes.npy`` and the ``cluster.json`` record. Skipped when fresh. The caller holds the lock.
+    """
+    from clusterclip.embed import iter_embeddings
+
+    embed_rec = run.require("embed", verify=False)
+    n = int(embed_rec["count"])
+    k = config.validate(n)
+    cfg = {**asdict(config), "k": k}
+    inputs_hash = run.output_hash("embed")
+    if not force and run.is_fresh("cluster", cfg, inputs_hash):
+        log.info("cluster: up to date (%s)", run.record_path("cluster"))
+        return run.require("cluster", verify=False)
+    run.verify("embed", embed_rec)
+    run.invalidate("cluster")
+
+    t0 = time.perf_counter()
+    rows = sample_rows(n, k * config.points_per_centroid, config.seed)
+    sample = _gather_rows(run, rows)
+    log.info("cluster: training %d centroids on a sample of %d of %d documents (%d per centroid)",
+             k, len(rows), n, config.points_per_centroid)
+    fit = fit_centroids(sample, k, config.seed, config.niter, config.nredo, config.init,
+                        config.points_per_centroid)
+    del sample
+    t_fit = time.perf_counter() - t0
+    labels, scores = assign(_progress_blocks(iter_embeddings(run, ASSIGN_BATCH), n, progress), fit.centroids)
+    labels, centroids, sizes = compact_labels(labels, fit.centroids)
+    objective = float(scores.mean(dtype=np.float64))
+    for name, arr in (("centroids.npy", centroids), ("labels.npy", labels), ("scores.npy", scores),
+                      ("sizes.npy", sizes)):
+        save_npy(run.root / name, arr)
+    seconds = time.perf_counter() - t0
+    log.info("cluster: k=%d, mean cosine to centroid %.4f, %.1fs", len(centroids), objective, seconds)
+    return run.write_record(
+        "cluster", cfg, inputs_hash, ["centroids.npy", "labels.npy", "scores.npy", "sizes.npy"], seconds,
+        k=len(centroids), k_requested=k, empty_clusters_removed=int(k - len(centroids)),
+        sample_size=fit.sample_size, objective=objective, train_objective=fit.train_objective,
+        iterations=fit.iterations, fit_seconds=round(t_fit, 3),
+        size_min=int(sizes.min()), size_median=float(np.median(sizes)), size_max=int(sizes.max()),
+    )
+
+
+def _gather_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
+    from clusterclip.rundir import load_npy
+
+    rec = run.require("embed", verify=False)
+    out = []
+    start = 0
+    for path in sorted(run.root / rel for rel in rec["artifacts"] if rel.startswith("embeddings/shard-")):
+        shard = load_npy(path, mmap=True)
+        stop = start + shard.shape[0]
+        lo, hi = np.searchsorted(rows, [start, stop])
+        if hi > lo:
+            out.append(np.asarray(shard[rows[lo:hi] - start], dtype=np.float32))
+        start = stop
+    return np.concatenate(out)
+
+
+def _progress_blocks(blocks: Iterable[np.ndarray], total: int, enabled: bool) -> Iterator[np.ndarray]:
+    from clusterclip.corpus import _progress
+
+    bar = _progress(enabled, "assign", "docs", total)
+    for block in blocks:
+        yield block
+        bar.update(len(block))
+    bar.close()
+
+
+def load_labels(run: RunDir) -> np.ndarray:
+    """Cluster labels of a finished cluster stage (verified)."""
+    from clusterclip.rundir import load_npy
+
+    run.require("cluster")
+    return load_npy(run.root / "labels.npy")

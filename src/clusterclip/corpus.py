@@ -1,0 +1,615 @@
+"""Corpus readers and the corpus stage.
+
+Readers turn JSONL (plain, ``.gz``, ``.zst``), Parquet, folders of ``.txt`` files and Hugging Face
+datasets saved with ``save_to_disk`` into batches of documents ``(id, text, group)``. The corpus stage
+gives every document a stable index (its position in input order), counts its tokens and writes
+``corpus/part-*.parquet`` plus ``tokens.npy`` into the run directory, so later stages never re-parse
+user files. Bad records raise :class:`~clusterclip.errors.BadRecordError` naming file, line and problem,
+or are skipped and counted with ``on_bad_record="skip"``.
+
+With no inputs the embedded default corpus is used: the docstrings of the Python standard library
+installed with the interpreter (real English text, available offline everywhere).
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+import sysconfig
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.rundir import RunDir, atomic_path, config_hash, save_npy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CORPUS = "stdlib-docstrings"
+BATCH_ROWS = 2048
+PART_ROWS = 50_000
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+CORPUS_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("n_tokens", pa.int64()),
+        ("group", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How records are turned into documents."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    group_field: str | None = "domain"
+    on_bad_record: str = "error"
+    split: str = "train"
+
+    def __post_init__(self) -> None:
+        if self.on_bad_record not in ("error", "skip"):
+            raise ClusterClipError(f"--on-bad-record must be 'error' or 'skip', got {self.on_bad_record!r}")
+
+
+@dataclass
+class ReadStats:
+    """Counts kept while reading; ``examples`` holds the first few skipped-record messages."""
+
+    read: int = 0
+    skipped: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def skip(self, err: BadRecordError) -> None:
+        self.skipped += 1
+        if len(self.examples) < 10:
+            self.examples.append(str(err))
+
+
+@dataclass
+class DocBatch:
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    groups: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def add(self, doc_id: str, text: str, group: str | None) -> None:
+        self.ids.append(doc_id)
+        self.texts.append(text)
+        self.groups.append(group)
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def _is_hf_dataset_dir(path: Path) -> bool:
+    return path.is_dir() and any(
+        (path / name).exists() for name in ("dataset_dict.json", "state.json", "dataset_info.json")
+    )
+
+
+def _format_of(path: Path) -> str:
+    name = path.name.lower()
+    for suffix, codec in COMPRESSED.items():
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            if any(name.endswith(s) for s in JSONL_SUFFIXES):
+                return f"jsonl+{codec}"
+            raise ClusterClipError(f"{path}: compressed input must be JSON lines (.jsonl{suffix})")
+    if any(name.endswith(s) for s in JSONL_SUFFIXES):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(".txt"):
+        return "txt"
+    raise ClusterClipError(
+        f"{path}: unknown input format; expected .jsonl[.gz|.zst], .parquet, .txt, a folder of .txt "
+        "files or a Hugging Face dataset folder (save_to_disk)"
+    )
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
+    """Resolve user inputs into ``(path, format)`` pairs in a deterministic order.
+
+    A folder is a Hugging Face dataset when it holds ``save_to_disk`` metadata; otherwise its ``.txt``
+    files (recursively) are documents, or, lacking those, its JSONL/Parquet files are read.
+    """
+    out: list[tuple[Path, str]] = []
+    for raw in inputs:
+        path = Path(raw)
+        if not path.exists():
+            raise ClusterClipError(f"{path}: no such file or directory")
+        if _is_hf_dataset_dir(path):
+            out.append((path, "hf"))
+        elif path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            txt = [p for p in files if p.suffix.lower() == ".txt"]
+            if txt:
+                out.append((path, "txtdir"))
+                continue
+            data = []
+            for p in files:
+                try:
+                    data.append((p, _format_of(p)))
+                except ClusterClipError:
+                    continue
+            if not data:
+                raise ClusterClipError(f"{path}: folder holds no .txt, .jsonl or .parquet files")
+            out.extend(data)
+        else:
+            out.append((path, _format_of(path)))
+    return out
+
+
+def inputs_fingerprint(inputs: Sequence[tuple[Path, str]]) -> list[dict[str, Any]]:
+    """Path, size and modification time of every input file: what staleness checks compare."""
+    entries = []
+    for path, fmt in inputs:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for p in files:
+            st = p.stat()
+            entries.append({"path": str(p.resolve()), "format": fmt, "size": st.st_size,
+                            "mtime_ns": st.st_mtime_ns})
+    return entries
+
+
+# -------------------------------------------------------------------------------------------- readers
+
+
+def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int) -> str:
+    if opts.text_field not in record:
+        keys = ", ".join(sorted(map(str, record))[:8]) or "none"
+        raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}); "
+                             "choose another with --text-field")
+    text = record[opts.text_field]
+    if not isinstance(text, str):
+        raise BadRecordError(source, loc, f"text field {opts.text_field!r} is "
+                             f"{type(text).__name__}, expected a string")
+    if not text.strip():
+        raise BadRecordError(source, loc, f"text field {opts.text_field!r} is empty")
+    return text
+
+
+def _id_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int) -> str:
+    if opts.id_field is None:
+        return f"{Path(source).name}:{loc}"
+    if opts.id_field not in record or record[opts.id_field] is None:
+        raise BadRecordError(source, loc, f"missing id field {opts.id_field!r}")
+    value = record[opts.id_field]
+    if isinstance(value, (dict, list)):
+        raise BadRecordError(source, loc, f"id field {opts.id_field!r} must be a string or number")
+    return str(value)
+
+
+def _group_of(record: dict[str, Any], opts: ReadOptions) -> str | None:
+    if opts.group_field is None:
+        return None
+    value = record.get(opts.group_field)
+    return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
+def _open_binary(path: Path, fmt: str) -> io.BufferedIOBase:
+    if fmt.endswith("gzip"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if fmt.endswith("zstd"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Stream a JSON-lines file (plain, gzip or zstd) in batches; line numbers start at 1."""
+    source = str(path)
+    batch = DocBatch()
+    lineno = 0
+    try:
+        with _open_binary(path, fmt) as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise BadRecordError(source, lineno, f"not valid UTF-8 (byte {exc.start})") from None
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise BadRecordError(source, lineno, f"invalid JSON ({exc.msg} at column "
+                                             f"{exc.colno})") from None
+                    if not isinstance(record, dict):
+                        raise BadRecordError(source, lineno, f"expected a JSON object, got "
+                                             f"{type(record).__name__}")
+                    text = _text_of(record, opts, source, lineno)
+                    batch.add(_id_of(record, opts, source, lineno), text, _group_of(record, opts))
+                    stats.read += 1
+                except BadRecordError as err:
+                    if opts.on_bad_record == "error":
+                        raise
+                    stats.skip(err)
+                if len(batch) >= BATCH_ROWS:
+                    yield batch
+                    batch = DocBatch()
+    except (EOFError, OSError, zlib.error) as exc:
+        raise BadRecordError(source, lineno + 1, f"truncated or corrupt {fmt.split('+')[-1]} stream "
+                             f"({exc.__class__.__name__}: {exc})") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("zstandard"):
+            raise BadRecordError(source, lineno + 1, f"truncated or corrupt zstd stream ({exc})") from None
+        raise
+    if batch:
+        yield batch
+
+
+def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Stream a Parquet file by record batches; locations are 1-based row numbers."""
+    source = str(path)
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
+    names = pf.schema_arrow.names
+    if opts.text_field not in names:
+        raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
+                             "choose another with --text-field")
+    if opts.id_field is not None and opts.id_field not in names:
+        raise BadRecordError(source, None, f"no id column {opts.id_field!r} (columns: {', '.join(names)})")
+    text_type = pf.schema_arrow.field(opts.text_field).type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")
+    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in names]
+    row = 0
+    try:
+        for rb in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(dict.fromkeys(columns))):
+            cols = rb.to_pydict()
+            batch = DocBatch()
+            for j in range(rb.num_rows):
+                row += 1
+                record = {c: cols[c][j] for c in cols}
+                if record.get(opts.text_field) is None:
+                    record.pop(opts.text_field, None)
+                try:
+                    text = _text_of(record, opts, source, row)
+                    batch.add(_id_of(record, opts, source, row), text, _group_of(record, opts))
+                    stats.read += 1
+                except BadRecordError as err:
+                    if opts.on_bad_record == "error":
+                        raise
+                    stats.skip(err)
+            if batch:
+                yield batch
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadRecordError(source, row + 1, f"corrupt Parquet data ({exc})") from None
+
+
+def read_txt_files(paths: Iterable[Path], root: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Each ``.txt`` file is one document; its id is the path relative to ``root``."""
+    batch = DocBatch()
+    for p in paths:
+        rel = str(p.relative_to(root)) if p != root else p.name
+        try:
+            try:
+                text = p.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BadRecordError(str(p), None, f"not valid UTF-8 (byte {exc.start})") from None
+            if not text.strip():
+                raise BadRecordError(str(p), None, "empty document")
+            batch.add(rel, text, None)
+            stats.read += 1
+        except BadRecordError as err:
+            if opts.on_bad_record == "error":
+                raise
+            stats.skip(err)
+        if len(batch) >= BATCH_ROWS:
+            yield batch
+            batch = DocBatch()
+    if batch:
+        yield batch
+
+
+def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Read a dataset written by ``datasets.Dataset.save_to_disk`` (a DatasetDict uses ``opts.split``)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ClusterClipError(f"{path}: reading Hugging Face datasets needs `pip install "
+                               "clusterclip[hf]`") from None
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if opts.split not in ds:
+            raise ClusterClipError(f"{path}: split {opts.split!r} not found (splits: {', '.join(ds)}); "
+                                   "choose one with --split")
+        ds = ds[opts.split]
+    if opts.text_field not in ds.column_names:
+        raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
+                             f"{', '.join(ds.column_names)}); choose another with --text-field")
+    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in ds.column_names]
+    ds = ds.select_columns(list(dict.fromkeys(columns)))
+    row = 0
+    for cols in ds.iter(batch_size=BATCH_ROWS):
+        batch = DocBatch()
+        n = len(cols[opts.text_field])
+        for j in range(n):
+            row += 1
+            record = {c: cols[c][j] for c in cols if cols[c][j] is not None}
+            try:
+                text = _text_of(record, opts, str(path), row)
+                batch.add(_id_of(record, opts, str(path), row), text, _group_of(record, opts))
+                stats.read += 1
+            except BadRecordError as err:
+                if opts.on_bad_record == "error":
+                    raise
+                stats.skip(err)
+        if batch:
+            yield batch
+
+
+def iter_documents(inputs: Sequence[tuple[Path, str]], opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Documents of all inputs in order, in batches."""
+    for path, fmt in inputs:
+        if fmt.startswith("jsonl"):
+            yield from read_jsonl(path, fmt, opts, stats)
+        elif fmt == "parquet":
+            yield from read_parquet(path, opts, stats)
+        elif fmt == "txt":
+            yield from read_txt_files([path], path.parent, opts, stats)
+        elif fmt == "txtdir":
+            files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            yield from read_txt_files(files, path, opts, stats)
+        elif fmt == "hf":
+            yield from read_hf_dataset(path, opts, stats)
+        else:
+            raise ClusterClipError(f"{path}: unsupported format {fmt}")
+
+
+# ------------------------------------------------------------------------------------ default corpus
+
+
+def stdlib_documents(min_words: int = 25, root: str | None = None) -> Iterator[DocBatch]:
+    """The embedded default corpus: docstrings of the standard library, one per module/class/function.
+
+    Sources are parsed with :mod:`ast` (nothing is imported, so no side effects). A docstring needs at
+    least ``min_words`` words to count as a document; the group is the top-level module name.
+    """
+    base = Path(root or sysconfig.get_paths()["stdlib"])
+    skip_dirs = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo",
+                 "__pycache__", "ensurepip", "venv"}
+    files = sorted(p for p in base.rglob("*.py") if not skip_dirs.intersection(p.relative_to(base).parts))
+    batch = DocBatch()
+    for path in files:
+        rel = path.relative_to(base).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        if not parts:
+            continue
+        module = ".".join(parts)
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        for qualname, doc in _docstrings(tree, module):
+            if len(doc.split()) >= min_words:
+                batch.add(qualname, f"{qualname}\n\n{doc}", parts[0].lstrip("_") or parts[0])
+                if len(batch) >= BATCH_ROWS:
+                    yield batch
+                    batch = DocBatch()
+    if batch:
+        yield batch
+
+
+def _docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
+    doc = ast.get_docstring(tree)
+    if doc:
+        yield module, doc
+    stack: list[tuple[str, ast.AST]] = [(module, tree)]
+    while stack:
+        prefix, node = stack.pop(0)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = f"{prefix}.{child.name}"
+                doc = ast.get_docstring(child)
+                if doc:
+                    yield name, doc
+                if isinstance(child, ast.ClassDef):
+                    stack.append((name, child))
+
+
+# ------------------------------------------------------------------------------------------- tokens
+
+
+def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarray]:
+    """Per-document token counts: a word/punctuation regex by default, or a Hugging Face tokenizer."""
+    if tokenizer is None:
+        def count(texts: list[str]) -> np.ndarray:
+            return np.fromiter((len(_TOKEN_RE.findall(t)) for t in texts), dtype=np.int64, count=len(texts))
+
+        return count
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise ClusterClipError("--tokenizer needs `pip install clusterclip[hf]`") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(tokenizer)
+    except OSError as exc:
+        raise ClusterClipError(f"cannot load tokenizer {tokenizer!r}: {exc}") from None
+
+    def count_hf(texts: list[str]) -> np.ndarray:
+        enc = tok(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)
+        return np.fromiter((len(ids) for ids in enc["input_ids"]), dtype=np.int64, count=len(texts))
+
+    return count_hf
+
+
+# --------------------------------------------------------------------------------------- the stage
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """Options of the corpus stage (part of the stage record)."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    group_field: str | None = "domain"
+    on_bad_record: str = "error"
+    split: str = "train"
+    tokenizer: str | None = None
+    min_words: int = 25
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(self.text_field, self.id_field, self.group_field, self.on_bad_record, self.split)
+
+
+def corpus_stage(
+    run: RunDir,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    config: CorpusConfig = CorpusConfig(),
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Read ``inputs`` (or the default corpus) into ``corpus/part-*.parquet`` and ``tokens.npy``.
+
+    Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. Returns the
+    stage record. The caller holds the run-directory lock.
+    """
+    opts = config.read_options()
+    if inputs:
+        resolved = expand_inputs(inputs)
+        fingerprint: Any = inputs_fingerprint(resolved)
+    else:
+        resolved = []
+        fingerprint = {"default": DEFAULT_CORPUS, "python": sys.version,
+                       "stdlib": sysconfig.get_paths()["stdlib"]}
+    cfg = {**asdict(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
+    if not inputs:
+        cfg["group_field"] = "module"
+    inputs_hash = config_hash(fingerprint)
+    if not force and run.is_fresh("corpus", cfg, inputs_hash):
+        log.info("corpus: up to date (%s)", run.record_path("corpus"))
+        return run.require("corpus", verify=False)
+    run.invalidate("corpus")
+
+    t0 = time.perf_counter()
+    stats = ReadStats()
+    batches = iter_documents(resolved, opts, stats) if inputs else stdlib_documents(config.min_words)
+    count_tokens = make_token_counter(config.tokenizer)
+    (run.root / "corpus").mkdir(parents=True, exist_ok=True)
+    parts: list[str] = []
+    token_chunks: list[np.ndarray] = []
+    id_hashes: list[np.ndarray] = []
+    groups: dict[str, int] = {}
+    n = 0
+    pending: list[pa.RecordBatch] = []
+    pending_rows = 0
+
+    def flush() -> None:
+        nonlocal pending, pending_rows
+        rel = f"corpus/part-{len(parts):05d}.parquet"
+        with atomic_path(run.root / rel) as tmp:
+            pq.write_table(pa.Table.from_batches(pending, CORPUS_SCHEMA), tmp, row_group_size=10_000)
+        parts.append(rel)
+        pending, pending_rows = [], 0
+
+    bar = _progress(progress, "corpus", "docs")
+    for batch in batches:
+        tokens = count_tokens(batch.texts)
+        index = np.arange(n, n + len(batch), dtype=np.int64)
+        pending.append(pa.record_batch([pa.array(index), pa.array(batch.ids, pa.string()),
+                                        pa.array(batch.texts, pa.string()), pa.array(tokens),
+                                        pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA))
+        token_chunks.append(tokens)
+        id_hashes.append(_hash_ids(batch.ids))
+        for g in batch.groups:
+            if g is not None:
+                groups[g] = groups.get(g, 0) + 1
+        n += len(batch)
+        pending_rows += len(batch)
+        bar.update(len(batch))
+        if pending_rows >= PART_ROWS:
+            flush()
+    bar.close()
+    if n == 0:
+        where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
+        raise ClusterClipError(f"{where}: empty corpus: no usable documents"
+                               + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
+    if pending:
+        flush()
+    for stale in sorted((run.root / "corpus").glob("part-*.parquet")):
+        if f"corpus/{stale.name}" not in parts:
+            stale.unlink()
+    tokens_all = np.concatenate(token_chunks)
+    duplicates = _count_duplicates(np.concatenate(id_hashes))
+    if duplicates and config.id_field is not None:
+        msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
+        if config.on_bad_record == "error":
+            raise ClusterClipError(f"{', '.join(map(str, inputs))}: {msg}; ids must be unique "
+                                   "(or use --on-bad-record skip to keep them, counted)")
+        log.warning("corpus: %s (kept)", msg)
+    save_npy(run.root / "tokens.npy", tokens_all)
+    if stats.skipped:
+        log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
+    return run.write_record(
+        "corpus", cfg, inputs_hash, [*parts, "tokens.npy"], time.perf_counter() - t0,
+        count=n, tokens=int(tokens_all.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
+        duplicate_ids=int(duplicates), groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
+        inputs=fingerprint if inputs else [],
+    )
+
+
+def _hash_ids(ids: list[str]) -> np.ndarray:
+    return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
+                        for s in ids), dtype=np.uint64, count=len(ids))
+
+
+def _count_duplicates(hashes: np.ndarray) -> int:
+    return int(hashes.size - np.unique(hashes).size)
+
+
+def _progress(enabled: bool, desc: str, unit: str, total: int | None = None) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+
+
+# ------------------------------------------------------------------------------------------ access
+
+
+def corpus_parts(run: RunDir) -> list[Path]:
+    """The corpus parquet parts of a finished corpus stage, in index order."""
+    rec = run.require("corpus", verify=False)
+    return [run.root / rel for rel in rec["artifacts"] if rel.startswith("corpus/part-")]
+
+
+def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
+    """Stream the corpus of a run directory in index order, only the given columns."""
+    for part in corpus_parts(run):
+        yield from pq.ParquetFile(part).iter_batches(batch_size=batch_rows, columns=list(columns))
+
+
+def read_column(run: RunDir, column: str) -> list[Any]:
+    """One corpus column as a Python list (e.g. ids or groups); O(N) memory."""
+    out: list[Any] = []
+    for rb in iter_corpus(run, (column,)):
+        out.extend(rb.column(0).to_pylist())
+    return out

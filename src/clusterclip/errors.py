@@ -1,0 +1,22 @@
+"""Exceptions that the CLI turns into one-line messages instead of tracebacks."""
+
+from __future__ import annotations
+
+
+class ClusterClipError(Exception):
+    """Base class of every error caused by user input or run-directory state (not by a bug)."""
+
+
+class BadRecordError(ClusterClipError):
+    """A corpus record that cannot be used: names the file, line (or row) and the problem."""
+
+    def __init__(self, source: str, location: int | None, problem: str) -> None:
+        self.source = source
+        self.location = location
+        self.problem = problem
+        where = f"{source}:{location}" if location is not None else source
+        super().__init__(f"{where}: {problem}")
+
+
+class InfeasiblePlanError(ClusterClipError):
+    """The requested budget cannot be met under the repetition cap."""

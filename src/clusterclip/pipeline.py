@@ -1,0 +1,140 @@
+"""The whole job in one call: corpus -> embeddings -> clusters -> plans -> summary.
+
+Each stage is skipped when its record in the run directory is fresh, so calling :func:`run_pipeline`
+again after a change of one option re-runs only that stage and the ones after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.cluster import ClusterConfig, cluster_stage
+from clusterclip.corpus import CorpusConfig, corpus_stage
+from clusterclip.rundir import RunDir, load_npy, save_json
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EMBEDDER = "static"
+DEFAULT_STRATEGIES = ("clusterclip", "uniform", "random")
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """Options of the embed stage."""
+
+    embedder: str = DEFAULT_EMBEDDER
+    batch_size: int = 64
+    shard_size: int = 65_536
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig,
+                 embed: EmbedOptions, force: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Corpus and embed stages (what ``clusterclip embed`` does)."""
+    from clusterclip.embed import embed_stage
+
+    corpus_stage(run, inputs, corpus, force=force, progress=progress)
+    return embed_stage(run, embedder=embed.embedder, batch_size=embed.batch_size, shard_size=embed.shard_size,
+                       force=force, progress=progress, device=embed.device, **embed.extra)
+
+
+def run_pipeline(
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    out: str | os.PathLike[str] = "clusterclip-run",
+    corpus: CorpusConfig = CorpusConfig(),
+    embed: EmbedOptions = EmbedOptions(),
+    cluster: ClusterConfig = ClusterConfig(),
+    plans: Sequence[Any] | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
+
+    ``plans`` is a sequence of :class:`clusterclip.sampling.PlanConfig`; by default ClusterClip plus the
+    uniform and random baselines, each with a budget of one epoch.
+    """
+    from clusterclip.sampling import PlanConfig, plan_stage
+
+    run = RunDir(out)
+    plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
+    with run.lock():
+        run.clean_temp_files()
+        embed_corpus(run, inputs, corpus, embed, force=force, progress=progress)
+        cluster_stage(run, cluster, force=force, progress=progress)
+        for cfg in plan_configs:
+            plan_stage(run, cfg, force=force)
+        summary = summarize(run)
+        save_json(run.root / "summary.json", summary)
+    return summary
+
+
+def summarize(run: RunDir) -> dict[str, Any]:
+    """Corpus, clustering and plan statistics of a run directory, as printed by ``clusterclip run``."""
+    out: dict[str, Any] = {"run_dir": str(run.root)}
+    corpus = run.record("corpus")
+    if corpus:
+        out["corpus"] = {"documents": corpus["count"], "tokens": corpus["tokens"], "skipped": corpus["skipped"],
+                         "inputs": corpus["config"]["inputs"], "seconds": corpus["seconds"]}
+    embed = run.record("embed")
+    if embed:
+        out["embed"] = {"embedder": embed["config"].get("embedder"), "dim": embed.get("dim"),
+                        "seconds": embed["seconds"]}
+    cluster = run.record("cluster")
+    if cluster:
+        sizes = load_npy(run.root / "sizes.npy")
+        out["cluster"] = {
+            "k": cluster["k"], "objective": round(cluster["objective"], 4), "sample_size": cluster["sample_size"],
+            "size_min": int(sizes.min()), "size_median": float(np.median(sizes)), "size_max": int(sizes.max()),
+            "largest_10pct_share": round(float(np.sort(sizes)[::-1][: max(1, len(sizes) // 10)].sum()
+                                               / sizes.sum()), 4),
+            "seconds": cluster["seconds"],
+        }
+    plans = {}
+    for rec_path in sorted((run.root / "plans").glob("*/plan.json")):
+        rec = run.record(str(rec_path.relative_to(run.root).with_suffix("")))
+        if rec:
+            plans[rec_path.parent.name] = {"config": rec["config"], **rec.get("stats", {})}
+    if plans:
+        out["plans"] = plans
+    return out
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """Human-readable summary for the terminal."""
+    lines = [f"run directory: {summary['run_dir']}"]
+    if c := summary.get("corpus"):
+        lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
+                     + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
+    if e := summary.get("embed"):
+        lines.append(f"embed:    {e['embedder']} (dim {e['dim']}), {e['seconds']:.1f}s")
+    if k := summary.get("cluster"):
+        lines.append(f"cluster:  k={k['k']}, sizes min {k['size_min']} / median {k['size_median']:g} / "
+                     f"max {k['size_max']}, largest 10% of clusters hold {k['largest_10pct_share']:.0%} "
+                     f"of documents, mean cosine {k['objective']:.3f}")
+    for name, p in summary.get("plans", {}).items():
+        keys = ("draws", "tokens", "unique_docs", "max_repeat_observed", "clusters_exhausted",
+                "effective_clusters")
+        stats = ", ".join(f"{key} {_fmt(p[key])}" for key in keys if key in p)
+        lines.append(f"plan:     {name}: {stats}")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def plan_dirs(run: RunDir) -> list[Path]:
+    """Folders of the finished plans of a run directory."""
+    return sorted(p.parent for p in (run.root / "plans").glob("*/plan.json"))

@@ -1,0 +1,112 @@
+"""Spherical k-means: recovers planted clusters, the stage's artifacts, skipping and limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import normalized_mutual_info_score
+
+from clusterclip.cluster import (
+    ClusterConfig,
+    assign,
+    cluster_stage,
+    compact_labels,
+    default_k,
+    fit_centroids,
+    sample_rows,
+)
+from clusterclip.errors import ClusterClipError
+from clusterclip.rundir import RunDir, load_npy, save_npy
+
+
+def planted(n_per: list[int], dim: int = 32, noise: float = 0.35, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((len(n_per), dim))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    truth = np.repeat(np.arange(len(n_per)), n_per)
+    x = centers[truth] + noise * rng.standard_normal((len(truth), dim)) / np.sqrt(dim)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x.astype(np.float32), truth
+
+
+def test_recovers_planted_clusters():
+    x, truth = planted([400, 200, 100, 50, 50, 30, 20, 300])
+    fit = fit_centroids(x, 8, seed=1)
+    labels, scores = assign([x[:500], x[500:]], fit.centroids)
+    assert normalized_mutual_info_score(truth, labels) > 0.9
+    assert np.allclose(np.linalg.norm(fit.centroids, axis=1), 1, atol=1e-5)
+    assert np.allclose(scores, np.sum(x * fit.centroids[labels], axis=1), atol=1e-5)
+    assert fit.sample_size == len(x)
+
+
+def test_default_k_and_limits():
+    assert default_k(16_453) == 91
+    assert default_k(2) == 2
+    assert default_k(10**10) == 10_000
+    with pytest.raises(ClusterClipError, match="larger than the number of documents"):
+        ClusterConfig(k=11).validate(10)
+    with pytest.raises(ClusterClipError, match="at least 1"):
+        ClusterConfig(k=0).validate(10)
+
+
+def test_sample_rows_seeded_sorted_distinct():
+    a = sample_rows(1000, 100, seed=3)
+    assert np.array_equal(a, sample_rows(1000, 100, seed=3))
+    assert np.all(np.diff(a) > 0) and a.max() < 1000
+    assert np.array_equal(sample_rows(10, 100, seed=0), np.arange(10))
+
+
+def test_compact_labels_removes_empty_clusters():
+    cents = np.eye(4, dtype=np.float32)
+    labels, kept, sizes = compact_labels(np.array([0, 0, 3, 3, 3], dtype=np.int32), cents)
+    assert labels.tolist() == [0, 0, 1, 1, 1]
+    assert sizes.tolist() == [2, 3]
+    np.testing.assert_array_equal(kept, cents[[0, 3]])
+
+
+def fake_embed_run(tmp_path, x: np.ndarray, shard: int = 300) -> RunDir:
+    run = RunDir(tmp_path / "run")
+    rels = []
+    for i, start in enumerate(range(0, len(x), shard)):
+        rel = f"embeddings/shard-{i:05d}.npy"
+        save_npy(run.root / rel, x[start:start + shard].astype(np.float16))
+        rels.append(rel)
+    run.write_record("embed", {"embedder": "fake"}, "corpus-hash", rels, 0.0, count=len(x), dim=x.shape[1],
+                     model="fake")
+    return run
+
+
+def test_cluster_stage_artifacts_skip_and_rerun(tmp_path):
+    x, truth = planted([300, 150, 100, 50], dim=24)
+    run = fake_embed_run(tmp_path, x)
+    rec = cluster_stage(run, ClusterConfig(k=4, seed=0), progress=False)
+    labels = load_npy(run.root / "labels.npy")
+    assert labels.dtype == np.int32 and labels.shape == (len(x),)
+    assert normalized_mutual_info_score(truth, labels) > 0.9
+    sizes = load_npy(run.root / "sizes.npy")
+    assert sizes.sum() == len(x) and (sizes > 0).all() and rec["k"] == len(sizes)
+    assert load_npy(run.root / "centroids.npy").shape == (4, 24)
+    assert load_npy(run.root / "scores.npy").dtype == np.float32
+    assert 0 < rec["objective"] <= 1 and rec["sample_size"] == len(x)
+    stamp = run.record_path("cluster").stat().st_mtime_ns
+    cluster_stage(run, ClusterConfig(k=4, seed=0), progress=False)
+    assert run.record_path("cluster").stat().st_mtime_ns == stamp
+    rec2 = cluster_stage(run, ClusterConfig(k=3, seed=0), progress=False)
+    assert rec2["config"]["k"] == 3 and len(load_npy(run.root / "sizes.npy")) <= 3
+
+
+def test_cluster_stage_is_deterministic_and_samples(tmp_path):
+    x, _ = planted([500, 300, 200], dim=16)
+    run = fake_embed_run(tmp_path, x)
+    rec = cluster_stage(run, ClusterConfig(k=3, seed=7, points_per_centroid=50), progress=False)
+    assert rec["sample_size"] == 150
+    first = (run.root / "labels.npy").read_bytes()
+    cluster_stage(run, ClusterConfig(k=3, seed=7, points_per_centroid=50), force=True, progress=False)
+    assert (run.root / "labels.npy").read_bytes() == first
+
+
+def test_k_larger_than_n_is_a_clear_error(tmp_path):
+    x, _ = planted([5, 5], dim=8)
+    run = fake_embed_run(tmp_path, x)
+    with pytest.raises(ClusterClipError, match=r"--k 50 is larger than the number of documents \(10\)"):
+        cluster_stage(run, ClusterConfig(k=50), progress=False)

@@ -1,0 +1,206 @@
+"""Corpus readers (every format, bad records) and the corpus stage."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from clusterclip.corpus import (
+    CorpusConfig,
+    ReadOptions,
+    ReadStats,
+    corpus_stage,
+    expand_inputs,
+    iter_documents,
+    read_column,
+    stdlib_documents,
+)
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.rundir import RunDir, load_npy
+
+RECORDS = [
+    {"id": "a", "text": "The cat sat on the mat.", "domain": "pets"},
+    {"id": "b", "text": "Stocks fell sharply on Monday, analysts said.", "domain": "news"},
+    {"id": "c", "text": "def f(x): return x + 1", "domain": "code"},
+]
+
+
+def write_jsonl(path: Path, records: list, opener=open) -> Path:
+    with opener(path, "wt", encoding="utf-8") as fh:
+        for r in records:
+            fh.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+    return path
+
+
+def read_all(paths, **kw) -> tuple[list, list, list, ReadStats]:
+    stats = ReadStats()
+    ids, texts, groups = [], [], []
+    for b in iter_documents(expand_inputs(paths), ReadOptions(**kw), stats):
+        ids += b.ids
+        texts += b.texts
+        groups += b.groups
+    return ids, texts, groups, stats
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_jsonl_formats(tmp_path, suffix):
+    path = tmp_path / f"docs{suffix}"
+    if suffix.endswith(".gz"):
+        write_jsonl(path, RECORDS, gzip.open)
+    elif suffix.endswith(".zst"):
+        data = "".join(json.dumps(r) + "\n" for r in RECORDS).encode()
+        path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    else:
+        write_jsonl(path, RECORDS)
+    ids, texts, groups, stats = read_all([path], id_field="id")
+    assert ids == ["a", "b", "c"]
+    assert texts == [r["text"] for r in RECORDS]
+    assert groups == ["pets", "news", "code"]
+    assert stats.read == 3 and stats.skipped == 0
+
+
+def test_default_ids_are_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", RECORDS)
+    ids, *_ = read_all([path])
+    assert ids == ["d.jsonl:1", "d.jsonl:2", "d.jsonl:3"]
+
+
+def test_parquet(tmp_path):
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(RECORDS), path)
+    ids, texts, groups, _ = read_all([path], id_field="id")
+    assert ids == ["a", "b", "c"] and groups == ["pets", "news", "code"]
+
+
+def test_parquet_wrong_schema(tmp_path):
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"body": ["x"]}), path)
+    with pytest.raises(BadRecordError, match=r"no column 'text' \(columns: body\)"):
+        read_all([path])
+    pq.write_table(pa.table({"text": [1, 2]}), path)
+    with pytest.raises(BadRecordError, match="expected string"):
+        read_all([path])
+
+
+def test_txt_folder(tmp_path):
+    folder = tmp_path / "txt"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "b.txt").write_text("second document")
+    (folder / "a.txt").write_text("first document")
+    (folder / "sub" / "c.txt").write_text("third document")
+    ids, texts, _, _ = read_all([folder])
+    assert ids == ["a.txt", "b.txt", "sub/c.txt"]
+    assert texts[0] == "first document"
+
+
+def test_hf_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(RECORDS)
+    ds.save_to_disk(str(tmp_path / "ds"))
+    ids, texts, groups, _ = read_all([tmp_path / "ds"], id_field="id")
+    assert ids == ["a", "b", "c"] and groups[0] == "pets"
+    datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(tmp_path / "dd"))
+    ids, *_ = read_all([tmp_path / "dd"], id_field="id", split="test")
+    assert ids == ["a"]
+    with pytest.raises(ClusterClipError, match="split 'nope' not found"):
+        read_all([tmp_path / "dd"], split="nope")
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"text": "ok"', "invalid JSON"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        ('{"body": "x"}', "missing text field 'text'"),
+        ('{"text": 3}', "is int, expected a string"),
+        ('{"text": "   "}', "is empty"),
+    ],
+)
+def test_bad_records_name_file_line_and_problem(tmp_path, line, problem):
+    path = write_jsonl(tmp_path / "d.jsonl", [RECORDS[0], line, RECORDS[1]])
+    with pytest.raises(BadRecordError) as info:
+        read_all([path])
+    assert str(info.value).startswith(f"{path}:2: ")
+    assert problem in str(info.value)
+    ids, _, _, stats = read_all([path], id_field="id", on_bad_record="skip")
+    assert ids == ["a", "b"]
+    assert stats.skipped == 1 and problem in stats.examples[0]
+
+
+def test_invalid_utf8(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"text": "fine"}\n{"text": "caf\xe9"}\n')
+    with pytest.raises(BadRecordError, match=r":2: not valid UTF-8"):
+        read_all([path])
+
+
+def test_truncated_gzip(tmp_path):
+    path = tmp_path / "d.jsonl.gz"
+    write_jsonl(path, RECORDS * 200, gzip.open)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadRecordError, match="truncated or corrupt gzip"):
+        read_all([path])
+
+
+def test_unknown_format_and_missing_path(tmp_path):
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(ClusterClipError, match="unknown input format"):
+        expand_inputs([tmp_path / "x.csv"])
+    with pytest.raises(ClusterClipError, match="no such file"):
+        expand_inputs([tmp_path / "nope.jsonl"])
+
+
+def test_stdlib_default_corpus_is_real_and_deterministic():
+    first = [b.ids for b in stdlib_documents()]
+    ids = [i for b in first for i in b]
+    assert len(ids) > 1000
+    assert len(set(ids)) == len(ids)
+    assert any(i.startswith("json.") for i in ids)
+    assert [i for b in stdlib_documents() for i in b.ids] == ids
+
+
+def test_corpus_stage_writes_artifacts_and_skips(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", RECORDS * 3)
+    run = RunDir(tmp_path / "run")
+    rec = corpus_stage(run, [path], CorpusConfig(), progress=False)
+    assert rec["count"] == 9 and rec["skipped"] == 0
+    tokens = load_npy(run.root / "tokens.npy")
+    assert tokens.dtype == np.int64 and tokens.shape == (9,)
+    assert tokens[0] == 7  # The cat sat on the mat .
+    assert rec["tokens"] == int(tokens.sum())
+    assert read_column(run, "group")[:3] == ["pets", "news", "code"]
+    assert read_column(run, "index") == list(range(9))
+    mtime = run.record_path("corpus").stat().st_mtime_ns
+    corpus_stage(run, [path], CorpusConfig(), progress=False)
+    assert run.record_path("corpus").stat().st_mtime_ns == mtime, "fresh stage must be skipped"
+    corpus_stage(run, [path], CorpusConfig(text_field="text", group_field=None), progress=False)
+    assert run.record_path("corpus").stat().st_mtime_ns != mtime, "changed option must re-run"
+    assert read_column(run, "group")[0] is None
+
+
+def test_corpus_stage_reruns_when_input_changes(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", RECORDS)
+    run = RunDir(tmp_path / "run")
+    corpus_stage(run, [path], progress=False)
+    write_jsonl(path, RECORDS * 2)
+    assert corpus_stage(run, [path], progress=False)["count"] == 6
+
+
+def test_empty_corpus_and_duplicates(tmp_path):
+    run = RunDir(tmp_path / "run")
+    empty = write_jsonl(tmp_path / "e.jsonl", [{"text": ""}])
+    with pytest.raises(ClusterClipError, match="empty corpus"):
+        corpus_stage(run, [empty], CorpusConfig(on_bad_record="skip"), progress=False)
+    dup = write_jsonl(tmp_path / "dup.jsonl", [RECORDS[0], RECORDS[0]])
+    with pytest.raises(ClusterClipError, match="1 duplicate ids"):
+        corpus_stage(run, [dup], CorpusConfig(id_field="id"), progress=False)
+    rec = corpus_stage(run, [dup], CorpusConfig(id_field="id", on_bad_record="skip"), progress=False)
+    assert rec["duplicate_ids"] == 1 and rec["count"] == 2
