@@ -29,9 +29,10 @@ def planted(n_per: list[int], dim: int = 32, noise: float = 0.35, seed: int = 0)
     return x.astype(np.float32), truth
 
 
-def test_recovers_planted_clusters():
-    x, truth = planted([400, 200, 100, 50, 50, 30, 20, 300])
-    fit = fit_centroids(x, 8, seed=1)
+@pytest.mark.parametrize("seed", range(5))
+def test_recovers_planted_clusters(seed):
+    x, truth = planted([400, 200, 100, 50, 50, 30, 20, 300], seed=seed)
+    fit = fit_centroids(x, 8, seed=seed)
     labels, scores = assign([x[:500], x[500:]], fit.centroids)
     assert normalized_mutual_info_score(truth, labels) > 0.9
     assert np.allclose(np.linalg.norm(fit.centroids, axis=1), 1, atol=1e-5)
@@ -71,8 +72,9 @@ def fake_embed_run(tmp_path, x: np.ndarray, shard: int = 300) -> RunDir:
         rel = f"embeddings/shard-{i:05d}.npy"
         save_npy(run.root / rel, x[start:start + shard].astype(np.float16))
         rels.append(rel)
+    shards = [{"file": rel, "rows": len(np.load(run.root / rel))} for rel in rels]
     run.write_record("embed", {"embedder": "fake"}, "corpus-hash", rels, 0.0, count=len(x), dim=x.shape[1],
-                     model="fake")
+                     model="fake", shards=shards)
     return run
 
 

@@ -44,7 +44,7 @@ class ClusterConfig:
     k: int | None = None
     seed: int = 0
     niter: int = 25
-    nredo: int = 1
+    nredo: int = 3
     points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID
     init: str = "kmeans++"
 
@@ -72,7 +72,7 @@ class KMeansResult:
     sample_size: int
 
 
-def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nredo: int = 1,
+def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nredo: int = 3,
                   init: str = "kmeans++", points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID) -> KMeansResult:
     """Train spherical k-means on ``sample`` (float32, unit rows) and return unit-norm centroids.
 
@@ -145,9 +145,13 @@ def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: b
     Writes ``centroids.npy``, ``labels.npy`` (int32), ``scores.npy`` (cosine to own centroid),
     ``sizes.npy`` and the ``cluster.json`` record. Skipped when fresh. The caller holds the lock.
     """
+    from clusterclip.corpus import check_inputs_unchanged
     from clusterclip.embed import iter_embeddings
 
     embed_rec = run.require("embed", verify=False)
+    if run.record("corpus") is not None:
+        check_inputs_unchanged(run)
+        run.require_current("embed", "corpus")
     n = int(embed_rec["count"])
     k = config.validate(n)
     cfg = {**asdict(config), "k": k}
@@ -167,7 +171,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: b
                         config.points_per_centroid)
     del sample
     t_fit = time.perf_counter() - t0
-    labels, scores = assign(_progress_blocks(iter_embeddings(run, ASSIGN_BATCH), n, progress), fit.centroids)
+    labels, scores = assign(_progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress), fit.centroids)
     labels, centroids, sizes = compact_labels(labels, fit.centroids)
     objective = float(scores.mean(dtype=np.float64))
     for name, arr in (("centroids.npy", centroids), ("labels.npy", labels), ("scores.npy", scores),
@@ -190,7 +194,7 @@ def _gather_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
     rec = run.require("embed", verify=False)
     out = []
     start = 0
-    for path in sorted(run.root / rel for rel in rec["artifacts"] if rel.startswith("embeddings/shard-")):
+    for path in (run.root / s["file"] for s in rec["shards"]):
         shard = load_npy(path, mmap=True)
         stop = start + shard.shape[0]
         lo, hi = np.searchsorted(rows, [start, stop])

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.rundir import RunDir, atomic_path, config_hash, save_npy
+from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
 
 log = logging.getLogger(__name__)
 
@@ -214,10 +214,53 @@ def _open_binary(path: Path, fmt: str) -> io.BufferedIOBase:
     if fmt.endswith("gzip"):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     if fmt.endswith("zstd"):
+        return io.BufferedReader(_ZstdStream(path), buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+class _ZstdStream(io.RawIOBase):
+    """Decompress every zstd frame of a file and fail loudly on a truncated last frame.
+
+    ``zstandard``'s stream reader ends silently at a truncated frame, which would drop documents
+    without a word; here a frame that has not reached its end when the file does is an error.
+    """
+
+    def __init__(self, path: Path, chunk: int = 1 << 20) -> None:
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
+        self._zstd = zstandard
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._chunk = chunk
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self._pending:
+            data = self._fh.read(self._chunk)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("zstd stream ends inside a frame")
+                return 0
+            while data:
+                self._in_frame = True
+                self._pending += self._dobj.decompress(data)
+                if not self._dobj.eof:
+                    break
+                data = self._dobj.unused_data
+                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                self._in_frame = False
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
@@ -575,6 +618,21 @@ def corpus_stage(
         duplicate_ids=int(duplicates), groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         inputs=fingerprint if inputs else [],
     )
+
+
+def check_inputs_unchanged(run: RunDir) -> None:
+    """Refuse to go on when the corpus files changed (size or mtime) since the corpus stage read them."""
+    rec = run.require("corpus", verify=False)
+    for entry in rec.get("inputs", []):
+        path = Path(entry["path"])
+        if not path.exists():
+            raise StaleArtifactError(f"{path}: input of the corpus stage no longer exists; re-run "
+                                     f"`clusterclip embed INPUT... --out {run.root}`")
+        st = path.stat()
+        if st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
+            raise StaleArtifactError(
+                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {st.st_size}); "
+                f"re-run `clusterclip embed INPUT... --out {run.root}` so every stage uses the same corpus")
 
 
 def _hash_ids(ids: list[str]) -> np.ndarray:

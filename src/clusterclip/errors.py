@@ -11,6 +11,7 @@ class BadRecordError(ClusterClipError):
     """A corpus record that cannot be used: names the file, line (or row) and the problem."""
 
     def __init__(self, source: str, location: int | None, problem: str) -> None:
+        problem = " ".join("".join(c if c.isprintable() else " " for c in problem).split())
         self.source = source
         self.location = location
         self.problem = problem

@@ -242,6 +242,19 @@ class RunDir:
         return config_hash({"config": rec["config_hash"], "inputs": rec["inputs_hash"],
                             "artifacts": {k: v["sha256"] for k, v in rec["artifacts"].items()}})
 
+    def require_current(self, stage: str, upstream: str) -> dict[str, Any]:
+        """The record of ``stage``, checked to be built from the current outputs of ``upstream``.
+
+        Refuses to mix artifacts: if ``upstream`` was re-run after ``stage``, ``stage`` must be re-run too.
+        """
+        rec = self.require(stage, verify=False)
+        if rec["inputs_hash"] != self.output_hash(upstream):
+            raise StaleArtifactError(
+                f"{self.root}: stage `{stage}` was built from an older `{upstream}` output; "
+                f"re-run `clusterclip {_cli_of(stage)}`"
+            )
+        return rec
+
     @contextlib.contextmanager
     def lock(self, wait: bool = False, timeout: float = 0.0) -> Iterator[None]:
         """Hold an exclusive lock on the run directory for the duration of a writing stage.

@@ -1,0 +1,132 @@
+"""The command line end to end on a small generated corpus, and its error handling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clusterclip.cli import build_parser, main
+from clusterclip.rundir import RunDir, load_npy
+
+TOPICS = {
+    "cooking": "recipe oven bake flour sugar butter dough knead simmer sauce garlic onion pepper salt",
+    "astronomy": "galaxy star orbit planet telescope nebula comet gravity light-year supernova moon",
+    "finance": "stock bond market interest inflation dividend portfolio equity trader bank loan",
+    "sailing": "boat sail wind harbour keel mast rudder anchor tide knot deck crew",
+}
+
+
+def make_corpus(path: Path, sizes: dict[str, int], seed: int = 0) -> Path:
+    """Documents drawn from distinct topic vocabularies, with an imbalanced topic mixture."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as fh:
+        for topic, n in sizes.items():
+            words = TOPICS[topic].split()
+            for i in range(n):
+                text = " ".join(rng.choice(words, size=int(rng.integers(20, 60))))
+                fh.write(json.dumps({"id": f"{topic}-{i}", "text": text, "domain": topic}) + "\n")
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    return make_corpus(tmp_path / "corpus.jsonl", {"cooking": 120, "astronomy": 40, "finance": 25, "sailing": 15})
+
+
+def test_help_lists_every_command_and_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for cmd in ("run", "embed", "cluster", "plan", "report", "export", "status"):
+        assert cmd in out
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert "--max-repeat" in out and "(default: clusterclip)" in out and "--budget-unit" in out
+
+
+def test_every_option_has_help():
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.choices and "run" in a.choices).choices
+    for name, sub in subparsers.items():
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+
+
+def test_run_end_to_end_then_skip(tmp_path, corpus, capsys):
+    out = tmp_path / "run"
+    args = ["run", str(corpus), "--out", str(out), "--embedder", "hashing", "--k", "4", "--id-field", "id",
+            "--max-repeat", "3", "-q"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "200 documents" in text and "k=4" in text and "clusterclip" in text
+    run = RunDir(out)
+    for stage in ("corpus", "embed", "cluster"):
+        run.verify(stage)
+    labels = load_npy(out / "labels.npy")
+    assert labels.shape == (200,)
+    plans = sorted(p.name for p in (out / "plans").iterdir())
+    assert len(plans) == 3 and any(p.startswith("clusterclip") for p in plans)
+    clip = next(out / "plans" / p for p in plans if p.startswith("clusterclip"))
+    order = load_npy(clip / "plan.npy")
+    assert order.dtype == np.int64 and len(order) == 200
+    assert np.bincount(order).max() <= 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["corpus"]["documents"] == 200 and summary["cluster"]["k"] == 4
+
+    records = {s: run.record_path(s).stat().st_mtime_ns for s in ("corpus", "embed", "cluster")}
+    assert main(args) == 0
+    assert {s: run.record_path(s).stat().st_mtime_ns for s in records} == records, "re-run must be a no-op"
+    assert main([*args[:-1], "--k", "3", "-q"]) == 0
+    assert run.record_path("corpus").stat().st_mtime_ns == records["corpus"]
+    assert run.record_path("embed").stat().st_mtime_ns == records["embed"]
+    assert run.record_path("cluster").stat().st_mtime_ns != records["cluster"]
+
+
+def test_stages_one_by_one(tmp_path, corpus, capsys):
+    out = str(tmp_path / "run")
+    assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "-q"]) == 0
+    assert main(["cluster", out, "--k", "4", "-q"]) == 0
+    assert main(["plan", out, "--strategy", "uniform", "--budget", "400", "-q"]) == 0
+    assert main(["plan", out, "--strategy", "temperature", "--tau", "0.3", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["status", out, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert len(status["plans"]) == 2
+    uniform = next(v for k, v in status["plans"].items() if k.startswith("uniform"))
+    assert uniform["config"]["budget"] == 400
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cluster", "{run}", "--k", "1000"], "larger than the number of documents"),
+        (["plan", "{run}", "--max-repeat", "0"], "max_repeat"),
+        (["plan", "{run}", "--budget", "100000", "--max-repeat", "2"], "budget"),
+        (["plan", "{nowhere}"], "has not run yet"),
+    ],
+)
+def test_user_errors_are_one_line(tmp_path, corpus, capsys, argv, message):
+    run = tmp_path / "run"
+    assert main(["embed", str(corpus), "--out", str(run), "--embedder", "hashing", "-q"]) == 0
+    assert main(["cluster", str(run), "--k", "4", "-q"]) == 0
+    capsys.readouterr()
+    code = main([a.format(run=run, nowhere=tmp_path / "nowhere") for a in argv] + ["-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("clusterclip: error: ") and message in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_bad_input_is_one_line_from_a_real_process(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine words here"}\n{"text": oops}\n')
+    proc = subprocess.run([sys.executable, "-m", "clusterclip", "run", str(bad), "--out", str(tmp_path / "r"),
+                           "--embedder", "hashing", "-q"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"clusterclip: error: {bad}:2: invalid JSON (Expecting value at column 10)"
