@@ -75,7 +75,7 @@ def test_default_ids_are_file_and_line(tmp_path):
 def test_parquet(tmp_path):
     path = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist(RECORDS), path)
-    ids, texts, groups, _ = read_all([path], id_field="id")
+    ids, _, groups, _ = read_all([path], id_field="id")
     assert ids == ["a", "b", "c"] and groups == ["pets", "news", "code"]
 
 
@@ -104,7 +104,7 @@ def test_hf_dataset(tmp_path):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_list(RECORDS)
     ds.save_to_disk(str(tmp_path / "ds"))
-    ids, texts, groups, _ = read_all([tmp_path / "ds"], id_field="id")
+    ids, _, groups, _ = read_all([tmp_path / "ds"], id_field="id")
     assert ids == ["a", "b", "c"] and groups[0] == "pets"
     datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(tmp_path / "dd"))
     ids, *_ = read_all([tmp_path / "dd"], id_field="id", split="test")

@@ -152,14 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="HTML report with plots", formatter_class=_Formatter,
                        description="Write RUN_DIR/report/report.html and its PNGs; prints the path.")
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory with clusters (and plans)")
     _add_common(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", help="write the planned stream as JSONL or Parquet shards",
                        formatter_class=_Formatter,
                        description="Write the documents in plan order (repeats expanded) as shards.")
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory with at least one plan")
     p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="shard format")
     p.add_argument("--out", required=True, help="output folder")
@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="which stages of a run directory are finished",
                        formatter_class=_Formatter)
-    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_status, quiet=False, verbose=False)
     return parser

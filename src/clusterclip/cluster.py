@@ -171,7 +171,8 @@ def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: b
                         config.points_per_centroid)
     del sample
     t_fit = time.perf_counter() - t0
-    labels, scores = assign(_progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress), fit.centroids)
+    blocks = _progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress)
+    labels, scores = assign(blocks, fit.centroids)
     labels, centroids, sizes = compact_labels(labels, fit.centroids)
     objective = float(scores.mean(dtype=np.float64))
     for name, arr in (("centroids.npy", centroids), ("labels.npy", labels), ("scores.npy", scores),

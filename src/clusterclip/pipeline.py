@@ -49,9 +49,9 @@ def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: 
 def run_pipeline(
     inputs: Sequence[str | os.PathLike[str]] = (),
     out: str | os.PathLike[str] = "clusterclip-run",
-    corpus: CorpusConfig = CorpusConfig(),
-    embed: EmbedOptions = EmbedOptions(),
-    cluster: ClusterConfig = ClusterConfig(),
+    corpus: CorpusConfig | None = None,
+    embed: EmbedOptions | None = None,
+    cluster: ClusterConfig | None = None,
     plans: Sequence[Any] | None = None,
     force: bool = False,
     progress: bool = True,
@@ -63,6 +63,7 @@ def run_pipeline(
     """
     from clusterclip.sampling import PlanConfig, plan_stage
 
+    corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedOptions(), cluster or ClusterConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
     with run.lock():
@@ -85,7 +86,7 @@ def summarize(run: RunDir) -> dict[str, Any]:
                          "inputs": corpus["config"]["inputs"], "seconds": corpus["seconds"]}
     embed = run.record("embed")
     if embed:
-        out["embed"] = {"embedder": embed["config"].get("embedder"), "dim": embed.get("dim"),
+        out["embed"] = {"embedder": embed.get("embedder"), "model": embed.get("model"), "dim": embed.get("dim"),
                         "seconds": embed["seconds"]}
     cluster = run.record("cluster")
     if cluster:
@@ -114,15 +115,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
                      + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
     if e := summary.get("embed"):
-        lines.append(f"embed:    {e['embedder']} (dim {e['dim']}), {e['seconds']:.1f}s")
+        lines.append(f"embed:    {e['embedder']} ({e['model']}, dim {e['dim']}), {e['seconds']:.1f}s")
     if k := summary.get("cluster"):
         lines.append(f"cluster:  k={k['k']}, sizes min {k['size_min']} / median {k['size_median']:g} / "
                      f"max {k['size_max']}, largest 10% of clusters hold {k['largest_10pct_share']:.0%} "
                      f"of documents, mean cosine {k['objective']:.3f}")
     for name, p in summary.get("plans", {}).items():
-        keys = ("draws", "tokens", "unique_docs", "max_repeat_observed", "clusters_exhausted",
-                "effective_clusters")
-        stats = ", ".join(f"{key} {_fmt(p[key])}" for key in keys if key in p)
+        keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
+                "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
+        stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
         lines.append(f"plan:     {name}: {stats}")
     return "\n".join(lines)
 

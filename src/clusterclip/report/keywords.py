@@ -1,0 +1,525 @@
+"""Describe clusters for a human: class-based TF-IDF keywords, example snippets, ground-truth counts.
+
+Keywords are c-TF-IDF as in BERTopic: the documents of a cluster are treated as one big document,
+term frequencies are normalised per cluster, and each term is weighted by
+``log(1 + A / f_t)`` where ``A`` is the mean number of words per cluster and ``f_t`` the frequency of
+the term across all clusters. Terms frequent in one cluster and rare elsewhere score highest.
+
+The corpus parquet is streamed in record batches, so memory is bounded by one batch plus the sparse
+(cluster, term) counts, never by the corpus. Only the first ``max_chars`` characters of each document
+are tokenised: that bounds the time on corpora of book-length documents and barely changes the top
+terms of a cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ENGLISH_STOPWORDS: frozenset[str] = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "almost",
+        "also",
+        "although",
+        "always",
+        "am",
+        "among",
+        "an",
+        "and",
+        "another",
+        "any",
+        "anybody",
+        "anyone",
+        "anything",
+        "anywhere",
+        "are",
+        "aren",
+        "around",
+        "as",
+        "at",
+        "back",
+        "be",
+        "became",
+        "because",
+        "become",
+        "becomes",
+        "been",
+        "before",
+        "behind",
+        "being",
+        "below",
+        "beside",
+        "besides",
+        "between",
+        "beyond",
+        "both",
+        "but",
+        "by",
+        "can",
+        "cannot",
+        "could",
+        "couldn",
+        "did",
+        "didn",
+        "do",
+        "does",
+        "doesn",
+        "doing",
+        "don",
+        "done",
+        "down",
+        "during",
+        "each",
+        "either",
+        "else",
+        "enough",
+        "etc",
+        "even",
+        "ever",
+        "every",
+        "everyone",
+        "everything",
+        "few",
+        "for",
+        "from",
+        "further",
+        "get",
+        "gets",
+        "got",
+        "had",
+        "hadn",
+        "has",
+        "hasn",
+        "have",
+        "haven",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "however",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "isn",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "last",
+        "least",
+        "less",
+        "let",
+        "like",
+        "made",
+        "make",
+        "many",
+        "may",
+        "me",
+        "might",
+        "mine",
+        "more",
+        "most",
+        "much",
+        "must",
+        "my",
+        "myself",
+        "need",
+        "neither",
+        "never",
+        "nevertheless",
+        "next",
+        "no",
+        "nobody",
+        "none",
+        "nor",
+        "not",
+        "nothing",
+        "now",
+        "of",
+        "off",
+        "often",
+        "on",
+        "once",
+        "one",
+        "only",
+        "onto",
+        "or",
+        "other",
+        "others",
+        "otherwise",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "per",
+        "perhaps",
+        "please",
+        "put",
+        "rather",
+        "re",
+        "really",
+        "same",
+        "see",
+        "seem",
+        "seemed",
+        "seems",
+        "several",
+        "shall",
+        "she",
+        "should",
+        "shouldn",
+        "since",
+        "so",
+        "some",
+        "somehow",
+        "someone",
+        "something",
+        "sometime",
+        "sometimes",
+        "somewhere",
+        "still",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "thereby",
+        "therefore",
+        "these",
+        "they",
+        "thing",
+        "things",
+        "this",
+        "those",
+        "though",
+        "through",
+        "thus",
+        "to",
+        "together",
+        "too",
+        "toward",
+        "towards",
+        "under",
+        "until",
+        "up",
+        "upon",
+        "us",
+        "use",
+        "used",
+        "using",
+        "very",
+        "via",
+        "was",
+        "wasn",
+        "we",
+        "well",
+        "were",
+        "weren",
+        "what",
+        "whatever",
+        "when",
+        "whenever",
+        "where",
+        "whereas",
+        "wherever",
+        "whether",
+        "which",
+        "while",
+        "who",
+        "whoever",
+        "whole",
+        "whom",
+        "whose",
+        "why",
+        "will",
+        "with",
+        "within",
+        "without",
+        "won",
+        "would",
+        "wouldn",
+        "yet",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "ll",
+        "ve",
+        "also",
+        "may",
+        "said",
+        "says",
+        "say",
+        "new",
+        "two",
+        "three",
+        "first",
+    ]
+)
+
+_WORD = re.compile(r"[^\W\d_]{3,30}")
+_SPACE = re.compile(r"\s+")
+_KEY_SHIFT = np.int64(32)
+_KEY_MASK = np.int64((1 << 32) - 1)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased words of 3-30 letters (any script); digits and punctuation split words."""
+    return _WORD.findall(text.lower())
+
+
+def snippet(text: str, limit: int = 200) -> str:
+    """``text`` with whitespace collapsed, cut at ``limit`` characters on a word boundary when possible."""
+    flat = _SPACE.sub(" ", text).strip()
+    if len(flat) <= limit:
+        return flat
+    cut = flat[:limit]
+    space = cut.rfind(" ")
+    if space > limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+class CTfidf:
+    """Streaming accumulator of (cluster, term) counts and the c-TF-IDF keywords derived from them.
+
+    Feed documents with :meth:`add` (any number of calls, any batch size), then call :meth:`top`.
+    Stopwords are registered first in the vocabulary so they can be dropped by id at the end instead
+    of being tested per token.
+    """
+
+    def __init__(
+        self,
+        n_clusters: int,
+        stopwords: Iterable[str] = ENGLISH_STOPWORDS,
+        max_chars: int = 20_000,
+        consolidate_every: int = 16,
+    ) -> None:
+        if n_clusters < 1:
+            raise ValueError("n_clusters must be at least 1")
+        self.n_clusters = n_clusters
+        self.max_chars = max_chars
+        self._vocab: dict[str, int] = {}
+        for w in stopwords:
+            self._vocab.setdefault(w, len(self._vocab))
+        self._n_stop = len(self._vocab)
+        self._keys: list[np.ndarray] = []
+        self._counts: list[np.ndarray] = []
+        self._pending = 0
+        self._consolidate_every = consolidate_every
+
+    def add(self, texts: Sequence[str | None], clusters: Sequence[int] | np.ndarray) -> None:
+        """Count the words of ``texts``, each belonging to the cluster at the same position.
+
+        The texts of one cluster are joined and counted with :class:`collections.Counter` (C code), so
+        the vocabulary is looked up once per distinct word and cluster, not once per word.
+        """
+        clusters = np.asarray(clusters, dtype=np.int64)
+        by_cluster: dict[int, list[str]] = {}
+        for text, c in zip(texts, clusters.tolist(), strict=True):
+            if text:
+                by_cluster.setdefault(c, []).append(text[: self.max_chars])
+        vocab = self._vocab
+        keys: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        for c, docs in by_cluster.items():
+            counter = Counter(_WORD.findall(" ".join(docs).lower()))
+            if not counter:
+                continue
+            ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in counter), dtype=np.int64, count=len(counter))
+            keys.append((np.int64(c) << _KEY_SHIFT) | ids)
+            counts.append(np.fromiter(counter.values(), dtype=np.int64, count=len(counter)))
+        if not keys:
+            return
+        self._keys.append(np.concatenate(keys))
+        self._counts.append(np.concatenate(counts))
+        self._pending += 1
+        if self._pending >= self._consolidate_every:
+            self._consolidate()
+
+    def _consolidate(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self._keys:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if len(self._keys) > 1:
+            keys = np.concatenate(self._keys)
+            counts = np.concatenate(self._counts)
+            uniq, inv = np.unique(keys, return_inverse=True)
+            self._keys = [uniq]
+            self._counts = [np.bincount(inv, weights=counts, minlength=len(uniq)).astype(np.int64)]
+        self._pending = 0
+        return self._keys[0], self._counts[0]
+
+    def top(self, n: int = 8, min_count: int = 2) -> list[list[tuple[str, float]]]:
+        """The ``n`` best (term, score) pairs of every cluster, best first.
+
+        Terms seen fewer than ``min_count`` times in a cluster rank after all others (typos and ids
+        that occur once would otherwise dominate small clusters), but still fill the list when a
+        cluster has few words.
+        """
+        keys, counts = self._consolidate()
+        out: list[list[tuple[str, float]]] = [[] for _ in range(self.n_clusters)]
+        keep = (keys & _KEY_MASK) >= self._n_stop
+        keys, counts = keys[keep], counts[keep]
+        if len(keys) == 0:
+            return out
+        cl = (keys >> _KEY_SHIFT).astype(np.int64)
+        term = (keys & _KEY_MASK).astype(np.int64)
+        words_per_cluster = np.bincount(cl, weights=counts, minlength=self.n_clusters)
+        term_freq = np.bincount(term, weights=counts)
+        mean_words = words_per_cluster[words_per_cluster > 0].mean()
+        idf = np.log1p(mean_words / np.maximum(term_freq[term], 1.0))
+        score = counts / words_per_cluster[cl] * idf
+        rank = np.where(counts >= min_count, score, score * 1e-9)
+        order = np.lexsort((-rank, cl))
+        starts = np.searchsorted(cl[order], np.arange(self.n_clusters))
+        ends = np.searchsorted(cl[order], np.arange(self.n_clusters), side="right")
+        words = np.empty(len(self._vocab), dtype=object)
+        for w, i in self._vocab.items():
+            words[i] = w
+        for c in range(self.n_clusters):
+            sel = order[starts[c] : min(ends[c], starts[c] + n)]
+            out[c] = [(str(words[term[i]]), float(score[i])) for i in sel]
+        return out
+
+
+@dataclass
+class CorpusScan:
+    """What one streaming pass over the corpus parquet yields for the report."""
+
+    keywords: list[list[tuple[str, float]]]
+    examples: dict[int, list[str]]
+    groups: list[str] = field(default_factory=list)
+    contingency: np.ndarray | None = None
+    rows: int = 0
+
+
+def corpus_parts(run_dir: Path) -> list[Path]:
+    """The corpus parquet parts of a run directory, in order."""
+    return sorted((run_dir / "corpus").glob("part-*.parquet"))
+
+
+def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: int, per_cluster: int) -> dict[int, int]:
+    """Map document index -> cluster for the ``per_cluster`` documents closest to each centroid."""
+    labels = np.asarray(labels)
+    key = -np.asarray(scores, dtype=np.float64) if scores is not None else np.zeros(len(labels))
+    order = np.lexsort((np.arange(len(labels)), key, labels))
+    sorted_labels = labels[order]
+    starts = np.searchsorted(sorted_labels, np.arange(n_clusters))
+    ends = np.searchsorted(sorted_labels, np.arange(n_clusters), side="right")
+    chosen: dict[int, int] = {}
+    for c in range(n_clusters):
+        for i in order[starts[c] : min(ends[c], starts[c] + per_cluster)]:
+            chosen[int(i)] = c
+    return chosen
+
+
+def _batches(parts: Sequence[Path], columns: list[str], batch_size: int) -> Iterator[dict[str, list]]:
+    import pyarrow.parquet as pq
+
+    for part in parts:
+        pf = pq.ParquetFile(part)
+        cols = [c for c in columns if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+            yield {name: batch.column(name).to_pylist() for name in cols}
+
+
+def scan_corpus(
+    parts: Sequence[Path],
+    labels: np.ndarray,
+    n_clusters: int,
+    scores: np.ndarray | None = None,
+    n_keywords: int = 8,
+    n_examples: int = 3,
+    snippet_chars: int = 200,
+    batch_size: int = 4096,
+    progress: bool = True,
+) -> CorpusScan:
+    """One pass over the corpus parts: keywords, example snippets and the cluster x group table.
+
+    Rows are matched to clusters by their ``index`` column (row order when it is absent); rows whose
+    index has no label are ignored. The contingency table is None when no row has a group.
+    """
+    from tqdm.auto import tqdm
+
+    labels = np.asarray(labels)
+    wanted = example_indices(labels, scores, n_clusters, n_examples)
+    examples: dict[int, list[tuple[float, str]]] = {}
+    ctf = CTfidf(n_clusters)
+    group_ids: dict[str, int] = {}
+    pairs: list[np.ndarray] = []
+    total = _count_rows(parts)
+    bar = tqdm(total=total, desc="report: keywords", unit="doc", disable=not progress, leave=False)
+    offset = 0
+    rows = 0
+    for batch in _batches(parts, ["index", "text", "group"], batch_size):
+        texts = batch.get("text") or []
+        n = len(texts)
+        idx = np.asarray(batch["index"], dtype=np.int64) if "index" in batch else np.arange(offset, offset + n)
+        offset += n
+        ok = (idx >= 0) & (idx < len(labels))
+        cl = np.full(n, -1, dtype=np.int64)
+        cl[ok] = labels[idx[ok]]
+        valid = np.flatnonzero(cl >= 0)
+        ctf.add([texts[j] for j in valid], cl[valid])
+        for j in valid:
+            i = int(idx[j])
+            if i in wanted and texts[j]:
+                s = float(scores[i]) if scores is not None else 0.0
+                examples.setdefault(wanted[i], []).append((s, snippet(texts[j], snippet_chars)))
+        groups = batch.get("group")
+        if groups is not None:
+            g = np.array(
+                [group_ids.setdefault(v, len(group_ids)) if v is not None else -1 for v in groups], dtype=np.int64
+            )
+            m = (cl >= 0) & (g >= 0)
+            if m.any():
+                pairs.append(np.stack([cl[m], g[m]]))
+        rows += n
+        bar.update(n)
+    bar.close()
+    contingency = None
+    if group_ids and pairs:
+        both = np.concatenate(pairs, axis=1)
+        contingency = np.zeros((n_clusters, len(group_ids)), dtype=np.int64)
+        np.add.at(contingency, (both[0], both[1]), 1)
+    return CorpusScan(
+        keywords=ctf.top(n_keywords),
+        examples={c: [t for _, t in sorted(v, key=lambda p: -p[0])] for c, v in examples.items()},
+        groups=list(group_ids),
+        contingency=contingency,
+        rows=rows,
+    )
+
+
+def _count_rows(parts: Sequence[Path]) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)

@@ -1,0 +1,77 @@
+"""export_plan: the planned stream as JSONL / Parquet shards."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.export import export_plan
+from clusterclip.rundir import RunDir, atomic_path, save_npy
+from clusterclip.sampling import PlanConfig, plan_stage
+
+
+def _run(tmp_path, n=50, parts=2):
+    run = RunDir(tmp_path / "run")
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, n).astype(np.int32)
+    bounds = np.linspace(0, n, parts + 1).astype(int)
+    rels = []
+    for p in range(parts):
+        idx = np.arange(bounds[p], bounds[p + 1])
+        table = pa.table({"index": pa.array(idx, pa.int64()), "id": [f"f.jsonl:{i}" for i in idx],
+                          "text": [f"text of doc {i} ünï" for i in idx], "n_tokens": pa.array(idx + 1, pa.int64()),
+                          "group": pa.nulls(idx.size, pa.string())})
+        rel = f"corpus/part-{p:05d}.parquet"
+        with atomic_path(run.path(rel)) as tmp:
+            pq.write_table(table, tmp)
+        rels.append(rel)
+    save_npy(run.path("tokens.npy"), np.arange(1, n + 1, dtype=np.int64))
+    run.write_record("corpus", {}, "c", [*rels, "tokens.npy"], 0.0)
+    save_npy(run.path("labels.npy"), labels)
+    run.write_record("cluster", {}, "x", ["labels.npy"], 0.0)
+    cfg = PlanConfig(budget=130, seed=4)
+    plan_stage(run, cfg)
+    return run, cfg, labels
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_export_writes_the_planned_stream(tmp_path, fmt):
+    run, cfg, labels = _run(tmp_path)
+    plan = np.load(run.path("plans", cfg.name(), "plan.npy"))
+    out = tmp_path / "export"
+    shards = export_plan(run, cfg.name(), out, fmt=fmt, shard_size=40)
+    assert [p.name for p in shards] == [f"part-{i:05d}.{fmt}" for i in range(4)]
+    if fmt == "jsonl":
+        rows = [json.loads(line) for p in shards for line in p.read_text(encoding="utf-8").splitlines()]
+    else:
+        rows = [r for p in shards for r in pq.read_table(p).to_pylist()]
+    assert [r["index"] for r in rows] == plan.tolist()
+    assert all(r["text"] == f"text of doc {r['index']} ünï" and r["id"] == f"f.jsonl:{r['index']}" for r in rows)
+    assert [r["cluster"] for r in rows] == labels[plan].tolist()
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["rows"] == 130 and sum(s["rows"] for s in manifest["shards"]) == 130
+    assert not list(out.glob(".tmp-*"))
+
+
+def test_reexport_removes_stale_shards_and_defaults_to_only_plan(tmp_path):
+    run, cfg, _ = _run(tmp_path)
+    out = tmp_path / "export"
+    export_plan(run, cfg.name(), out, shard_size=10)
+    assert len(list(out.glob("part-*.jsonl"))) == 13
+    export_plan(run.root, None, out, shard_size=100)
+    assert sorted(p.name for p in out.glob("part-*.jsonl")) == ["part-00000.jsonl", "part-00001.jsonl"]
+
+
+def test_export_errors(tmp_path):
+    run, cfg, _ = _run(tmp_path)
+    with pytest.raises(ClusterClipError, match="'jsonl' or 'parquet'"):
+        export_plan(run, cfg.name(), tmp_path / "o", fmt="csv")
+    with pytest.raises(ClusterClipError, match="shard_size"):
+        export_plan(run, cfg.name(), tmp_path / "o", shard_size=0)
+    with pytest.raises(ClusterClipError, match="no finished plan"):
+        export_plan(run, "missing", tmp_path / "o")
