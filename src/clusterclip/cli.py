@@ -69,9 +69,18 @@ def _add_embed(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=64, help="documents per encoder batch")
     g.add_argument("--shard-size", type=int, default=65_536, help="embeddings per shard file")
     g.add_argument("--device", default="cpu", help="torch device of the minilm encoder (cpu, cuda)")
+    _add_engine(g)
 
 
-def _add_cluster(p: argparse.ArgumentParser) -> None:
+def _add_engine(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where embedding and cluster assignment run: this process, or Ray Data actors "
+                        "(same results)")
+    g.add_argument("--ray-address", default=None,
+                   help="address of an existing Ray cluster (default: start a local Ray instance)")
+
+
+def _add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
     g = p.add_argument_group("clustering")
     g.add_argument("--k", type=int, default=None,
                    help="number of clusters (default: sqrt(N/2) clipped to [2, 10000])")
@@ -82,6 +91,8 @@ def _add_cluster(p: argparse.ArgumentParser) -> None:
                    help="training sample size per centroid (sample = k x this, at most N)")
     g.add_argument("--init", choices=("kmeans++", "random", "afkmc2"), default="kmeans++",
                    help="centroid initialisation")
+    if standalone:
+        _add_engine(g)
 
 
 def _add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
@@ -138,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Fit centroids on a sample and assign every document: centroids.npy, "
                                    "labels.npy, scores.npy, sizes.npy.", formatter_class=_Formatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory with embeddings")
-    _add_cluster(p)
+    _add_cluster(p, standalone=True)
     _add_common(p)
     p.set_defaults(func=cmd_cluster)
 
@@ -190,7 +201,8 @@ def _embed_options(a: argparse.Namespace):
 
     if a.batch_size < 1 or a.shard_size < 1:
         raise ClusterClipError("--batch-size and --shard-size must be at least 1")
-    return EmbedOptions(embedder=a.embedder, batch_size=a.batch_size, shard_size=a.shard_size, device=a.device)
+    return EmbedOptions(embedder=a.embedder, batch_size=a.batch_size, shard_size=a.shard_size, device=a.device,
+                        engine=a.engine)
 
 
 def _cluster_config(a: argparse.Namespace):
@@ -219,17 +231,18 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     strategies = [s.strip() for s in a.strategy.split(",") if s.strip()]
     summary = run_pipeline(a.inputs, a.out, _corpus_config(a), _embed_options(a), _cluster_config(a),
-                           _plan_configs(a, strategies), force=a.force, progress=not a.quiet)
+                           _plan_configs(a, strategies), force=a.force, progress=not a.quiet,
+                           ray_address=a.ray_address)
     print(format_summary(summary))
     return 0
 
 
 def cmd_embed(a: argparse.Namespace) -> int:
-    from clusterclip.pipeline import embed_corpus
+    from clusterclip.pipeline import embed_corpus, engine_session
     from clusterclip.rundir import RunDir
 
     run = RunDir(a.out)
-    with run.lock():
+    with run.lock(), engine_session(a.engine, a.ray_address):
         run.clean_temp_files()
         rec = embed_corpus(run, a.inputs, _corpus_config(a), _embed_options(a), force=a.force,
                            progress=not a.quiet)
@@ -239,11 +252,12 @@ def cmd_embed(a: argparse.Namespace) -> int:
 
 def cmd_cluster(a: argparse.Namespace) -> int:
     from clusterclip.cluster import cluster_stage
+    from clusterclip.pipeline import engine_session
     from clusterclip.rundir import RunDir
 
     run = RunDir(a.run_dir)
-    with run.lock():
-        rec = cluster_stage(run, _cluster_config(a), force=a.force, progress=not a.quiet)
+    with run.lock(), engine_session(a.engine, a.ray_address):
+        rec = cluster_stage(run, _cluster_config(a), force=a.force, progress=not a.quiet, engine=a.engine)
     print(f"{run.root}: k={rec['k']} clusters (sizes {rec['size_min']}..{rec['size_max']}), "
           f"mean cosine {rec['objective']:.4f}, trained on {rec['sample_size']:,} documents")
     return 0

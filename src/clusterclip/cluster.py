@@ -138,15 +138,21 @@ def compact_labels(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarra
 # ------------------------------------------------------------------------------------------ the stage
 
 
-def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: bool = False,
-                  progress: bool = True) -> dict[str, Any]:
+def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool = False,
+                  progress: bool = True, engine: str = "local") -> dict[str, Any]:
     """Fit centroids on a sample of the run's embeddings and assign every document.
 
     Writes ``centroids.npy``, ``labels.npy`` (int32), ``scores.npy`` (cosine to own centroid),
-    ``sizes.npy`` and the ``cluster.json`` record. Skipped when fresh. The caller holds the lock.
+    ``sizes.npy`` and the ``cluster.json`` record. Skipped when fresh. Centroids are always trained on
+    the driver; ``engine="ray"`` runs the assignment on Ray Data with identical labels. The caller
+    holds the lock.
     """
     from clusterclip.corpus import check_inputs_unchanged
     from clusterclip.embed import iter_embeddings
+    from clusterclip.engines import check_engine, ray_assign
+
+    config = config or ClusterConfig()
+    check_engine(engine)
 
     embed_rec = run.require("embed", verify=False)
     if run.record("corpus") is not None:
@@ -171,8 +177,11 @@ def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: b
                         config.points_per_centroid)
     del sample
     t_fit = time.perf_counter() - t0
-    blocks = _progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress)
-    labels, scores = assign(blocks, fit.centroids)
+    if engine == "ray":
+        labels, scores = ray_assign([run.root / s["file"] for s in embed_rec["shards"]], fit.centroids)
+    else:
+        blocks = _progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress)
+        labels, scores = assign(blocks, fit.centroids)
     labels, centroids, sizes = compact_labels(labels, fit.centroids)
     objective = float(scores.mean(dtype=np.float64))
     for name, arr in (("centroids.npy", centroids), ("labels.npy", labels), ("scores.npy", scores),
@@ -184,7 +193,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig = ClusterConfig(), force: b
         "cluster", cfg, inputs_hash, ["centroids.npy", "labels.npy", "scores.npy", "sizes.npy"], seconds,
         k=len(centroids), k_requested=k, empty_clusters_removed=int(k - len(centroids)),
         sample_size=fit.sample_size, objective=objective, train_objective=fit.train_objective,
-        iterations=fit.iterations, fit_seconds=round(t_fit, 3),
+        iterations=fit.iterations, fit_seconds=round(t_fit, 3), engine=engine,
         size_min=int(sizes.min()), size_median=float(np.median(sizes)), size_max=int(sizes.max()),
     )
 

@@ -638,6 +638,7 @@ def embed_stage(
     shard_size: int = 65536,
     force: bool = False,
     progress: bool = True,
+    engine: str = "local",
     **embedder_kw: Any,
 ) -> dict[str, Any]:
     """Embed every corpus document into ``embeddings/shard-NNNNN.npy`` and write the ``embed`` record.
@@ -648,9 +649,14 @@ def embed_stage(
     shards that match the current config and corpus are reused. Texts are encoded in fixed chunks that
     start at shard boundaries, so the result does not depend on where a run resumed. ``embedder`` is a
     name from :data:`EMBEDDERS` (built with ``batch_size`` and ``embedder_kw``) or an :class:`Embedder`.
+    ``engine="ray"`` encodes on Ray Data actors (:mod:`clusterclip.engines`) with the same result; the
+    engine is not part of the config, so switching engines does not re-run a finished stage.
     Memory is bounded by one shard. The caller holds the run-directory lock. Returns the record.
     """
     started = time.monotonic()
+    from clusterclip.engines import check_engine
+
+    check_engine(engine)
     if shard_size < 1:
         raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
     corpus = run.require("corpus")
@@ -686,8 +692,9 @@ def embed_stage(
     encode_kw = {"progress": False} if isinstance(emb, _Base) else {}
     chunk_rows = min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
     first = len(done) * shard_size
-    reader = _TextReader(parts, first)
-    with _bar(n_docs, f"embed ({emb.name})", progress, initial=first) as bar:
+
+    def local_shards() -> Iterator[np.ndarray]:
+        reader = _TextReader(parts, first)
         for s in range(len(done), n_shards):
             rows = min(shard_size, n_docs - s * shard_size)
             shard = np.empty((rows, emb.dim), dtype=np.float16)
@@ -699,9 +706,21 @@ def embed_stage(
                                            f"values for {len(texts)} texts (expected dim {emb.dim})")
                 shard[off:off + len(texts)] = vecs
                 bar.update(len(texts))
+            yield shard
+
+    def ray_shards() -> Iterator[np.ndarray]:
+        from clusterclip.engines import ray_embed_shards
+
+        for shard in ray_embed_shards(parts, first, n_docs, shard_size, emb, batch_rows=chunk_rows):
+            bar.update(len(shard))
+            yield shard
+
+    with _bar(n_docs, f"embed ({emb.name}, {engine})", progress, initial=first) as bar:
+        shards = ray_shards() if engine == "ray" else local_shards()
+        for s, shard in zip(range(len(done), n_shards), shards, strict=True):
             rel = _shard_rel(s)
             save_npy(run.path(rel), shard)
-            done.append({"file": rel, "rows": rows, "sha256": file_digest(run.path(rel))})
+            done.append({"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel))})
             save_json(progress_path, state)
 
     keep = {Path(d["file"]).name for d in done}
@@ -711,7 +730,7 @@ def embed_stage(
     emb_cfg = cfg["embedder"]
     return run.write_record(
         "embed", cfg, inputs_hash, [d["file"] for d in done], time.monotonic() - started,
-        embedder=emb.name, model=emb_cfg.get("model", emb.name), dim=emb.dim, dtype="float16",
+        embedder=emb.name, model=emb_cfg.get("model", emb.name), dim=emb.dim, dtype="float16", engine=engine,
         count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done],
     )
 

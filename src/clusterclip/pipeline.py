@@ -6,6 +6,7 @@ again after a change of one option re-runs only that stage and the ones after it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ class EmbedOptions:
     batch_size: int = 64
     shard_size: int = 65_536
     device: str = "cpu"
+    engine: str = "local"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -43,7 +45,7 @@ def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: 
 
     corpus_stage(run, inputs, corpus, force=force, progress=progress)
     return embed_stage(run, embedder=embed.embedder, batch_size=embed.batch_size, shard_size=embed.shard_size,
-                       force=force, progress=progress, device=embed.device, **embed.extra)
+                       force=force, progress=progress, device=embed.device, engine=embed.engine, **embed.extra)
 
 
 def run_pipeline(
@@ -55,26 +57,35 @@ def run_pipeline(
     plans: Sequence[Any] | None = None,
     force: bool = False,
     progress: bool = True,
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
 
     ``plans`` is a sequence of :class:`clusterclip.sampling.PlanConfig`; by default ClusterClip plus the
-    uniform and random baselines, each with a budget of one epoch.
+    uniform and random baselines, each with a budget of one epoch. With ``embed.engine == "ray"``,
+    embedding and assignment run on Ray Data (a local instance, or the cluster at ``ray_address``).
     """
     from clusterclip.sampling import PlanConfig, plan_stage
 
     corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedOptions(), cluster or ClusterConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
-    with run.lock():
+    with run.lock(), engine_session(embed.engine, ray_address):
         run.clean_temp_files()
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress)
-        cluster_stage(run, cluster, force=force, progress=progress)
+        cluster_stage(run, cluster, force=force, progress=progress, engine=embed.engine)
         for cfg in plan_configs:
             plan_stage(run, cfg, force=force)
         summary = summarize(run)
         save_json(run.root / "summary.json", summary)
     return summary
+
+
+def engine_session(engine: str, ray_address: str | None = None) -> contextlib.AbstractContextManager[Any]:
+    """A Ray session for ``engine="ray"`` (shared by every stage inside it); nothing for ``local``."""
+    from clusterclip.engines import check_engine, ray_session
+
+    return ray_session(ray_address) if check_engine(engine) == "ray" else contextlib.nullcontext()
 
 
 def summarize(run: RunDir) -> dict[str, Any]:

@@ -1,0 +1,156 @@
+"""Execution engines for the embarrassingly parallel stages: embedding and cluster assignment.
+
+``local`` runs in this process. ``ray`` runs the same computation on Ray Data: corpus parts are read
+with ``read_parquet``, embedded by a pool of actors (``map_batches`` with a callable class, one GPU per
+actor when the cluster has GPUs and the encoder can use one), and embedding shards are assigned to the
+nearest centroid by another actor pool. The driver only writes shards and labels, in document order
+(``preserve_order``), so both engines produce the same artifacts. Centroids are always trained on a
+sample on one node (the driver), see :mod:`clusterclip.cluster`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("local", "ray")
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ClusterClipError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise ClusterClipError("--engine ray needs `pip install 'clusterclip[ray]'`") from None
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
+    """Connect to Ray (``address``: an existing cluster; none: start a local instance) for a block.
+
+    Reuses a session that is already initialised, and shuts down only one it started itself, so the
+    stages of one ``clusterclip run`` share a single Ray instance.
+    """
+    ray = _ray()
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "configure_logging": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = num_cpus or os.cpu_count()
+        try:
+            ray.init(**kwargs)
+        except ConnectionError as exc:
+            raise ClusterClipError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
+        started = True
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = False
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:
+    """Actors for a map stage: one per GPU, or one per CPU but one (reads need a CPU to run on)."""
+    resources = ray.cluster_resources()
+    gpus = float(resources.get("GPU", 0))
+    if per_actor_gpus and gpus >= 1:
+        return max(1, int(gpus)), 1.0
+    return max(1, int(resources.get("CPU", 1)) - 1), 0.0
+
+
+class _Encoder:
+    """Ray actor: holds one embedder and encodes batches of texts, keeping their document index."""
+
+    def __init__(self, embedder: Any, device: str | None) -> None:
+        if device is not None and hasattr(embedder, "device"):
+            embedder.device = device
+        self.embedder = embedder
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        texts = [str(t) for t in batch["text"]]
+        vecs = np.asarray(self.embedder.encode(texts, progress=False), dtype=np.float32)
+        return {"index": batch["index"], "embedding": vecs.astype(np.float16)}
+
+
+def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_size: int, embedder: Any,
+                     batch_rows: int = 4096) -> Iterator[np.ndarray]:
+    """Embed documents ``start_row..n_docs`` on Ray Data; yield float16 shards of ``shard_size`` rows in order.
+
+    ``start_row`` must be a shard boundary (resume after a kill starts at the first missing shard).
+    """
+    ray = _ray()
+    if start_row % shard_size:
+        raise ValueError("start_row must be a multiple of shard_size")
+    wants_gpu = getattr(embedder, "name", "") == "minilm"
+    actors, gpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
+    ds = ray.data.read_parquet([str(p) for p in parts]).select_columns(["index", "text"])
+    if start_row:
+        ds = ds.filter(expr=f"index >= {int(start_row)}")
+    ds = ds.map_batches(_Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None),
+                        batch_size=batch_rows, batch_format="numpy",
+                        compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)
+    expected = start_row
+    for batch in ds.iter_batches(batch_size=shard_size, batch_format="numpy", prefetch_batches=1):
+        index = batch["index"]
+        if index[0] != expected or (len(index) > 1 and not np.array_equal(index, np.arange(expected,
+                                                                                           expected + len(index)))):
+            raise ClusterClipError("ray engine: embeddings arrived out of document order")
+        expected += len(index)
+        yield np.ascontiguousarray(np.stack(batch["embedding"]) if batch["embedding"].dtype == object
+                                   else batch["embedding"], dtype=np.float16)
+    if expected != n_docs:
+        raise ClusterClipError(f"ray engine: embedded {expected} of {n_docs} documents")
+
+
+class _Assigner:
+    """Ray actor: nearest centroid (inner product on unit vectors) for batches of embeddings."""
+
+    def __init__(self, centroids: np.ndarray) -> None:
+        import faiss
+
+        self.index = faiss.IndexFlatIP(centroids.shape[1])
+        self.index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = batch["data"]
+        x = np.stack(x) if x.dtype == object else x
+        sim, idx = self.index.search(np.ascontiguousarray(x, dtype=np.float32), 1)
+        return {"label": idx[:, 0].astype(np.int32), "score": sim[:, 0].astype(np.float32)}
+
+
+def ray_assign(shards: Sequence[Path], centroids: np.ndarray,
+               batch_rows: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and cosine scores of every embedding row in the shards, computed on Ray Data, in order."""
+    ray = _ray()
+    actors, _ = _pool_size(ray, 0.0)
+    ds = ray.data.read_numpy([str(p) for p in shards])
+    ds = ds.map_batches(_Assigner, fn_constructor_args=(centroids,), batch_size=batch_rows,
+                        batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors))
+    labels, scores = [], []
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        labels.append(batch["label"])
+        scores.append(batch["score"])
+    return np.concatenate(labels).astype(np.int32), np.concatenate(scores).astype(np.float32)
