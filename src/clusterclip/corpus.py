@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CORPUS = "stdlib-docstrings"
 BATCH_ROWS = 2048
 PART_ROWS = 50_000
+ROW_GROUP_ROWS = 2048
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -570,7 +571,7 @@ def corpus_stage(
         nonlocal pending, pending_rows
         rel = f"corpus/part-{len(parts):05d}.parquet"
         with atomic_path(run.root / rel) as tmp:
-            pq.write_table(pa.Table.from_batches(pending, CORPUS_SCHEMA), tmp, row_group_size=10_000)
+            pq.write_table(pa.Table.from_batches(pending, CORPUS_SCHEMA), tmp, row_group_size=ROW_GROUP_ROWS)
         parts.append(rel)
         pending, pending_rows = [], 0
 

@@ -20,9 +20,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +43,20 @@ class StaleArtifactError(ClusterClipError):
     """An artifact is missing, corrupt or was built from different inputs."""
 
 
+FAULT_ENV = "CLUSTERCLIP_FAULT"
+
+
+def _fault_point(path: Path, when: str) -> None:
+    """Fault injection for crash tests: ``CLUSTERCLIP_FAULT="<file glob>:<before|after>"`` SIGKILLs the
+    process just before (temp file written, not renamed) or just after an artifact is moved into place.
+    """
+    spec = os.environ.get(FAULT_ENV)
+    if spec:
+        pattern, _, point = spec.rpartition(":")
+        if point == when and fnmatch.fnmatch(path.name, pattern):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
@@ -55,7 +71,9 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        _fault_point(path, "before")
         os.replace(tmp, path)
+        _fault_point(path, "after")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -76,7 +94,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield Path(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        _fault_point(path, "before")
         os.replace(tmp, path)
+        _fault_point(path, "after")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -1,0 +1,85 @@
+"""Kill ``clusterclip run`` (SIGKILL) inside every stage, re-run it, and get the same bytes.
+
+Kills are placed with the ``CLUSTERCLIP_FAULT`` hook of :mod:`clusterclip.rundir`: just before an
+artifact's temp file is renamed into place, or just after. The re-run must finish, reuse what was
+complete (embedding shards), leave no temp files and produce artifacts byte-identical to an
+uninterrupted run with the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterclip.rundir import FAULT_ENV, TMP_PREFIX, RunDir
+from tests.test_cli import make_corpus
+
+ARGS = ["--embedder", "hashing", "--shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
+
+
+def clusterclip_run(corpus: Path, out: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    if fault:
+        env[FAULT_ENV] = fault
+    return subprocess.run([sys.executable, "-m", "clusterclip", "run", str(corpus), "--out", str(out), *ARGS],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def artifacts(out: Path) -> dict[str, bytes]:
+    """Every artifact file's bytes (stage records hold timings, so they are compared by checksums)."""
+    files = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file() and p.suffix in (".npy", ".parquet"):
+            files[str(p.relative_to(out))] = p.read_bytes()
+    return files
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("crash")
+    corpus = make_corpus(root / "corpus.jsonl", {"cooking": 150, "astronomy": 60, "finance": 50, "sailing": 40})
+    out = root / "reference"
+    proc = clusterclip_run(corpus, out)
+    assert proc.returncode == 0, proc.stderr
+    return corpus, artifacts(out)
+
+
+@pytest.mark.parametrize(
+    ("stage", "fault"),
+    [
+        ("reading", "part-00000.parquet:before"),
+        ("reading", "tokens.npy:after"),
+        ("embedding", "shard-00002.npy:before"),
+        ("embedding", "shard-00003.npy:after"),
+        ("clustering", "labels.npy:before"),
+        ("clustering", "sizes.npy:after"),
+        ("planning", "plan.npy:before"),
+        ("planning", "mixture.npy:after"),
+    ],
+)
+def test_killed_run_resumes_to_identical_artifacts(tmp_path, reference, stage, fault):
+    corpus, expected = reference
+    out = tmp_path / "run"
+    killed = clusterclip_run(corpus, out, fault)
+    assert killed.returncode == -signal.SIGKILL, f"the {stage} fault did not fire: {killed.stderr[-500:]}"
+    progress = out / "embeddings" / "progress.json"
+    listed = [Path(e["file"]).name for e in json.loads(progress.read_text())["shards"]] if progress.exists() else []
+    done_shards = {name: (out / "embeddings" / name).stat().st_mtime_ns for name in listed}
+
+    resumed = clusterclip_run(corpus, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not list(out.rglob(TMP_PREFIX + "*")), "temp files left behind"
+    assert artifacts(out) == expected
+    run = RunDir(out)
+    for rec in ("corpus", "embed", "cluster"):
+        run.verify(rec)
+    if stage == "embedding":
+        assert done_shards, "no finished shard to reuse"
+        for name, mtime in done_shards.items():
+            assert (out / "embeddings" / name).stat().st_mtime_ns == mtime, f"{name} was recomputed"
