@@ -77,7 +77,8 @@ def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nr
     """Train spherical k-means on ``sample`` (float32, unit rows) and return unit-norm centroids.
 
     faiss keeps the best of ``nredo`` runs. Its own subsampling is disabled (the caller's sample is
-    used whole) so the logged sample size is the real one.
+    used whole) so the logged sample size is the real one. With ``faiss-gpu`` and a visible GPU the
+    training runs there.
     """
     import faiss
 
@@ -92,6 +93,9 @@ def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nr
         kwargs["init_method"] = getattr(faiss, methods[init])
     elif init != "random":
         log.warning("cluster: this faiss has no %s initialisation; using random", init)
+    if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
+        kwargs["gpu"] = True
+        log.info("cluster: training on %d GPU(s) (faiss-gpu)", faiss.get_num_gpus())
     km = faiss.Kmeans(d, k, niter=niter, nredo=nredo, spherical=True, seed=seed, verbose=False,
                       max_points_per_centroid=max(points_per_centroid, math.ceil(n / k)),
                       min_points_per_centroid=1, **kwargs)
