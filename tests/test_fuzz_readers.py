@@ -10,6 +10,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -136,3 +137,21 @@ def test_failed_corpus_stage_leaves_no_partial_output(tmp_path):
     assert run.record("corpus") is None
     assert not list(run.root.rglob(TMP_PREFIX + "*"))
     assert not (run.root / "tokens.npy").exists()
+
+
+def test_byte_mutated_parquet(tmp_path):
+    """Corrupt Parquet pages (including string data that is no longer UTF-8) give a clear error."""
+    rng = np.random.default_rng(0)
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.Table.from_pylist([{"text": f"ünïcode document {i} " * 4, "id": i} for i in range(150)]),
+                   clean)
+    data = clean.read_bytes()
+    path = tmp_path / "f.parquet"
+    outcomes = set()
+    for _ in range(400):
+        buf = bytearray(data)
+        for _ in range(int(rng.integers(1, 4))):
+            buf[int(rng.integers(len(buf)))] = int(rng.integers(256))
+        path.write_bytes(bytes(buf))
+        outcomes.add(outcome(path, on_bad_record="skip"))
+    assert outcomes == {"ok", "error"}

@@ -313,9 +313,9 @@ def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[Do
     source = str(path)
     try:
         pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+        names = pf.schema_arrow.names
+    except (pa.ArrowException, OSError) as exc:
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
-    names = pf.schema_arrow.names
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
                              "choose another with --text-field")
@@ -345,7 +345,7 @@ def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[Do
                     stats.skip(err)
             if batch:
                 yield batch
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(source, row + 1, f"corrupt Parquet data ({exc})") from None
 
 
