@@ -314,7 +314,7 @@ def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[Do
     try:
         pf = pq.ParquetFile(path)
         names = pf.schema_arrow.names
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
