@@ -528,3 +528,21 @@ def test_tiny_cluster_with_thousands_of_passes(strategy):
     first = order[labels[order] == 0]
     for p in range(0, 200, 2):  # every pass of the tiny cluster is a permutation of its two documents
         assert sorted(first[p:p + 2].tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize("chunk", [997, 1 << 20])
+def test_passes_are_fresh_permutations_in_rounds(chunk):
+    """Equal weights: every pass of a cluster is a permutation of it, consecutive passes differ, and
+    chunks that cut through pass blocks (scratch assembly) give the same bytes."""
+    labels = np.concatenate([np.zeros(3000, np.int32), np.ones(7, np.int32), np.full(600, 2, np.int32)])
+    cfg = PlanConfig(strategy="clusterclip", budget=3 * 3000 + 3 * 7 + 3 * 600, max_repeat=3, seed=4)
+    plan = build_plan(labels, cfg, chunk_size=chunk)
+    assert plan.order.tobytes() == build_plan(labels, cfg, chunk_size=5).order.tobytes()
+    for c, n in ((0, 3000), (1, 7), (2, 600)):
+        seq = plan.order[labels[plan.order] == c]
+        rows = seq.reshape(3, n)
+        members = np.flatnonzero(labels == c)
+        for row in rows:
+            assert np.array_equal(np.sort(row), members)
+        if n > 7:
+            assert not np.array_equal(rows[0], rows[1]) and not np.array_equal(rows[1], rows[2])

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ PLAN_ARRAYS = ("plan.npy", "cluster_draws.npy", "cluster_unique.npy", "cluster_m
 _SALT_JITTER = 0x6A17
 _SALT_BLOCK = 0xB10C
 _SALT_EPOCH = 0xE90C
+_SALT_PCG = 0x5851F42D4C957F2D
+_PCG_INC = 0xDA3E39CB94B95BDB5851F42D4C957F2D  # odd: one PCG64 stream; blocks start at hashed states
 
 
 class PlanConfigError(ClusterClipError, ValueError):
@@ -303,104 +306,167 @@ def _seg_arange(lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
 
 
+_M64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser: a bijection of 64-bit integers with good avalanche."""
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 class _Passes:
     """Each cluster's infinite draw sequence: pass after pass, each a fresh seeded permutation.
 
-    Passes are generated in blocks of ``P_c = max(1, min(passes, BLOCK // n_c))`` passes from a
-    generator seeded by (seed, cluster, block), so any block can be produced on its own and the
-    sequence does not depend on how the caller chunks its requests. Every cluster holds two
-    consecutive blocks (so a request that crosses one block boundary is one contiguous slice):
-    memory O(N + K * BLOCK).
+    Passes are generated in blocks of ``P_c = max(1, min(passes, BLOCK // n_c))`` passes, block ``b``
+    of cluster ``c`` from a PCG64 stream whose 128-bit state and increment are a hash of
+    (seed, c, b), so any block can be produced on its own and the sequence does not depend on how the
+    caller chunks its requests (setting a state costs ~1 us; building a seeded ``Generator`` per block
+    cost ~35 us and dominated small clusters). Every cluster holds its current block in one int64 slot
+    of ``buf``; a request that leaves the block is assembled in a scratch region at the end of
+    ``buf``, so every request is one contiguous slice of ``buf`` and the caller gathers the whole
+    chunk with one ``np.take`` straight into the int64 output. Memory: 8 bytes per slot entry
+    (about N + K * BLOCK) plus the scratch (one chunk) plus the cluster-sorted members (4 bytes/doc).
     """
 
-    def __init__(self, labels: np.ndarray, k: int, passes_needed: np.ndarray, seed: int) -> None:
+    def __init__(self, labels: np.ndarray, k: int, passes_needed: np.ndarray, seed: int, scratch: int) -> None:
         n = labels.shape[0]
-        self.dtype = np.int32 if n < 2**31 else np.int64
         self.sizes = np.bincount(labels, minlength=k).astype(np.int64)
         self.offsets = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
         key = labels.astype(np.uint16) if k <= 1 << 16 else labels  # 16-bit keys get a radix sort
-        self.members = np.argsort(key, kind="stable").astype(self.dtype)
+        self.members = np.argsort(key, kind="stable").astype(np.int32 if n < 2**31 else np.int64)
         self.seed = seed
+        ckey = np.arange(k, dtype=np.uint64) ^ np.uint64(_mix64(_mix64(seed ^ _SALT_BLOCK) + 1))
+        for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB), (31, 0)):  # _mix64, vectorised
+            ckey ^= ckey >> np.uint64(shift)
+            if mult:
+                ckey *= np.uint64(mult)
+        self._ckey = ckey.tolist()
         per_block = np.maximum(1, BLOCK // np.maximum(self.sizes, 1))
         need = np.maximum(passes_needed, 1)
         self.block_passes = np.where(self.sizes > 0, np.minimum(per_block, need), 0)
         self.block_len = self.block_passes * self.sizes
-        self.last_block = np.where(self.sizes > 0, (need - 1) // np.maximum(self.block_passes, 1), -1)
-        slots = np.where(self.last_block > 0, 2, 1) * self.block_len
-        self.seg = np.concatenate(([0], np.cumsum(slots)[:-1])).astype(np.int64)
-        self.buf = np.empty(int(slots.sum()), dtype=self.dtype)
+        self.seg = np.concatenate(([0], np.cumsum(self.block_len)[:-1])).astype(np.int64)
+        self.scratch0 = int(self.block_len.sum())
+        self.buf = np.empty(self.scratch0 + max(int(scratch), 0), dtype=np.int64)
         self.block = np.full(k, -1, dtype=np.int64)
         self.threads = min(4, os.cpu_count() or 1)
         self._pool: Any = None
+        self._rngs = [np.random.Generator(np.random.PCG64(0)) for _ in range(self.threads)]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
 
-    def make_block(self, c: int, b: int) -> np.ndarray:
-        """Block ``b`` of cluster ``c``: ``P_c`` rows, each a permutation of the cluster's documents."""
+    def _map(self, fn: Any, parts: list[Any]) -> None:
+        """Run ``fn(i, part)`` for every part, on the thread pool when there is more than one."""
+        if len(parts) <= 1:
+            for i, part in enumerate(parts):
+                fn(i, part)
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads - 1)
+        futures = [self._pool.submit(fn, i, part) for i, part in enumerate(parts[1:], start=1)]
+        fn(0, parts[0])
+        for f in futures:
+            f.result()
+
+    def make_block(self, rng: np.random.Generator, c: int, b: int, out: np.ndarray) -> None:
+        """Write block ``b`` of cluster ``c`` (``P_c`` permutations of its documents) into ``out``."""
         n, p = int(self.sizes[c]), int(self.block_passes[c])
-        mem = self.members[self.offsets[c]:self.offsets[c] + n]
-        rng = np.random.default_rng([self.seed, _SALT_BLOCK, c, b])
+        h = _mix64(self._ckey[c] ^ b)
+        rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": (h << 64) | _mix64(h ^ _SALT_PCG),
+                                   "inc": _PCG_INC}, "has_uint32": 0, "uinteger": 0}
+        rows = out.reshape(p, n)
+        rows[...] = self.members[self.offsets[c]:self.offsets[c] + n]
         if p == 1:
-            return rng.permutation(mem)[None, :]
-        return rng.permuted(np.tile(mem, (p, 1)), axis=1)
+            rng.shuffle(out)
+        else:
+            rng.permuted(rows, axis=1, out=rows)
 
     def pass_row(self, c: int, p: int) -> np.ndarray:
         """The permutation of pass ``p`` of cluster ``c`` (generated on its own, not cached)."""
         bp = int(self.block_passes[c])
-        return self.make_block(c, p // bp)[p % bp]
+        out = np.empty(int(self.block_len[c]), np.int64)
+        self.make_block(self._rngs[0], c, p // bp, out)
+        return out.reshape(bp, -1)[p % bp]
 
-    def _fill(self, c: int, b: int, slot: int) -> None:
-        lb = int(self.block_len[c])
-        s = int(self.seg[c]) + slot * lb
-        self.buf[s:s + lb] = self.make_block(c, b).ravel()
+    def starts(self, cl: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Offsets in ``buf`` where draws ``a..b-1`` of each cluster in ``cl`` lie contiguously.
 
-    def _advance(self, c: int, b: int) -> None:
-        """Make blocks ``b`` and ``b + 1`` (if ever needed) the two held blocks of cluster ``c``."""
-        lb, s = int(self.block_len[c]), int(self.seg[c])
-        if b >= 1 and self.block[c] == b - 1:
-            self.buf[s:s + lb] = self.buf[s + lb:s + 2 * lb]
-        else:
-            self._fill(c, b, 0)
-        if b + 1 <= self.last_block[c]:
-            self._fill(c, b + 1, 1)
-        self.block[c] = b
-
-    def take(self, c: int, a: int, b: int) -> np.ndarray:
-        """Draws ``a..b-1`` of cluster ``c`` (document indices), generated without the buffer."""
-        lb = int(self.block_len[c])
-        parts = [self.make_block(c, blk).ravel() for blk in range(a // lb, (b - 1) // lb + 1)]
-        base = (a // lb) * lb
-        self.block[c] = -1
-        return np.concatenate(parts)[a - base:b - base]
-
-    def in_block_start(self, cl: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Buffer offsets of draw ``a`` of each cluster in ``cl`` (loading blocks as needed), and
-        ``ok``: False where draws ``a..b-1`` span more than two blocks (use ``take`` for those)."""
+        Loads the blocks needed; a request that spans blocks is copied into the scratch region, which
+        is reused by the next call (so gather each chunk before asking for the next).
+        """
         lb = self.block_len[cl]
         first, last = a // lb, (b - 1) // lb
-        ok = last - first <= 1
-        load = np.flatnonzero(ok & (self.block[cl] != first))
-        if load.size:
-            self._advance_many(cl[load], first[load])
-        start = np.where(ok, self.seg[cl] + a - first * lb, 0)
-        return start, ok
+        start = self.seg[cl] + a - first * lb
+        cur = self.block[cl]
+        span = last > first
+        todo = np.flatnonzero(span | (cur != first))
+        if todo.size == 0:
+            return start
+        sp = np.flatnonzero(span)
+        if sp.size:
+            lens = b[sp] - a[sp]
+            offs = self.scratch0 + np.cumsum(lens) - lens
+            end = int(offs[-1] + lens[-1])
+            if end > self.buf.size:  # the caller sizes the scratch for a chunk; grow if ever short
+                grown = np.empty(end, dtype=np.int64)
+                grown[:self.scratch0] = self.buf[:self.scratch0]
+                self.buf = grown
+            start[sp] = offs
+        jobs = list(zip(cl[todo].tolist(), a[todo].tolist(), b[todo].tolist(), start[todo].tolist(),
+                        span[todo].tolist(), strict=True))
+        work = (np.minimum(last[todo] - first[todo] + 1, 2) * lb[todo]).cumsum()
+        parts = 1
+        if self.threads > 1 and int(work[-1]) >= 1 << 16 and len(jobs) > 1:
+            parts = self.threads
+        cuts = np.searchsorted(work, np.arange(1, parts) * (int(work[-1]) / parts)).tolist()
+        groups = [jobs[i:j] for i, j in zip([0, *cuts], [*cuts, len(jobs)], strict=True)]
+        self._map(self._run_jobs, [g for g in groups if g])
+        return start
 
-    def _advance_many(self, clusters: np.ndarray, blocks: np.ndarray) -> None:
-        """Advance several clusters; big batches use a thread pool (numpy's shuffles release the GIL)."""
-        jobs = list(zip(clusters.tolist(), blocks.tolist(), strict=True))
-        work = int(self.block_len[clusters].sum())
-        if self.threads > 1 and work >= 1 << 16 and len(jobs) > 1:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
+    def _run_jobs(self, i: int, jobs: list[tuple[int, int, int, int, bool]]) -> None:
+        rng = self._rngs[i]
+        buf = self.buf
+        for c, a, b, dst, span in jobs:
+            lb, s = int(self.block_len[c]), int(self.seg[c])
+            slot = buf[s:s + lb]
+            first = a // lb
+            if not span:
+                self.make_block(rng, c, first, slot)
+                self.block[c] = first
+                continue
+            cur = int(self.block[c])
+            for blk in range(first, (b - 1) // lb + 1):
+                if blk != cur:
+                    self.make_block(rng, c, blk, slot)
+                lo, hi = max(a, blk * lb), min(b, (blk + 1) * lb)
+                buf[dst:dst + hi - lo] = slot[lo - blk * lb:hi - blk * lb]
+                dst += hi - lo
+            self.block[c] = (b - 1) // lb
 
-                self._pool = ThreadPoolExecutor(self.threads)
-            list(self._pool.map(lambda job: self._advance(*job), jobs))
-        else:
-            for c, blk in jobs:
-                self._advance(c, blk)
+    def gather_rounds(self, start: np.ndarray, out: np.ndarray) -> None:
+        """``out[r, j] = buf[start[j] + r]``: rounds of draws straight into the (int64) output rows.
+
+        Indexes a sliding-window view of ``buf`` (no index array); split over the threads by rows when
+        large (the fancy-index copy releases the GIL).
+        """
+        rows = out.shape[0]
+        win = np.lib.stride_tricks.as_strided(self.buf, shape=(rows, self.buf.size - rows + 1),
+                                              strides=(8, 8), writeable=False)
+        parts = self.threads if self.threads > 1 and out.size >= 1 << 18 and rows > 1 else 1
+        cuts = np.linspace(0, rows, parts + 1).astype(int).tolist()
+
+        def piece(_: int, r: tuple[int, int]) -> None:
+            out[r[0]:r[1]] = win[r[0]:r[1], start]
+
+        self._map(piece, [(i, j) for i, j in pairwise(cuts) if j > i])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -553,6 +619,9 @@ class _Writer:
     def put(self, pos: int, values: np.ndarray) -> None:
         self.array[pos:pos + values.shape[0]] = values
 
+    def view(self, pos: int, count: int) -> np.ndarray:
+        return self.array[pos:pos + count]
+
 
 class _Stats:
     """Accumulates the mixture (draws per window per cluster) and exhaustion steps chunk by chunk."""
@@ -604,15 +673,16 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
 
     passes = None
     drawn_tokens = None
+    scratch = chunk_size + 2 * k + 16  # the most draws one chunk can take (see _emit_rounds, _emit_timed)
     if config.strategy != "random":
         if token_mode and tok is not None:
             full, rem = np.divmod(st.quota, np.maximum(st.unit_sizes, 1))
             need_passes = full + (rem > 0)
-            passes = _Passes(lab, k, need_passes, config.seed)
+            passes = _Passes(lab, k, need_passes, config.seed, scratch)
             st.draws, drawn_tokens = _token_draws(st, passes, tok)
         else:
             need_passes = -(-st.draws // np.maximum(st.sizes, 1))
-            passes = _Passes(lab, k, need_passes, config.seed)
+            passes = _Passes(lab, k, need_passes, config.seed, scratch)
             if tok is not None:
                 drawn_tokens = _docs_tokens_from(st, passes, lab, tok)
         length = int(st.draws.sum())
@@ -695,14 +765,8 @@ def _emit_rounds(st: _Setup, passes: _Passes, writer: _Writer, acc: _Stats, chun
             r1 = min(r0 + per, int(v))
             rounds = r1 - r0
             a = np.full(m, r0, dtype=np.int64)
-            start, ok = passes.in_block_start(active, a, a + rounds)
-            idx = start[None, :] + np.arange(rounds, dtype=np.int64)[:, None]
-            if not ok.all():
-                np.minimum(idx, max(passes.buf.size - 1, 0), out=idx)
-            chunk = passes.buf[idx] if passes.buf.size else np.zeros((rounds, m), passes.dtype)
-            for j in np.flatnonzero(~ok):
-                chunk[:, j] = passes.take(int(active[j]), r0, r1)
-            writer.put(pos, chunk.reshape(-1))
+            start = passes.starts(active, a, a + rounds)
+            passes.gather_rounds(start, writer.view(pos, rounds * m).reshape(rounds, m))
             acc.add_rounds(pos, active, rounds)
             ends = np.flatnonzero(d_act == r1)
             if ends.size:
@@ -741,12 +805,9 @@ def _emit_timed(st: _Setup, passes: _Passes, scale: np.ndarray, writer: _Writer,
         need = b_live - a[live]
         sel = need > 0
         cl, a_c, need = live[sel], a[live][sel], need[sel]
-        start, ok = passes.in_block_start(cl, a_c, a_c + need)
+        start = passes.starts(cl, a_c, a_c + need)
         step = _seg_arange(need)
-        local = passes.buf[np.minimum(np.repeat(start, need) + step, max(passes.buf.size - 1, 0))]
-        offs = np.cumsum(need) - need
-        for j in np.flatnonzero(~ok):
-            local[offs[j]:offs[j] + need[j]] = passes.take(int(cl[j]), int(a_c[j]), int(a_c[j] + need[j]))
+        local = passes.buf[np.repeat(start, need) + step]
         kk = np.repeat(a_c, need) + step
         cl_rep = np.repeat(cl, need)
         times = (kk + u[cl_rep]) * scale[cl_rep]
