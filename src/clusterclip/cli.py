@@ -86,11 +86,11 @@ def _add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
                    help="number of clusters (default: sqrt(N/2) clipped to [2, 10000])")
     g.add_argument("--cluster-seed", type=int, default=0, help="k-means seed")
     g.add_argument("--niter", type=int, default=25, help="k-means iterations")
-    g.add_argument("--nredo", type=int, default=3, help="k-means restarts; the best objective is kept")
+    g.add_argument("--nredo", type=int, default=1, help="k-means restarts; the best objective is kept")
     g.add_argument("--points-per-centroid", type=int, default=256,
                    help="training sample size per centroid (sample = k x this, at most N)")
     g.add_argument("--init", choices=("kmeans++", "random", "afkmc2"), default="kmeans++",
-                   help="centroid initialisation")
+                   help="centroid seeding: greedy k-means++ (robust), or faiss' random or AFK-MC2 seeding")
     if standalone:
         _add_engine(g)
 

@@ -23,6 +23,7 @@ from clusterclip.rundir import RunDir, save_npy
 log = logging.getLogger(__name__)
 
 DEFAULT_POINTS_PER_CENTROID = 256
+SEED_POINTS_PER_CENTROID = 64
 ASSIGN_BATCH = 65_536
 
 
@@ -44,7 +45,7 @@ class ClusterConfig:
     k: int | None = None
     seed: int = 0
     niter: int = 25
-    nredo: int = 3
+    nredo: int = 1
     points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID
     init: str = "kmeans++"
 
@@ -72,12 +73,44 @@ class KMeansResult:
     sample_size: int
 
 
-def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nredo: int = 3,
+def greedy_kmeans_pp(x: np.ndarray, k: int, seed: int = 0, trials: int | None = None) -> np.ndarray:
+    """Greedy k-means++ seeding on unit rows: each step samples ``trials`` candidates by D^2 and keeps
+    the one that lowers the potential most (as scikit-learn does; plain k-means++ keeps the first).
+
+    Far more robust than plain k-means++ (no split-one-merge-two local optima on well separated
+    data). Seeds are chosen among at most ``SEED_POINTS_PER_CENTROID * k`` sampled rows, so the cost,
+    ``O(trials * n * k * dim)``, stays a fraction of the Lloyd iterations that follow. Squared
+    distances of unit vectors are ``2 - 2 cos``, so each step is one small matrix product.
+    """
+    rng = np.random.default_rng(seed)
+    if len(x) > SEED_POINTS_PER_CENTROID * k:
+        x = x[np.sort(rng.choice(len(x), SEED_POINTS_PER_CENTROID * k, replace=False))]
+    n = len(x)
+    trials = trials or 2 + int(np.log(k))
+    chosen = np.empty(k, dtype=np.int64)
+    chosen[0] = rng.integers(n)
+    closest = np.maximum(2.0 - 2.0 * (x @ x[chosen[0]]), 0.0)
+    for i in range(1, k):
+        cum = np.cumsum(closest, dtype=np.float64)
+        if cum[-1] <= 0:
+            rest = np.setdiff1d(np.arange(n), chosen[:i])
+            chosen[i:] = rng.choice(rest, size=k - i, replace=False)
+            break
+        cand = np.minimum(np.searchsorted(cum, rng.random(trials) * cum[-1], side="right"), n - 1)
+        dist = np.minimum(closest[None, :], np.maximum(2.0 - 2.0 * (x[cand] @ x.T), 0.0))
+        best = int(np.argmin(dist.sum(axis=1, dtype=np.float64)))
+        chosen[i] = cand[best]
+        closest = dist[best]
+    return np.ascontiguousarray(x[chosen], dtype=np.float32)
+
+
+def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nredo: int = 1,
                   init: str = "kmeans++", points_per_centroid: int = DEFAULT_POINTS_PER_CENTROID) -> KMeansResult:
     """Train spherical k-means on ``sample`` (float32, unit rows) and return unit-norm centroids.
 
-    faiss keeps the best of ``nredo`` runs. Its own subsampling is disabled (the caller's sample is
-    used whole) so the logged sample size is the real one. With ``faiss-gpu`` and a visible GPU the
+    ``init="kmeans++"`` seeds with :func:`greedy_kmeans_pp`; ``random`` and ``afkmc2`` use faiss' own
+    seeding. The best of ``nredo`` runs (highest objective) is kept. faiss' own subsampling is disabled
+    (the caller's sample is used whole) so the logged sample size is the real one. With ``faiss-gpu`` and a visible GPU the
     training runs there.
     """
     import faiss
@@ -86,24 +119,33 @@ def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nr
     n, d = x.shape
     if k > n:
         raise ClusterClipError(f"k={k} is larger than the training sample ({n} rows)")
-    methods = {"random": "ClusteringInitMethod_RANDOM", "kmeans++": "ClusteringInitMethod_KMEANS_PLUS_PLUS",
-               "afkmc2": "ClusteringInitMethod_AFK_MC2"}
+    methods = {"random": "ClusteringInitMethod_RANDOM", "afkmc2": "ClusteringInitMethod_AFK_MC2"}
     kwargs: dict[str, Any] = {}
-    if hasattr(faiss, methods[init]):
+    if init in methods and hasattr(faiss, methods[init]):
         kwargs["init_method"] = getattr(faiss, methods[init])
-    elif init != "random":
-        log.warning("cluster: this faiss has no %s initialisation; using random", init)
+    elif init == "afkmc2":
+        log.warning("cluster: this faiss has no afkmc2 initialisation; using random")
     if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
         kwargs["gpu"] = True
         log.info("cluster: training on %d GPU(s) (faiss-gpu)", faiss.get_num_gpus())
     km = faiss.Kmeans(d, k, niter=niter, nredo=nredo, spherical=True, seed=seed, verbose=False,
                       max_points_per_centroid=max(points_per_centroid, math.ceil(n / k)),
                       min_points_per_centroid=1, **kwargs)
-    km.train(x)
-    centroids = km.centroids.astype(np.float32)
+    if init == "kmeans++":
+        best: tuple[float, np.ndarray, int] | None = None
+        for redo in range(nredo):
+            km.cp.nredo = 1
+            km.train(x, init_centroids=greedy_kmeans_pp(x, k, seed + redo))
+            if best is None or km.obj[-1] > best[0]:
+                best = (float(km.obj[-1]), km.centroids.copy(), len(km.obj))
+        assert best is not None
+        obj_total, centroids, iterations = best
+    else:
+        km.train(x)
+        obj_total, centroids, iterations = float(km.obj[-1]), km.centroids, len(km.obj)
+    centroids = centroids.astype(np.float32)
     centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
-    obj = float(km.obj[-1]) / n if len(km.obj) else float("nan")
-    return KMeansResult(centroids, obj, len(km.obj), n)
+    return KMeansResult(centroids, obj_total / n, iterations, n)
 
 
 def assign(batches: Iterable[np.ndarray], centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
