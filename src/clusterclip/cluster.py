@@ -110,8 +110,8 @@ def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nr
 
     ``init="kmeans++"`` seeds with :func:`greedy_kmeans_pp`; ``random`` and ``afkmc2`` use faiss' own
     seeding. The best of ``nredo`` runs (highest objective) is kept. faiss' own subsampling is disabled
-    (the caller's sample is used whole) so the logged sample size is the real one. With ``faiss-gpu`` and a visible GPU the
-    training runs there.
+    (the caller's sample is used whole) so the logged sample size is the real one. With ``faiss-gpu``
+    and a visible GPU the training runs there.
     """
     import faiss
 
