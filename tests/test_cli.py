@@ -130,3 +130,36 @@ def test_bad_input_is_one_line_from_a_real_process(tmp_path):
                            "--embedder", "hashing", "-q"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"clusterclip: error: {bad}:2: invalid JSON (Expecting value at column 10)"
+
+
+def test_changed_corpus_after_embedding_is_refused(tmp_path, corpus, capsys):
+    out = str(tmp_path / "run")
+    assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "-q"]) == 0
+    make_corpus(corpus, {"cooking": 130, "astronomy": 40})
+    capsys.readouterr()
+    assert main(["cluster", out, "--k", "4", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{corpus}: changed since the corpus stage read it" in err and "re-run `clusterclip embed" in err
+
+
+def test_stages_built_from_an_older_upstream_are_refused(tmp_path, corpus, capsys):
+    from clusterclip.corpus import CorpusConfig, corpus_stage
+
+    out = tmp_path / "run"
+    assert main(["embed", str(corpus), "--out", str(out), "--embedder", "hashing", "-q"]) == 0
+    corpus_stage(RunDir(out), [corpus], CorpusConfig(group_field=None), progress=False)
+    capsys.readouterr()
+    assert main(["cluster", str(out), "--k", "4", "-q"]) == 2
+    assert "stage `embed` was built from an older `corpus` output" in capsys.readouterr().err
+
+
+def test_corrupted_artifact_names_file_and_stage(tmp_path, corpus, capsys):
+    out = tmp_path / "run"
+    assert main(["embed", str(corpus), "--out", str(out), "--embedder", "hashing", "-q"]) == 0
+    assert main(["cluster", str(out), "--k", "4", "-q"]) == 0
+    labels = out / "labels.npy"
+    labels.write_bytes(labels.read_bytes()[:-40])
+    capsys.readouterr()
+    assert main(["plan", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert str(labels) in err and "re-run `cluster`" in err
