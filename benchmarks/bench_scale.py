@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 30_000, 100_000])
     ap.add_argument("--engines", nargs="+", default=["local", "ray"])
     ap.add_argument("--embedder", default="hashing")
+    ap.add_argument("--device", default="cpu", help="encoder device (cuda on a GPU machine, with --embedder minilm)")
+    ap.add_argument("--k", type=int, default=None, help="fixed K for every size (default: the CLI's sqrt(N/2))")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plan-docs", type=int, default=0)
     ap.add_argument("--plan-draws", type=int, default=0)
@@ -78,9 +80,10 @@ def main() -> None:
             run = root / f"run-{n}-{engine}"
             shutil.rmtree(run, ignore_errors=True)
             extra = ["--engine", engine]
+            k = ["--k", str(args.k)] if args.k else []
             rows = [stage("embed", ["embed", str(corpus), "--out", str(run), "--embedder", args.embedder,
-                                    "--shard-size", "16384", *extra]),
-                    stage("cluster", ["cluster", str(run), *extra]),
+                                    "--device", args.device, "--shard-size", "16384", *extra]),
+                    stage("cluster", ["cluster", str(run), *extra, *k]),
                     stage("plan", ["plan", str(run)])]
             print(f"| {n:,} | {engine} | {rows[0]['seconds']:.1f} | {rows[1]['seconds']:.1f} | "
                   f"{rows[2]['seconds']:.1f} | {n / rows[0]['seconds']:.0f} | "
