@@ -13,9 +13,9 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
-from test_report import SIZES, write_fake_run
 
 from clusterclip.report import build_report
+from tests.test_report import SIZES, write_fake_run
 
 
 def find_chromium() -> str | None:
