@@ -24,9 +24,18 @@ import numpy as np
 from bench_pipeline import stage
 
 PLAN = """
-import json, resource, sys, time
+import json, resource, sys, threading, time
 import numpy as np
 from clusterclip.sampling import PlanConfig, build_plan
+peak_anon = [0]
+def watch():
+    while True:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
+        time.sleep(0.05)
+threading.Thread(target=watch, daemon=True).start()
 n, draws, k, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = np.random.default_rng(0)
 sizes = np.maximum(1, (n / np.arange(1, k + 1) ** 1.1 / np.sum(1 / np.arange(1, k + 1) ** 1.1))).astype(np.int64)
@@ -39,7 +48,7 @@ plan = build_plan(labels, PlanConfig(strategy="clusterclip", budget=draws, max_r
 wall = time.perf_counter() - t0
 print(json.dumps({"docs": n, "draws": len(plan.order), "k": k, "max_repeat": R, "seconds": wall,
                   "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                  "rss_before_gib": before / 2**20}))
+                  "peak_anon_gib": peak_anon[0] / 2**20, "rss_before_gib": before / 2**20}))
 """
 
 
@@ -99,7 +108,8 @@ def main() -> None:
         size = out.stat().st_size / 2**30
         print(f"\nplan: {res['draws']:,} draws over {res['docs']:,} documents in {res['k']:,} clusters "
               f"(clusterclip, max_repeat {res['max_repeat']}): {res['seconds']:.0f} s "
-              f"({res['draws'] / res['seconds'] / 1e6:.1f} M draws/s), peak RSS {res['peak_rss_gib']:.2f} GiB "
+              f"({res['draws'] / res['seconds'] / 1e6:.1f} M draws/s), peak RSS {res['peak_rss_gib']:.2f} GiB, "
+              f"of it anonymous (not the mapped plan file) {res['peak_anon_gib']:.2f} GiB "
               f"(labels alone {args.plan_docs * 4 / 2**30:.2f} GiB), plan file {size:.2f} GiB "
               f"[{time.perf_counter() - t0:.0f} s with setup]")
         out.unlink()

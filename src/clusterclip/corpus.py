@@ -510,19 +510,12 @@ def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarra
 
 
 @dataclass(frozen=True)
-class CorpusConfig:
-    """Options of the corpus stage (part of the stage record)."""
+class CorpusConfig(ReadOptions):
+    """Options of the corpus stage (part of the stage record): how to read records, how to count
+    tokens, and how long a docstring must be to join the default corpus."""
 
-    text_field: str = "text"
-    id_field: str | None = None
-    group_field: str | None = "domain"
-    on_bad_record: str = "error"
-    split: str = "train"
     tokenizer: str | None = None
     min_words: int = 25
-
-    def read_options(self) -> ReadOptions:
-        return ReadOptions(self.text_field, self.id_field, self.group_field, self.on_bad_record, self.split)
 
 
 def corpus_stage(
@@ -537,7 +530,6 @@ def corpus_stage(
     Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. Returns the
     stage record. The caller holds the run-directory lock.
     """
-    opts = config.read_options()
     if inputs:
         resolved = expand_inputs(inputs)
         fingerprint: Any = inputs_fingerprint(resolved)
@@ -556,7 +548,7 @@ def corpus_stage(
 
     t0 = time.perf_counter()
     stats = ReadStats()
-    batches = iter_documents(resolved, opts, stats) if inputs else stdlib_documents(config.min_words)
+    batches = iter_documents(resolved, config, stats) if inputs else stdlib_documents(config.min_words)
     count_tokens = make_token_counter(config.tokenizer)
     (run.root / "corpus").mkdir(parents=True, exist_ok=True)
     parts: list[str] = []

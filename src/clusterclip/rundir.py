@@ -58,33 +58,10 @@ def _fault_point(path: Path, when: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path``; on success fsync and rename it over ``path``.
-
-    A crash or exception leaves ``path`` untouched (old content or absent) and removes the temp file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        _fault_point(path, "before")
-        os.replace(tmp, path)
-        _fault_point(path, "after")
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` for writers that need a file name (parquet, memmap).
-
-    The caller writes the file; on success it is renamed over ``path``, on failure removed.
+    """Yield a temporary path beside ``path``; once the caller has written it, fsync and rename it over
+    ``path``. An exception (or a crash) leaves ``path`` untouched and the temp file removed (or, after a
+    crash, left under a ``.tmp-`` name that :meth:`RunDir.clean_temp_files` removes).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +78,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """:func:`atomic_path` for writers that take an open file."""
+    with atomic_path(path) as tmp, open(tmp, mode) as fh:
+        yield fh
 
 
 def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
