@@ -965,6 +965,8 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False) -> dict[str
     from clusterclip.rundir import config_hash, load_npy, save_npy
 
     run.require("cluster")
+    if run.record("embed") is not None:
+        run.require_current("cluster", "embed")
     tokens_path = run.path("tokens.npy")
     use_tokens = config.budget_unit == "tokens" or (run.record("corpus") is not None and tokens_path.exists())
     inputs = {"cluster": run.output_hash("cluster")}
