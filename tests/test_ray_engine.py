@@ -39,13 +39,17 @@ def test_ray_engine_matches_local(tmp_path, ray_local):
     np.testing.assert_allclose(load_npy(local / "scores.npy"), load_npy(remote / "scores.npy"), atol=1e-6)
 
 
-def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local):
+def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypatch):
+    import clusterclip.corpus
     from clusterclip.corpus import corpus_stage
     from clusterclip.embed import embed_stage
 
+    monkeypatch.setattr(clusterclip.corpus, "PART_ROWS", 40)
+    monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 20)
+
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 90, "sailing": 40})
     run = RunDir(tmp_path / "run")
-    corpus_stage(run, [corpus], progress=False)
+    assert len(corpus_stage(run, [corpus], progress=False)["artifacts"]) > 3, "several corpus parts"
     embed_stage(run, "hashing", shard_size=50, progress=False)
     reference = [(run.root / f"embeddings/shard-{i:05d}.npy").read_bytes() for i in range(3)]
     (run.root / "embeddings/shard-00002.npy").unlink()
