@@ -183,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_status, quiet=False, verbose=False)
+
+    from clusterclip.experiment.cli import add_experiment_parser
+
+    add_experiment_parser(sub)
     return parser
 
 

@@ -1,0 +1,320 @@
+"""Tests of the training experiment: data layout and packing, metrics, model, config, and the whole
+path on a small generated corpus (``--quick``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tokenizers")
+
+from clusterclip.errors import ClusterClipError  # noqa: E402
+from clusterclip.experiment import ExperimentConfig, quick_config, run_experiment  # noqa: E402
+from clusterclip.experiment.cli import add_experiment_parser, config_from_args  # noqa: E402
+from clusterclip.experiment.data import (  # noqa: E402
+    TokenizedDocs,
+    choose_subset,
+    cut_words,
+    encode_docs,
+    eval_windows,
+    gather_stream,
+    pack,
+    stratified_split,
+    train_tokenizer,
+)
+from clusterclip.experiment.evaluate import (  # noqa: E402
+    group_losses,
+    mixture,
+    summarize_losses,
+    unigram_doc_losses,
+    worst_fraction,
+)
+from clusterclip.experiment.model import GPT, ModelConfig, token_losses  # noqa: E402
+from clusterclip.experiment.run import _small_shares  # noqa: E402
+from clusterclip.experiment.train import TrainConfig, lr_at, train_model  # noqa: E402
+
+MINIPILE_1K = Path(__file__).resolve().parents[2] / "shared" / "data" / "minipile-1k.jsonl"
+
+
+def _docs(lengths: list[int], eos: int = 0, seed: int = 0) -> TokenizedDocs:
+    rng = np.random.default_rng(seed)
+    parts = [np.append(rng.integers(1, 50, size=n - 1), eos) for n in lengths]
+    return TokenizedDocs(np.concatenate(parts).astype(np.int32),
+                         np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), eos)
+
+
+def _doc(d: TokenizedDocs, i: int) -> np.ndarray:
+    return d.flat[d.offsets[i]:d.offsets[i + 1]]
+
+
+# ------------------------------------------------------------------------------------------- data
+
+
+def test_cut_words_keeps_formatting_and_counts_words() -> None:
+    text = "one  two\nthree\tfour five"
+    assert cut_words(text, 3) == "one  two\nthree"
+    assert cut_words(text, 0) == text
+    assert cut_words(text, 99) == text
+
+
+def test_choose_subset_is_seeded_sorted_and_distinct() -> None:
+    a = choose_subset(1000, 100, seed=3)
+    assert a.size == 100 and np.all(np.diff(a) > 0)
+    assert np.array_equal(a, choose_subset(1000, 100, seed=3))
+    assert not np.array_equal(a, choose_subset(1000, 100, seed=4))
+    assert choose_subset(10, None, 0).tolist() == list(range(10))
+
+
+def test_stratified_split_holds_out_the_fraction_of_every_stratum() -> None:
+    strata = np.repeat(np.arange(5), [400, 200, 100, 50, 10])
+    held = stratified_split(strata, 0.2, seed=1)
+    for s, n in zip(range(5), [400, 200, 100, 50, 10], strict=True):
+        assert abs(held[strata == s].sum() - 0.2 * n) <= 1
+    assert np.array_equal(held, stratified_split(strata, 0.2, seed=1))
+    singles = stratified_split(np.arange(5000), 0.2, seed=0)
+    assert 0.17 < singles.mean() < 0.23
+    with pytest.raises(ClusterClipError):
+        stratified_split(strata, 1.0, 0)
+
+
+def test_gather_and_pack_follow_the_plan_order() -> None:
+    d = _docs([3, 5, 2, 4])
+    order = np.array([2, 0, 2, 3, 1])
+    expected = np.concatenate([_doc(d, i) for i in order])
+    assert np.array_equal(gather_stream(d, order), expected)
+    p = pack(d, order, n_seq=3, context=4)
+    assert p.wrapped_tokens == 0
+    assert np.array_equal(p.inputs.ravel(), expected[:12])
+    assert np.array_equal(p.targets.ravel(), expected[1:13])
+    short = pack(d, np.array([0]), n_seq=2, context=4)
+    assert short.wrapped_tokens == 9 - 3
+    assert np.array_equal(short.inputs.ravel(), np.resize(_doc(d, 0), 8))
+
+
+def test_eval_windows_score_every_token_once_after_an_eos() -> None:
+    d = _docs([3, 9, 4, 1])
+    ids = np.array([1, 3, 0])
+    w = eval_windows(d, ids, context=4)
+    for i in ids:
+        rows = w.doc == i
+        targets = w.targets[rows].ravel()
+        assert np.array_equal(targets[targets >= 0], _doc(d, i))
+        first = w.inputs[np.flatnonzero(rows)[0]]
+        assert first[0] == d.eos
+        assert np.array_equal(first[1:min(4, len(_doc(d, i)))], _doc(d, i)[:min(3, len(_doc(d, i)) - 1)])
+    assert w.doc.tolist() == [1, 1, 1, 3, 0]
+
+
+def test_tokenizer_round_trip_and_eos_layout(tmp_path: Path) -> None:
+    texts = ["the cat sat on the mat", "dogs bark loudly at night", "ünïcödé survives"] * 5
+    tok = train_tokenizer(texts, 300, tmp_path / "tok.json")
+    docs = encode_docs(tok, texts)
+    assert len(docs) == len(texts)
+    assert (docs.flat[docs.offsets[1:] - 1] == docs.eos).all()
+    assert (docs.flat != docs.eos).sum() == docs.flat.size - len(texts)
+    assert tok.decode(_doc(docs, 2)[:-1].tolist()) == texts[2]
+
+
+# ---------------------------------------------------------------------------------------- metrics
+
+
+def test_group_macro_and_micro_weigh_groups_differently() -> None:
+    sums = np.array([10.0, 10.0, 30.0])
+    counts = np.array([10.0, 10.0, 10.0])
+    clusters = np.array([0, 0, 1])
+    m = summarize_losses(sums, counts, clusters, np.array(["a", "b", "b"]))
+    assert m["per_cluster"] == {"0": 1.0, "1": 3.0}
+    assert m["macro_cluster"] == pytest.approx(2.0)
+    assert m["micro"] == pytest.approx(50 / 30)
+    assert m["macro_domain"] == pytest.approx((1.0 + 2.0) / 2)
+    assert worst_fraction([1, 5, 3, 2], 0.1) == 5
+    assert worst_fraction([1, 5, 3, 2], 0.5) == 4
+    assert group_losses(np.array([1.0]), np.array([0.0]), np.array([7])) == {}
+
+
+def test_unigram_loss_matches_a_direct_computation() -> None:
+    train = _docs([4, 6], seed=1)
+    held = _docs([5], seed=2)
+    sums, counts = unigram_doc_losses(train, held, vocab_size=50)
+    p = (np.bincount(train.flat, minlength=50) + 1.0) / (train.flat.size + 50)
+    assert sums[0] == pytest.approx(-np.log(p[held.flat]).sum())
+    assert counts[0] == 5
+
+
+def test_mixture_effective_number_is_exp_entropy() -> None:
+    labels = np.array([0, 0, 1, 2])
+    lengths = np.array([1, 1, 2, 2])
+    m = mixture(np.array([0, 1, 2, 3]), lengths, labels)
+    assert m["effective"] == pytest.approx(3.0)
+    skew = mixture(np.array([0, 0, 0, 3]), lengths, labels)
+    assert skew["shares"]["1"] == 0 and skew["groups_seen"] == 2 and skew["effective"] < 2
+
+
+# ------------------------------------------------------------------------------------------ model
+
+
+def test_model_is_causal() -> None:
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=30, context=8, n_layer=1, n_head=2, d_model=16)).eval()
+    x = torch.randint(0, 30, (1, 8))
+    y = x.clone()
+    y[0, 5:] = (y[0, 5:] + 1) % 30
+    with torch.no_grad():
+        assert torch.allclose(model(x)[0, :5], model(y)[0, :5], atol=1e-6)
+        assert not torch.allclose(model(x)[0, 5:], model(y)[0, 5:])
+
+
+def test_training_learns_a_repeated_sequence_and_masks_padding() -> None:
+    cfg = ModelConfig(vocab_size=20, context=16, n_layer=1, n_head=2, d_model=32)
+    seq = np.tile(np.arange(1, 18), 40)[: 40 * 17]
+    inputs = np.stack([seq[i:i + 16] for i in range(0, 600, 15)][:40])
+    targets = np.stack([seq[i + 1:i + 17] for i in range(0, 600, 15)][:40])
+    from clusterclip.experiment.data import Packed
+
+    packed = Packed(inputs.astype(np.int32), targets.astype(np.int32), 0, 0)
+    model, curve = train_model(cfg, TrainConfig(batch_size=4, lr=1e-2, warmup_steps=5, curve_points=2),
+                               packed, steps=10, seed=0)
+    assert len(curve) == 2 and curve[-1]["train_loss"] < curve[0]["train_loss"] < np.log(20) + 0.5
+    t = torch.from_numpy(targets[:1].astype(np.int64)).clone()
+    t[0, 8:] = -1
+    losses = token_losses(model, torch.from_numpy(inputs[:1].astype(np.int64)), t)
+    assert (losses[0, 8:] == 0).all() and (losses[0, :8] > 0).all()
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
+    cfg = TrainConfig(lr=1.0, warmup_steps=10, min_lr_ratio=0.1)
+    assert lr_at(0, 100, cfg) == pytest.approx(0.1)
+    assert lr_at(9, 100, cfg) == pytest.approx(1.0)
+    assert lr_at(99, 100, cfg) == pytest.approx(0.1, abs=1e-3)
+
+
+# ----------------------------------------------------------------------------------- config / cli
+
+
+def test_max_repeat_must_exceed_passes() -> None:
+    with pytest.raises(ClusterClipError, match="must exceed --passes 6"):
+        ExperimentConfig(passes=6, max_repeats=(6, 9)).validate()
+    ExperimentConfig(passes=6, max_repeats=(9,)).validate()
+    ExperimentConfig(passes=6, max_repeats=(), strategies=("random", "uniform")).validate()
+    with pytest.raises(ClusterClipError, match="unknown strategies"):
+        ExperimentConfig(strategies=("bogus",)).validate()
+
+
+def test_strategy_specs_expand_the_cap_sweep() -> None:
+    names = [s["name"] for s in ExperimentConfig(max_repeats=(9, 12)).strategy_specs()]
+    assert names == ["random", "uniform", "temperature-0.5", "clusterclip-R9", "clusterclip-R12"]
+    shuffled = ExperimentConfig(strategies=("clusterclip-shuffled",), max_repeats=(9,)).strategy_specs()
+    assert shuffled == [{"name": "clusterclip-shuffled-R9", "strategy": "clusterclip", "max_repeat": 9,
+                         "shuffle": True}]
+
+
+def test_small_shares_see_what_the_end_of_training_holds() -> None:
+    lengths = np.ones(8, dtype=np.int64)
+    is_small = np.array([True, True] + [False] * 6)
+    early = _small_shares(np.array([0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 2, 3]), lengths, is_small)
+    assert early["small_share"] == pytest.approx(4 / 12) and early["small_share_last_quarter"] == 0
+    spread = _small_shares(np.array([2, 3, 4, 5, 6, 0, 7, 1]), lengths, is_small)
+    assert spread["small_share_last_quarter"] == pytest.approx(0.5)
+
+
+def test_cli_overrides_the_preset() -> None:
+    parser = argparse.ArgumentParser()
+    add_experiment_parser(parser.add_subparsers())
+    a = parser.parse_args(["experiment", "x.jsonl", "--out", "o", "--quick", "--seeds", "0,1", "--k", "5",
+                           "--max-repeat", "7,8", "--docs", "0"])
+    cfg = config_from_args(a)
+    assert cfg.seeds == (0, 1) and cfg.k == 5 and cfg.max_repeats == (7, 8) and cfg.docs is None
+    assert cfg.n_layer == quick_config().n_layer and cfg.embedder == "hashing"
+    default = config_from_args(parser.parse_args(["experiment", "--out", "o"]))
+    assert default == ExperimentConfig()
+
+
+# ------------------------------------------------------------------------------------ whole path
+
+
+def _toy_corpus(path: Path) -> Path:
+    rng = random.Random(0)
+    topics = {
+        "cooking": ("flour sugar butter oven bake whisk dough salt pepper simmer garlic onion sauce", 180),
+        "space": ("orbit rocket planet star galaxy telescope comet moon launch gravity nebula probe", 80),
+        "law": ("court judge statute appeal contract plaintiff verdict clause liability tort jury", 40),
+        "music": ("melody chord rhythm tempo guitar piano violin chorus verse harmony octave", 20),
+    }
+    glue = ["the", "a", "of", "and", "to", "is", "in", "it"]
+    with open(path, "w", encoding="utf-8") as fh:
+        for domain, (words, n) in topics.items():
+            vocab = words.split()
+            for i in range(n):
+                text = " ".join(rng.choice(vocab) if rng.random() < 0.6 else rng.choice(glue)
+                                for _ in range(rng.randint(40, 90)))
+                fh.write(json.dumps({"id": f"{domain}-{i}", "text": text + ".", "domain": domain}) + "\n")
+    return path
+
+
+def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
+    corpus = _toy_corpus(tmp_path / "toy.jsonl")
+    out = tmp_path / "run"
+    cfg = quick_config(strategies=("random", "uniform", "clusterclip", "clusterclip-shuffled"), max_repeats=(5,))
+    res = run_experiment([corpus], out, cfg)
+    path = out / "experiment" / "results.json"
+    saved = json.loads(path.read_text())
+    assert saved["status"] == "complete"
+    assert set(saved["runs"]) == {"random/0", "uniform/0", "clusterclip-R5/0", "clusterclip-shuffled-R5/0"}
+    cc, shuffled = saved["runs"]["clusterclip-R5/0"], saved["runs"]["clusterclip-shuffled-R5/0"]
+    assert shuffled["plan_stats"]["name"] == cc["plan_stats"]["name"] and shuffled["repeats"]["max"] <= 5
+    assert shuffled["small_share"] == pytest.approx(cc["small_share"], abs=0.02)
+    assert (out / "labels.npy").exists() and (out / "experiment" / "results.md").exists()
+    for png in ("loss-curves.png", "per-domain.png", "domain-mixture.png"):
+        assert (out / "experiment" / png).stat().st_size > 1000
+    data = saved["data"]
+    assert data["train_documents"] + data["heldout_documents"] == 320
+    assert set(data["domains"]) == {"cooking", "space", "law", "music"}
+    assert all(v["heldout_documents"] >= 1 for v in data["domains"].values())
+    rnd, uni = saved["runs"]["random/0"], saved["runs"]["uniform/0"]
+    assert saved["unigram"]["smallest_margin_micro"] > 0
+    for r in (rnd, uni):
+        assert r["heldout_macro_cluster"] < saved["unigram"]["macro_cluster"]
+        assert len(r["curve"]) == cfg.curve_points + 1
+        assert set(r["heldout_per_domain"]) == set(data["domains"])
+    # uniform balances the clusters: more effective clusters and domains than the natural mixture
+    shares = np.array(list(uni["cluster_mixture"]["shares"].values()))
+    assert shares.max() < 1.2 * shares.min()
+    assert uni["effective_clusters"] > rnd["effective_clusters"]
+    assert saved["runs"]["clusterclip-R5/0"]["repeats"]["max"] <= 5
+    assert "| clusterclip-R5 | 1 |" in (out / "experiment" / "results.md").read_text()
+    assert res["summary"]["uniform"]["heldout_macro_cluster_minus_random"] == pytest.approx(
+        uni["heldout_macro_cluster"] - rnd["heldout_macro_cluster"], abs=1e-4)
+
+    # a restart with one more seed trains only the new run and keeps the finished ones
+    more = run_experiment([corpus], out, quick_config(strategies=("random",), seeds=(0, 1)))
+    assert more["runs"]["random/0"] == rnd
+    assert set(more["runs"]) == {*saved["runs"], "random/1"}
+    assert more["stats"]["random"]["heldout_macro_cluster"]["n"] == 2
+    assert more["runs"]["random/1"]["heldout_macro_cluster"] != rnd["heldout_macro_cluster"]
+
+    with pytest.raises(ClusterClipError, match="different configuration"):
+        run_experiment([corpus], out, quick_config(k=5))
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "split_hash": "another split"}))
+    with pytest.raises(ClusterClipError, match="split drawn now differs"):
+        run_experiment([corpus], out, quick_config(strategies=("random",)))
+    assert json.loads(path.read_text())["runs"] == saved["runs"]
+    fresh = run_experiment([corpus], out, quick_config(strategies=("random",)), force=True)
+    assert set(fresh["runs"]) == {"random/0"}
+    (backup,) = (out / "experiment").glob("results.discarded-*.json")
+    assert json.loads(backup.read_text())["runs"] == saved["runs"]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not MINIPILE_1K.exists(), reason=f"{MINIPILE_1K} not found (shared data of the project)")
+def test_quick_experiment_on_minipile_1k(tmp_path: Path) -> None:
+    res = run_experiment([MINIPILE_1K], tmp_path / "run", quick_config(strategies=("random", "clusterclip")))
+    assert res["status"] == "complete" and len(res["data"]["domains"]) == 7
+    for r in res["runs"].values():
+        assert r["heldout_macro_cluster"] < res["unigram"]["macro_cluster"]
