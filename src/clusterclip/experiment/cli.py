@@ -87,8 +87,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``experiment`` subcommand to ``clusterclip``'s subparsers."""
-    formatter = type("_F", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {})
-    p = subparsers.add_parser("experiment", help=HELP, description=DESCRIPTION, formatter_class=formatter)
+    p = subparsers.add_parser("experiment", help=HELP, description=DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     _configure(p)
     p.set_defaults(func=cmd_experiment)
     return p
