@@ -143,6 +143,12 @@ class _Base:
     batch_size: int
     progress: bool
 
+    def __init__(self, batch_size: int, progress: bool) -> None:
+        if batch_size < 1:
+            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.progress = progress
+
     def encode(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
         """Embed ``texts`` as float32 ``[len(texts), dim]`` with unit-norm rows, in input order."""
         texts = list(texts)
@@ -173,12 +179,9 @@ class MiniLMEmbedder(_Base):
 
     def __init__(self, *, batch_size: int = 64, device: str = "cpu", max_seq_length: int = 256,
                  progress: bool = True) -> None:
-        if batch_size < 1:
-            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size = batch_size
+        super().__init__(batch_size, progress)
         self.device = device
         self.max_seq_length = max_seq_length
-        self.progress = progress
         self._model: Any = None
 
     def config(self) -> dict[str, Any]:
@@ -376,14 +379,11 @@ class StaticEmbedder(_Base):
                  vocab_limit: int | None = None, cache_dir: str | os.PathLike[str] | None = None,
                  model_path: str | os.PathLike[str] | None = None, device: str = "cpu",
                  progress: bool = True) -> None:
-        if batch_size < 1:
-            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
+        super().__init__(batch_size, progress)
         self.dim = dim
-        self.batch_size = batch_size
         self.max_length = max_length
         self.vocab_limit = vocab_limit
         self.device = device
-        self.progress = progress
         self.distilled = model_path is None
         self.path = Path(model_path) if model_path is not None else static_cache_dir(dim, vocab_limit, cache_dir)
         self._loaded = False
@@ -473,15 +473,14 @@ class HashingEmbedder(_Base):
 
     def __init__(self, *, dim: int = 256, seed: int = 0, batch_size: int = 1024, n_features: int = 1 << 20,
                  stop_words: bool = True, density: int = 4, progress: bool = True) -> None:
-        if batch_size < 1 or dim < 1 or density < 1 or n_features < 1:
-            raise ClusterClipError("hashing embedder: dim, batch_size, n_features and density must be >= 1")
+        super().__init__(batch_size, progress)
+        if dim < 1 or density < 1 or n_features < 1:
+            raise ClusterClipError("hashing embedder: dim, n_features and density must be >= 1")
         self.dim = dim
         self.seed = seed
-        self.batch_size = batch_size
         self.n_features = n_features
         self.stop_words = stop_words
         self.density = density
-        self.progress = progress
         self._vectorizer: Any = None
         self._projection: Any = None
 
