@@ -261,9 +261,9 @@ def _gather_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
 
 
 def _progress_blocks(blocks: Iterable[np.ndarray], total: int, enabled: bool) -> Iterator[np.ndarray]:
-    from clusterclip.corpus import _progress
+    from clusterclip.progress import progress_bar
 
-    bar = _progress(enabled, "assign", "docs", total)
+    bar = progress_bar("assign", "docs", total, enabled)
     for block in blocks:
         yield block
         bar.update(len(block))

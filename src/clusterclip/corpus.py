@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.progress import progress_bar
 from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
 
 log = logging.getLogger(__name__)
@@ -567,7 +568,7 @@ def corpus_stage(
         parts.append(rel)
         pending, pending_rows = [], 0
 
-    bar = _progress(progress, "corpus", "docs")
+    bar = progress_bar("corpus", "docs", enabled=progress)
     for batch in batches:
         tokens = count_tokens(batch.texts)
         index = np.arange(n, n + len(batch), dtype=np.int64)
@@ -637,19 +638,17 @@ def _count_duplicates(hashes: np.ndarray) -> int:
     return int(hashes.size - np.unique(hashes).size)
 
 
-def _progress(enabled: bool, desc: str, unit: str, total: int | None = None) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, dynamic_ncols=True)
-
-
 # ------------------------------------------------------------------------------------------ access
 
 
 def corpus_parts(run: RunDir) -> list[Path]:
-    """The corpus parquet parts of a finished corpus stage, in index order."""
-    rec = run.require("corpus", verify=False)
-    return [run.root / rel for rel in rec["artifacts"] if rel.startswith("corpus/part-")]
+    """The corpus parquet parts of a run directory, in index order: those its corpus record lists, or,
+    without a record, every ``corpus/part-*.parquet``."""
+    artifacts = (run.record("corpus") or {}).get("artifacts", {})
+    rels = sorted(r for r in artifacts if r.startswith("corpus/part-") and r.endswith(".parquet"))
+    if not rels:
+        return sorted(run.path("corpus").glob("part-*.parquet"))
+    return [run.path(r) for r in rels]
 
 
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:

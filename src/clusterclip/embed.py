@@ -37,7 +37,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from clusterclip.corpus import corpus_parts
 from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_bar
 from clusterclip.rundir import (
     TMP_PREFIX,
     RunDir,
@@ -83,13 +85,6 @@ class Embedder(Protocol):
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def config(self) -> dict[str, Any]: ...
-
-
-def _bar(total: int, desc: str, enabled: bool, unit: str = "doc", initial: int = 0) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
-                dynamic_ncols=True, smoothing=0.1)
 
 
 def _normalise_rows(x: np.ndarray) -> np.ndarray:
@@ -154,7 +149,7 @@ class _Base:
         texts = list(texts)
         show = self.progress if progress is None else progress
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with _bar(len(texts), f"embed ({self.name})", show and len(texts) > self.batch_size) as bar:
+        with progress_bar(f"embed ({self.name})", "doc", len(texts), show and len(texts) > self.batch_size) as bar:
             for idx, vecs in self._encode_batches(texts):
                 out[idx] = vecs
                 bar.update(len(vecs))
@@ -292,7 +287,7 @@ def distill_static_model(
     torch_threads = torch.get_num_threads()
     model = AutoModel.from_pretrained(str(src)).to(device).eval()
     hidden = np.empty((len(keep), model.config.hidden_size), dtype=np.float64)
-    with torch.inference_mode(), _bar(len(keep), "distil static model", progress, unit="tok") as bar:
+    with torch.inference_mode(), progress_bar("distil static model", "tok", len(keep), progress) as bar:
         for start in range(0, len(keep), batch_size):
             ids = torch.from_numpy(keep[start:start + batch_size])
             input_ids = torch.stack([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], 1)
@@ -553,14 +548,6 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
 # The embed stage
 
 
-def _corpus_parts(run: RunDir, corpus_record: dict[str, Any]) -> list[Path]:
-    rels = sorted(r for r in corpus_record.get("artifacts", {})
-                  if r.startswith("corpus/part-") and r.endswith(".parquet"))
-    if not rels:
-        return sorted(run.path("corpus").glob("part-*.parquet"))
-    return [run.path(r) for r in rels]
-
-
 def _count_rows(parts: Sequence[Path]) -> int:
     import pyarrow.parquet as pq
 
@@ -658,7 +645,7 @@ def embed_stage(
     check_engine(engine)
     if shard_size < 1:
         raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
-    corpus = run.require("corpus")
+    run.require("corpus")
     inputs_hash = run.output_hash("corpus")
     if isinstance(embedder, str):
         emb: Embedder = get_embedder(embedder, batch_size=batch_size, progress=progress, **embedder_kw)
@@ -672,7 +659,7 @@ def embed_stage(
         assert rec is not None
         return rec
 
-    parts = _corpus_parts(run, corpus)
+    parts = corpus_parts(run)
     n_docs = _count_rows(parts)
     n_shards = -(-n_docs // shard_size)
     run.invalidate("embed")
@@ -714,7 +701,7 @@ def embed_stage(
             bar.update(len(shard))
             yield shard
 
-    with _bar(n_docs, f"embed ({emb.name}, {engine})", progress, initial=first) as bar:
+    with progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first) as bar:
         shards = ray_shards() if engine == "ray" else local_shards()
         for s, shard in zip(range(len(done), n_shards), shards, strict=True):
             rel = _shard_rel(s)

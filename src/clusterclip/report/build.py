@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from clusterclip import __version__
+from clusterclip.corpus import corpus_parts
 from clusterclip.errors import ClusterClipError
 from clusterclip.report import charts
 from clusterclip.report import html as h
-from clusterclip.report.keywords import CorpusScan, corpus_parts, scan_corpus
+from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.metrics import effective_number, nmi_from_table, purity_from_table, top_share
 from clusterclip.rundir import RunDir, StaleArtifactError, atomic_write, load_json, load_npy
 
@@ -207,7 +208,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
 
     scan: CorpusScan | None = None
-    parts = corpus_parts(run.root)
+    parts = corpus_parts(RunDir(run.root))
     if parts and run.labels is not None and run.k:
         scan = scan_corpus(parts, run.labels, run.k, scores=run.scores, progress=progress)
 

@@ -421,11 +421,6 @@ class CorpusScan:
     rows: int = 0
 
 
-def corpus_parts(run_dir: Path) -> list[Path]:
-    """The corpus parquet parts of a run directory, in order."""
-    return sorted((run_dir / "corpus").glob("part-*.parquet"))
-
-
 def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: int, per_cluster: int) -> dict[int, int]:
     """Map document index -> cluster for the ``per_cluster`` documents closest to each centroid."""
     labels = np.asarray(labels)

@@ -1,0 +1,13 @@
+"""The one progress-bar factory of the pipeline stages (tqdm on stderr, off with ``--quiet``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def progress_bar(desc: str, unit: str, total: int | None = None, enabled: bool = True, initial: int = 0) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True, smoothing=0.1)
