@@ -1,8 +1,9 @@
 """Scaling of each stage with N on the local and Ray engines, and a 10^9-draw plan over 10^8 documents.
 
-Synthetic corpora (documents drawn from topic vocabularies with a Zipf topic mixture) of several sizes
-go through the CLI stage by stage, once per engine; each stage runs in its own process (wall time and
-peak RSS of the driver; Ray workers' memory is not included). Then a plan of ``--plan-draws`` over
+Synthetic corpora (documents drawn from topic vocabularies with a Zipf topic mixture, ``--files`` JSONL
+shards each) of several sizes go through the CLI stage by stage, once per engine; each command runs in
+its own process (wall time and peak RSS of the driver; Ray workers' memory is not included), and the
+corpus and embed stages' own times come from their stage records. Then a plan of ``--plan-draws`` over
 ``--plan-docs`` documents in Zipf-sized clusters is written memory-mapped, with its time and peak RSS.
 
     python benchmarks/bench_scale.py --sizes 10000 30000 100000 --out runs/bench-scale
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 from bench_pipeline import stage
+
+from clusterclip.rundir import RunDir
 
 PLAN = """
 import json, resource, sys, threading, time
@@ -52,16 +55,20 @@ print(json.dumps({"docs": n, "draws": len(plan.order), "k": k, "max_repeat": R, 
 """
 
 
-def write_corpus(path: Path, n: int, seed: int = 0) -> None:
+def write_corpus(folder: Path, n: int, files: int, seed: int = 0) -> None:
+    """``n`` synthetic documents in ``files`` JSONL shards, as pre-training corpora are shipped."""
     rng = np.random.default_rng(seed)
     topics = 40
     vocab = np.array([f"t{t}w{i}" for t in range(topics) for i in range(200)]).reshape(topics, 200)
     share = 1 / np.arange(1, topics + 1)
     topic = rng.choice(topics, size=n, p=share / share.sum())
-    with open(path, "w") as fh:
-        for i in range(n):
-            words = vocab[topic[i], rng.integers(0, 200, 80)]
-            fh.write(json.dumps({"id": i, "text": " ".join(words), "domain": f"topic{topic[i]}"}) + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, n, files + 1).astype(int)
+    for f in range(files):
+        with open(folder / f"shard-{f:04d}.jsonl", "w") as fh:
+            for i in range(bounds[f], bounds[f + 1]):
+                words = vocab[topic[i], rng.integers(0, 200, 80)]
+                fh.write(json.dumps({"id": int(i), "text": " ".join(words), "domain": f"topic{topic[i]}"}) + "\n")
 
 
 def main() -> None:
@@ -70,6 +77,7 @@ def main() -> None:
     ap.add_argument("--engines", nargs="+", default=["local", "ray"])
     ap.add_argument("--embedder", default="hashing")
     ap.add_argument("--device", default="cpu", help="encoder device (cuda on a GPU machine, with --embedder minilm)")
+    ap.add_argument("--files", type=int, default=8, help="JSONL shards each corpus is written as")
     ap.add_argument("--k", type=int, default=None, help="fixed K for every size (default: the CLI's sqrt(N/2))")
     ap.add_argument("--out", required=True)
     ap.add_argument("--plan-docs", type=int, default=0)
@@ -79,12 +87,13 @@ def main() -> None:
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
     if args.sizes:
-        print("| N | engine | corpus + embed s | cluster s | plan s | docs/s (embed) | peak RSS MiB (max stage) |")
-        print("|---|---|---|---|---|---|---|")
+        print("| N | engine | corpus s | embed s | corpus + embed command s | cluster s | plan s | docs/s (embed) "
+              "| peak RSS MiB (max stage) |")
+        print("|---|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
-        corpus = root / f"corpus-{n}.jsonl"
+        corpus = root / f"corpus-{n}-{args.files}"
         if not corpus.exists():
-            write_corpus(corpus, n)
+            write_corpus(corpus, n, args.files)
         for engine in args.engines:
             run = root / f"run-{n}-{engine}"
             shutil.rmtree(run, ignore_errors=True)
@@ -94,8 +103,9 @@ def main() -> None:
                                     "--device", args.device, "--shard-size", "16384", *extra]),
                     stage("cluster", ["cluster", str(run), *extra, *k]),
                     stage("plan", ["plan", str(run)])]
-            print(f"| {n:,} | {engine} | {rows[0]['seconds']:.1f} | {rows[1]['seconds']:.1f} | "
-                  f"{rows[2]['seconds']:.1f} | {n / rows[0]['seconds']:.0f} | "
+            seconds = {name: RunDir(run).record(name)["seconds"] for name in ("corpus", "embed")}
+            print(f"| {n:,} | {engine} | {seconds['corpus']:.1f} | {seconds['embed']:.1f} | {rows[0]['seconds']:.1f} | "
+                  f"{rows[1]['seconds']:.1f} | {rows[2]['seconds']:.1f} | {n / seconds['embed']:.0f} | "
                   f"{max(r['peak_rss_mib'] for r in rows):.0f} |", flush=True)
     if args.plan_docs:
         out = root / "plan-1e9.npy"

@@ -59,8 +59,81 @@ def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypat
     assert [(run.root / f"embeddings/shard-{i:05d}.npy").read_bytes() for i in range(3)] == reference
 
 
+def _mixed_inputs(root):
+    """Several work units of every kind: JSONL, gzip JSONL (with a bad line), Parquet, a .txt folder."""
+    import gzip
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir()
+    first = make_corpus(root / "a.jsonl", {"cooking": 70, "astronomy": 25})
+    second = make_corpus(root / "b.jsonl", {"finance": 30, "sailing": 20}, seed=1)
+    with gzip.open(root / "b.jsonl.gz", "wt") as fh:
+        lines = second.read_text().splitlines()
+        fh.write("\n".join([*lines[:10], "{not json", *lines[10:]]) + "\n")
+    second.unlink()
+    pq.write_table(pa.table({"id": [f"pq-{i}" for i in range(45)], "text": [f"parquet row {i} about rigging and "
+                             "sails on a long voyage" for i in range(45)], "domain": ["sailing"] * 45}),
+                   root / "c.parquet")
+    (root / "notes").mkdir()
+    for i in range(23):
+        (root / "notes" / f"n{i:02d}.txt").write_text(f"note {i}: orbits, telescopes and the night sky")
+    return [first, root / "b.jsonl.gz", root / "c.parquet", root / "notes"]
+
+
+def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, monkeypatch):
+    import clusterclip.corpus
+    from clusterclip.corpus import CorpusConfig, corpus_stage
+
+    monkeypatch.setattr(clusterclip.corpus, "PART_ROWS", 40)
+    monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 16)
+    monkeypatch.setattr(clusterclip.corpus, "TXT_FILES_PER_UNIT", 10)
+    inputs = _mixed_inputs(tmp_path / "in")
+    config = CorpusConfig(id_field="id", on_bad_record="skip")
+    local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False)
+    remote = corpus_stage(RunDir(tmp_path / "ray"), inputs, config, progress=False, engine="ray")
+
+    assert local["count"] == remote["count"] == 70 + 25 + 50 + 45 + 23
+    assert len(remote["artifacts"]) == 1 + -(-remote["count"] // 40), "parts of exactly PART_ROWS rows"
+    assert remote["artifacts"] == local["artifacts"], "byte-identical parts and tokens.npy"
+    for key in ("tokens", "skipped", "skipped_examples", "groups", "duplicate_ids"):
+        assert remote[key] == local[key], key
+    assert remote["skipped"] == 1 and "b.jsonl.gz:11" in remote["skipped_examples"][0]
+    assert remote["engine"] == "ray"
+    assert not (tmp_path / "ray" / "corpus" / ".staging").exists()
+
+
+def test_ray_corpus_stage_reports_a_bad_record_in_one_line(tmp_path, ray_local):
+    from clusterclip.corpus import corpus_stage
+    from clusterclip.errors import BadRecordError
+
+    inputs = _mixed_inputs(tmp_path / "in")
+    with pytest.raises(BadRecordError, match=r"b\.jsonl\.gz:11: invalid JSON") as info:
+        corpus_stage(RunDir(tmp_path / "ray"), inputs, progress=False, engine="ray")
+    assert "\n" not in str(info.value)
+    assert RunDir(tmp_path / "ray").record("corpus") is None
+
+
 def test_unknown_engine_is_rejected():
     from clusterclip.engines import check_engine
 
     with pytest.raises(ClusterClipError, match="--engine must be one of local, ray"):
         check_engine("spark")
+
+
+def test_encoder_actors_take_one_gpu_each_when_the_cluster_has_gpus():
+    from clusterclip.engines import _pool_size
+
+    class FakeRay:
+        def __init__(self, resources):
+            self.resources = resources
+
+        def cluster_resources(self):
+            return self.resources
+
+    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 1.0) == (8, 1.0)
+    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 0.0) == (63, 0.0), "assignment stays on CPUs"
+    assert _pool_size(FakeRay({"CPU": 16.0}), 1.0) == (15, 0.0), "no GPU: one actor per CPU but one"
+    assert _pool_size(FakeRay({"CPU": 1.0}), 0.0) == (1, 0.0)

@@ -14,6 +14,7 @@ installed with the interpreter (real English text, available offline everywhere)
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import hashlib
 import io
@@ -21,10 +22,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import sysconfig
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip.engines import check_engine
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
@@ -43,6 +47,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CORPUS = "stdlib-docstrings"
 BATCH_ROWS = 2048
 PART_ROWS = 50_000
+TXT_FILES_PER_UNIT = 10_000
+STAGING = "corpus/.staging"
 ROW_GROUP_ROWS = 2048
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -412,22 +418,50 @@ def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator
             yield batch
 
 
+@dataclass(frozen=True)
+class WorkUnit:
+    """A piece of the input that one worker reads on its own: a file, a Hugging Face dataset, or a run
+    of up to ``TXT_FILES_PER_UNIT`` files of a ``.txt`` folder (``files``, ids relative to ``path``)."""
+
+    path: Path
+    fmt: str
+    files: tuple[Path, ...] = ()
+
+
+def work_units(inputs: Sequence[tuple[Path, str]]) -> list[WorkUnit]:
+    """Split resolved inputs into work units, in document order."""
+    units: list[WorkUnit] = []
+    for path, fmt in inputs:
+        if fmt == "txtdir":
+            files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            units.extend(WorkUnit(path, fmt, tuple(files[i:i + TXT_FILES_PER_UNIT]))
+                         for i in range(0, len(files), TXT_FILES_PER_UNIT))
+        else:
+            units.append(WorkUnit(path, fmt))
+    return units
+
+
+def read_unit(unit: WorkUnit, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
+    """Documents of one work unit in order, in batches."""
+    path, fmt = unit.path, unit.fmt
+    if fmt.startswith("jsonl"):
+        yield from read_jsonl(path, fmt, opts, stats)
+    elif fmt == "parquet":
+        yield from read_parquet(path, opts, stats)
+    elif fmt == "txt":
+        yield from read_txt_files([path], path.parent, opts, stats)
+    elif fmt == "txtdir":
+        yield from read_txt_files(unit.files, path, opts, stats)
+    elif fmt == "hf":
+        yield from read_hf_dataset(path, opts, stats)
+    else:
+        raise ClusterClipError(f"{path}: unsupported format {fmt}")
+
+
 def iter_documents(inputs: Sequence[tuple[Path, str]], opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
     """Documents of all inputs in order, in batches."""
-    for path, fmt in inputs:
-        if fmt.startswith("jsonl"):
-            yield from read_jsonl(path, fmt, opts, stats)
-        elif fmt == "parquet":
-            yield from read_parquet(path, opts, stats)
-        elif fmt == "txt":
-            yield from read_txt_files([path], path.parent, opts, stats)
-        elif fmt == "txtdir":
-            files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-            yield from read_txt_files(files, path, opts, stats)
-        elif fmt == "hf":
-            yield from read_hf_dataset(path, opts, stats)
-        else:
-            raise ClusterClipError(f"{path}: unsupported format {fmt}")
+    for unit in work_units(inputs):
+        yield from read_unit(unit, opts, stats)
 
 
 # ------------------------------------------------------------------------------------ default corpus
@@ -484,6 +518,7 @@ def _docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------- tokens
 
 
+@functools.lru_cache(maxsize=4)
 def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarray]:
     """Per-document token counts: a word/punctuation regex by default, or a Hugging Face tokenizer."""
     if tokenizer is None:
@@ -519,16 +554,86 @@ class CorpusConfig(ReadOptions):
     min_words: int = 25
 
 
+@dataclass
+class _Read:
+    """What reading some documents leaves for the stage record."""
+
+    parts: list[str]
+    part_sizes: list[int]
+    tokens: np.ndarray
+    id_hashes: np.ndarray
+    groups: Counter[str]
+    stats: ReadStats
+
+
+def write_part(path: Path, table: pa.Table) -> None:
+    """Write one corpus part atomically; chunks are combined first so the bytes depend only on the rows."""
+    with atomic_path(path) as tmp:
+        pq.write_table(table.combine_chunks(), tmp, row_group_size=ROW_GROUP_ROWS)
+
+
+class PartWriter:
+    """Writes documents into parts ``{prefix}NNNNN.parquet`` of exactly ``part_rows`` rows (the last one
+    fewer), indexed from 0, and keeps what the stage record needs: token counts, id hashes, groups."""
+
+    def __init__(self, root: Path, prefix: str, count_tokens: Callable[[list[str]], np.ndarray],
+                 part_rows: int) -> None:
+        self.root, self.prefix, self.count_tokens, self.part_rows = root, prefix, count_tokens, part_rows
+        self.parts: list[str] = []
+        self.part_sizes: list[int] = []
+        self.tokens: list[np.ndarray] = []
+        self.id_hashes: list[np.ndarray] = []
+        self.groups: Counter[str] = Counter()
+        self.n = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def add(self, batch: DocBatch) -> None:
+        tokens = self.count_tokens(batch.texts)
+        rb = pa.record_batch([pa.array(np.arange(self.n, self.n + len(batch), dtype=np.int64)),
+                              pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
+                              pa.array(tokens), pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA)
+        self.tokens.append(tokens)
+        self.id_hashes.append(_hash_ids(batch.ids))
+        self.groups.update(g for g in batch.groups if g is not None)
+        self.n += len(batch)
+        while rb.num_rows:
+            take = min(rb.num_rows, self.part_rows - self._pending_rows)
+            self._pending.append(rb.slice(0, take))
+            self._pending_rows += take
+            rb = rb.slice(take)
+            if self._pending_rows == self.part_rows:
+                self._flush()
+
+    def finish(self, stats: ReadStats) -> _Read:
+        """Write the last part; what was read, for the stage record."""
+        if self._pending:
+            self._flush()
+        return _Read(self.parts, self.part_sizes, _concat(self.tokens, np.int64),
+                     _concat(self.id_hashes, np.uint64), self.groups, stats)
+
+    def _flush(self) -> None:
+        rel = f"{self.prefix}{len(self.parts):05d}.parquet"
+        write_part(self.root / rel, pa.Table.from_batches(self._pending, CORPUS_SCHEMA))
+        self.parts.append(rel)
+        self.part_sizes.append(self._pending_rows)
+        self._pending, self._pending_rows = [], 0
+
+
 def corpus_stage(
     run: RunDir,
     inputs: Sequence[str | os.PathLike[str]] = (),
     config: CorpusConfig = CorpusConfig(),
     force: bool = False,
     progress: bool = True,
+    engine: str = "local",
 ) -> dict[str, Any]:
     """Read ``inputs`` (or the default corpus) into ``corpus/part-*.parquet`` and ``tokens.npy``.
 
-    Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. Returns the
+    Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. With
+    ``engine="ray"`` the work units (input files, datasets, runs of ``.txt`` files) are read by Ray tasks
+    in parallel and the parts are assembled in document order; the artifacts are byte-identical to the
+    local engine's. The run directory must then be on storage every Ray node can reach. Returns the
     stage record. The caller holds the run-directory lock.
     """
     if inputs:
@@ -548,70 +653,112 @@ def corpus_stage(
     run.invalidate("corpus")
 
     t0 = time.perf_counter()
-    stats = ReadStats()
-    batches = iter_documents(resolved, config, stats) if inputs else stdlib_documents(config.min_words)
-    count_tokens = make_token_counter(config.tokenizer)
+    shutil.rmtree(run.root / STAGING, ignore_errors=True)
     (run.root / "corpus").mkdir(parents=True, exist_ok=True)
-    parts: list[str] = []
-    token_chunks: list[np.ndarray] = []
-    id_hashes: list[np.ndarray] = []
-    groups: dict[str, int] = {}
-    n = 0
-    pending: list[pa.RecordBatch] = []
-    pending_rows = 0
-
-    def flush() -> None:
-        nonlocal pending, pending_rows
-        rel = f"corpus/part-{len(parts):05d}.parquet"
-        with atomic_path(run.root / rel) as tmp:
-            pq.write_table(pa.Table.from_batches(pending, CORPUS_SCHEMA), tmp, row_group_size=ROW_GROUP_ROWS)
-        parts.append(rel)
-        pending, pending_rows = [], 0
-
     bar = progress_bar("corpus", "docs", enabled=progress)
-    for batch in batches:
-        tokens = count_tokens(batch.texts)
-        index = np.arange(n, n + len(batch), dtype=np.int64)
-        pending.append(pa.record_batch([pa.array(index), pa.array(batch.ids, pa.string()),
-                                        pa.array(batch.texts, pa.string()), pa.array(tokens),
-                                        pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA))
-        token_chunks.append(tokens)
-        id_hashes.append(_hash_ids(batch.ids))
-        for g in batch.groups:
-            if g is not None:
-                groups[g] = groups.get(g, 0) + 1
-        n += len(batch)
-        pending_rows += len(batch)
-        bar.update(len(batch))
-        if pending_rows >= PART_ROWS:
-            flush()
+    if inputs and check_engine(engine) == "ray":
+        read = _read_on_ray(run.root, work_units(resolved), config, bar)
+    else:
+        read = _read_here(run.root, resolved if inputs else None, config, bar)
     bar.close()
+    shutil.rmtree(run.root / STAGING, ignore_errors=True)
+    n, stats = read.tokens.size, read.stats
     if n == 0:
         where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
         raise ClusterClipError(f"{where}: empty corpus: no usable documents"
                                + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
-    if pending:
-        flush()
     for stale in sorted((run.root / "corpus").glob("part-*.parquet")):
-        if f"corpus/{stale.name}" not in parts:
+        if f"corpus/{stale.name}" not in read.parts:
             stale.unlink()
-    tokens_all = np.concatenate(token_chunks)
-    duplicates = _count_duplicates(np.concatenate(id_hashes))
+    duplicates = _count_duplicates(read.id_hashes)
     if duplicates and config.id_field is not None:
         msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
         if config.on_bad_record == "error":
             raise ClusterClipError(f"{', '.join(map(str, inputs))}: {msg}; ids must be unique "
                                    "(or use --on-bad-record skip to keep them, counted)")
         log.warning("corpus: %s (kept)", msg)
-    save_npy(run.root / "tokens.npy", tokens_all)
+    save_npy(run.root / "tokens.npy", read.tokens)
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
     return run.write_record(
-        "corpus", cfg, inputs_hash, [*parts, "tokens.npy"], time.perf_counter() - t0,
-        count=n, tokens=int(tokens_all.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
-        duplicate_ids=int(duplicates), groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
-        inputs=fingerprint if inputs else [],
+        "corpus", cfg, inputs_hash, [*read.parts, "tokens.npy"], time.perf_counter() - t0,
+        count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
+        duplicate_ids=int(duplicates), groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
+        inputs=fingerprint if inputs else [], engine=engine if inputs else "local",
     )
+
+
+def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: CorpusConfig,
+               bar: Any) -> _Read:
+    """Read every document in this process (``resolved=None``: the default corpus) into the final parts."""
+    stats = ReadStats()
+    batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
+    writer = PartWriter(root, "corpus/part-", make_token_counter(config.tokenizer), PART_ROWS)
+    for batch in batches:
+        writer.add(batch)
+        bar.update(len(batch))
+    return writer.finish(stats)
+
+
+def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfig, part_rows: int) -> _Read:
+    """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
+    stats = ReadStats()
+    writer = PartWriter(Path(root), f"{STAGING}/unit-{unit_no:06d}-", make_token_counter(config.tokenizer), part_rows)
+    for batch in read_unit(unit, config, stats):
+        writer.add(batch)
+    return writer.finish(stats)
+
+
+def _assemble_part_task(root: str, rel: str, pieces: list[tuple[str, int, int]], first_index: int) -> None:
+    """Ray task: write final part ``rel`` from row ranges ``[start, stop)`` of staging parts, re-indexed."""
+    table = pa.concat_tables(pq.read_table(Path(root) / src).slice(start, stop - start)
+                             for src, start, stop in pieces)
+    index = pa.array(np.arange(first_index, first_index + table.num_rows, dtype=np.int64))
+    write_part(Path(root) / rel, table.set_column(0, "index", index))
+
+
+def _read_on_ray(root: Path, units: Sequence[WorkUnit], config: CorpusConfig, bar: Any) -> _Read:
+    """Read the work units with Ray tasks, then cut their staging parts into final parts of
+    ``PART_ROWS`` rows with global indices: the same parts, byte for byte, as :func:`_read_here`."""
+    from clusterclip.engines import ray_tasks
+
+    reads: list[_Read] = ray_tasks(
+        _read_unit_task, [(str(root), i, unit, config, PART_ROWS) for i, unit in enumerate(units)],
+        on_done=lambda r: bar.update(r.tokens.size))
+    staged = [(rel, size) for r in reads for rel, size in zip(r.parts, r.part_sizes, strict=True)]
+    n = sum(size for _, size in staged)
+    calls: list[tuple[str, str, list[tuple[str, int, int]], int]] = []
+    parts: list[str] = []
+    sizes: list[int] = []
+    src, offset = 0, 0
+    for first in range(0, n, PART_ROWS):
+        rel = f"corpus/part-{len(parts):05d}.parquet"
+        pieces, want = [], min(PART_ROWS, n - first)
+        while want:
+            name, size = staged[src]
+            take = min(want, size - offset)
+            pieces.append((name, offset, offset + take))
+            want -= take
+            offset += take
+            if offset == size:
+                src, offset = src + 1, 0
+        calls.append((str(root), rel, pieces, first))
+        parts.append(rel)
+        sizes.append(min(PART_ROWS, n - first))
+    ray_tasks(_assemble_part_task, calls)
+    stats = ReadStats()
+    groups: Counter[str] = Counter()
+    for r in reads:
+        stats.read += r.stats.read
+        stats.skipped += r.stats.skipped
+        stats.examples.extend(r.stats.examples[: 10 - len(stats.examples)])
+        groups.update(r.groups)
+    return _Read(parts, sizes, _concat([r.tokens for r in reads], np.int64),
+                 _concat([r.id_hashes for r in reads], np.uint64), groups, stats)
+
+
+def _concat(chunks: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
 
 
 def check_inputs_unchanged(run: RunDir) -> None:

@@ -1,7 +1,8 @@
-"""Execution engines for the embarrassingly parallel stages: embedding and cluster assignment.
+"""Execution engines for the embarrassingly parallel stages: reading, embedding and cluster assignment.
 
-``local`` runs in this process. ``ray`` runs the same computation on Ray Data: corpus parts are read
-with ``read_parquet``, embedded by a pool of actors (``map_batches`` with a callable class, one GPU per
+``local`` runs in this process. ``ray`` runs the same computation on Ray: input files are read by Ray
+tasks (:func:`ray_tasks`, see :func:`clusterclip.corpus.corpus_stage`); corpus parts are read
+with Ray Data's ``read_parquet``, embedded by a pool of actors (``map_batches`` with a callable class, one GPU per
 actor when the cluster has GPUs and the encoder can use one), and embedding shards are assigned to the
 nearest centroid by another actor pool. The driver only writes shards and labels, in document order
 (``preserve_order``), so both engines produce the same artifacts. Centroids are always trained on a
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,35 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
             ray.shutdown()
 
 
+def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
+              on_done: Callable[[Any], None] | None = None) -> list[Any]:
+    """Run ``fn(*args)`` for every ``args`` in ``calls`` as Ray tasks of one CPU each; results in call order.
+
+    ``on_done`` sees each result as its task finishes (for progress). A :class:`ClusterClipError` raised
+    inside a task (a bad record, say) is raised here as itself, and the tasks still pending are cancelled.
+    """
+    ray = _ray()
+    remote = ray.remote(num_cpus=1)(fn)
+    refs = [remote.remote(*args) for args in calls]
+    slot = {ref: i for i, ref in enumerate(refs)}
+    results: list[Any] = [None] * len(refs)
+    pending = refs
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            for ref in done:
+                results[slot[ref]] = ray.get(ref)
+                if on_done is not None:
+                    on_done(results[slot[ref]])
+    except ray.exceptions.RayTaskError as exc:
+        for ref in pending:
+            ray.cancel(ref)
+        if isinstance(exc.cause, ClusterClipError):
+            raise exc.cause from None
+        raise
+    return results
+
+
 def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:
     """Actors for a map stage: one per GPU, or one per CPU but one (reads need a CPU to run on)."""
     resources = ray.cluster_resources()
@@ -108,7 +138,9 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
     actors, gpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
     ds = ray.data.read_parquet([str(p) for p in parts]).select_columns(["index", "text"])
     if start_row:
-        ds = ds.filter(expr=f"index >= {int(start_row)}")
+        from ray.data.expressions import col
+
+        ds = ds.filter(expr=col("index") >= int(start_row))
     ds = ds.map_batches(_Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None),
                         batch_size=batch_rows, batch_format="numpy",
                         compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)

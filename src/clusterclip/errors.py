@@ -18,6 +18,9 @@ class BadRecordError(ClusterClipError):
         where = f"{source}:{location}" if location is not None else source
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, int | None, str]]:
+        return type(self), (self.source, self.location, self.problem)
+
 
 class InfeasiblePlanError(ClusterClipError):
     """The requested budget cannot be met under the repetition cap."""

@@ -43,7 +43,7 @@ def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: 
     """Corpus and embed stages (what ``clusterclip embed`` does)."""
     from clusterclip.embed import embed_stage
 
-    corpus_stage(run, inputs, corpus, force=force, progress=progress)
+    corpus_stage(run, inputs, corpus, force=force, progress=progress, engine=embed.engine)
     return embed_stage(run, embedder=embed.embedder, batch_size=embed.batch_size, shard_size=embed.shard_size,
                        force=force, progress=progress, device=embed.device, engine=embed.engine, **embed.extra)
 
