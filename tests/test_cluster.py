@@ -112,3 +112,25 @@ def test_k_larger_than_n_is_a_clear_error(tmp_path):
     run = fake_embed_run(tmp_path, x)
     with pytest.raises(ClusterClipError, match=r"--k 50 is larger than the number of documents \(10\)"):
         cluster_stage(run, ClusterConfig(k=50), progress=False)
+
+
+def test_training_moves_to_the_gpu_when_faiss_sees_one(monkeypatch):
+    """The faiss-gpu path cannot run in CI; check that a visible GPU is requested and the result kept."""
+    import faiss
+
+    requested = []
+
+    class RecordingKmeans(faiss.Kmeans):
+        def __init__(self, d, k, **kwargs):
+            requested.append(kwargs.pop("gpu", False))
+            super().__init__(d, k, **kwargs)
+
+    x, _ = planted([80, 60, 40])
+    cpu = fit_centroids(x, 3, seed=0)
+    monkeypatch.setattr(faiss, "Kmeans", RecordingKmeans)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    gpu = fit_centroids(x, 3, seed=0)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0)
+    fit_centroids(x, 3, seed=0)
+    assert requested == [True, False]
+    np.testing.assert_array_equal(gpu.centroids, cpu.centroids)

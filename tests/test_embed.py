@@ -296,7 +296,7 @@ def test_resume_ignores_shards_of_another_config(tmp_path: Path) -> None:
         E.load_embeddings(run), _hashing(seed=2).encode(_doc_texts(10)).astype(np.float16).astype(np.float32))
 
 
-def test_iter_embeddings_equals_load_embeddings(tmp_path: Path) -> None:
+def test_iter_and_gather_embeddings_equal_load_embeddings(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(23))
     E.embed_stage(run, "hashing", shard_size=5, progress=False, dim=32)
     full = E.load_embeddings(run)
@@ -305,6 +305,9 @@ def test_iter_embeddings_equals_load_embeddings(tmp_path: Path) -> None:
         assert all(b.dtype == np.float32 for b in blocks)
         assert [len(b) for b in blocks[:-1]] == [rows] * (len(blocks) - 1) and 0 < len(blocks[-1]) <= rows
         np.testing.assert_array_equal(np.concatenate(blocks), full)
+    for rows in ([], [0], [4, 5], [0, 3, 9, 10, 22], list(range(23))):
+        picked = np.asarray(rows, dtype=np.int64)
+        np.testing.assert_array_equal(E.gather_embeddings(run, picked), full[picked])
 
 
 def test_load_detects_modified_shard_and_missing_stage(tmp_path: Path) -> None:

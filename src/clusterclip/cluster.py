@@ -194,7 +194,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     holds the lock.
     """
     from clusterclip.corpus import check_inputs_unchanged
-    from clusterclip.embed import iter_embeddings
+    from clusterclip.embed import gather_embeddings, iter_embeddings
     from clusterclip.engines import check_engine, ray_assign
 
     config = config or ClusterConfig()
@@ -216,7 +216,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
 
     t0 = time.perf_counter()
     rows = sample_rows(n, k * config.points_per_centroid, config.seed)
-    sample = _gather_rows(run, rows)
+    sample = gather_embeddings(run, rows, verify=False)
     log.info("cluster: training %d centroids on a sample of %d of %d documents (%d per centroid)",
              k, len(rows), n, config.points_per_centroid)
     fit = fit_centroids(sample, k, config.seed, config.niter, config.nredo, config.init,
@@ -242,22 +242,6 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
         iterations=fit.iterations, fit_seconds=round(t_fit, 3), engine=engine,
         size_min=int(sizes.min()), size_median=float(np.median(sizes)), size_max=int(sizes.max()),
     )
-
-
-def _gather_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
-    from clusterclip.rundir import load_npy
-
-    rec = run.require("embed", verify=False)
-    out = []
-    start = 0
-    for path in (run.root / s["file"] for s in rec["shards"]):
-        shard = load_npy(path, mmap=True)
-        stop = start + shard.shape[0]
-        lo, hi = np.searchsorted(rows, [start, stop])
-        if hi > lo:
-            out.append(np.asarray(shard[rows[lo:hi] - start], dtype=np.float32))
-        start = stop
-    return np.concatenate(out)
 
 
 def _progress_blocks(blocks: Iterable[np.ndarray], total: int, enabled: bool) -> Iterator[np.ndarray]:

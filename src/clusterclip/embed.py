@@ -747,6 +747,19 @@ def load_embeddings(run: RunDir, dtype: Any = np.float32, verify: bool = True) -
     return out
 
 
+def gather_embeddings(run: RunDir, rows: np.ndarray, verify: bool = True) -> np.ndarray:
+    """Float32 embeddings of the documents ``rows`` (sorted indices), read from memory-mapped shards."""
+    rec, shards = _embed_shards(run, verify)
+    out = np.empty((len(rows), rec["dim"]), dtype=np.float32)
+    start = 0
+    for path, n in shards:
+        lo, hi = np.searchsorted(rows, [start, start + n])
+        if hi > lo:
+            out[lo:hi] = _load_shard(path, n, rec["dim"], mmap=True)[rows[lo:hi] - start]
+        start += n
+    return out
+
+
 def iter_embeddings(run: RunDir, batch_rows: int = 65536, verify: bool = True) -> Iterator[np.ndarray]:
     """Yield float32 blocks of ``batch_rows`` rows (the last one fewer) in document order.
 
