@@ -62,7 +62,6 @@ def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypat
 def _mixed_inputs(root):
     """Several work units of every kind: JSONL, gzip JSONL (with a bad line), Parquet, a .txt folder."""
     import gzip
-    import json
 
     import pyarrow as pa
     import pyarrow.parquet as pq
