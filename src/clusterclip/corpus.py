@@ -315,11 +315,17 @@ def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats) -> Ite
         yield batch
 
 
+def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
+    """Open a Parquet file for streaming. Pre-buffering is off: pyarrow's default pre-buffers every
+    requested column chunk of the file, so iterating a file would hold all of it in memory."""
+    return pq.ParquetFile(path, pre_buffer=False)
+
+
 def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
     """Stream a Parquet file by record batches; locations are 1-based row numbers."""
     source = str(path)
     try:
-        pf = pq.ParquetFile(path)
+        pf = open_parquet(path)
         names = pf.schema_arrow.names
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
@@ -801,7 +807,7 @@ def corpus_parts(run: RunDir) -> list[Path]:
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
     """Stream the corpus of a run directory in index order, only the given columns."""
     for part in corpus_parts(run):
-        yield from pq.ParquetFile(part).iter_batches(batch_size=batch_rows, columns=list(columns))
+        yield from open_parquet(part).iter_batches(batch_size=batch_rows, columns=list(columns))
 
 
 def read_column(run: RunDir, column: str) -> list[Any]:

@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from clusterclip.corpus import corpus_parts
+from clusterclip.corpus import corpus_parts, open_parquet
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import (
@@ -567,10 +567,8 @@ class _TextReader:
 
     @staticmethod
     def _iter(parts: Sequence[Path], skip: int, read_rows: int) -> Iterator[list[str]]:
-        import pyarrow.parquet as pq
-
         for part in parts:
-            pf = pq.ParquetFile(part)
+            pf = open_parquet(part)
             for rg in range(pf.num_row_groups):
                 rg_rows = pf.metadata.row_group(rg).num_rows
                 if skip >= rg_rows:

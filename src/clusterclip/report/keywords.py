@@ -437,10 +437,10 @@ def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: i
 
 
 def _batches(parts: Sequence[Path], columns: list[str], batch_size: int) -> Iterator[dict[str, list]]:
-    import pyarrow.parquet as pq
+    from clusterclip.corpus import open_parquet
 
     for part in parts:
-        pf = pq.ParquetFile(part)
+        pf = open_parquet(part)
         cols = [c for c in columns if c in pf.schema_arrow.names]
         for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
             yield {name: batch.column(name).to_pylist() for name in cols}
