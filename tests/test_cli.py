@@ -94,12 +94,14 @@ def test_stages_one_by_one(tmp_path, corpus, capsys):
     assert main(["cluster", out, "--k", "4", "-q"]) == 0
     assert main(["plan", out, "--strategy", "uniform", "--budget", "400", "-q"]) == 0
     assert main(["plan", out, "--strategy", "temperature", "--tau", "0.3", "-q"]) == 0
+    assert main(["plan", out, "--strategy", "uniform", "--budget", "400", "--order", "spread", "-q"]) == 0
     capsys.readouterr()
     assert main(["status", out, "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert len(status["plans"]) == 2
-    uniform = next(v for k, v in status["plans"].items() if k.startswith("uniform"))
-    assert uniform["config"]["budget"] == 400
+    assert len(status["plans"]) == 3
+    uniform = status["plans"]["uniform-Rinf-docs-B400-s0"]
+    assert uniform["config"]["budget"] == 400 and uniform["config"]["order"] == "equal-rate"
+    assert status["plans"]["uniform-Rinf-docs-B400-s0-spread"]["config"]["order"] == "spread"
 
 
 @pytest.mark.parametrize(

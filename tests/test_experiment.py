@@ -211,7 +211,10 @@ def test_strategy_specs_expand_the_cap_sweep() -> None:
     assert names == ["random", "uniform", "temperature-0.5", "clusterclip-R9", "clusterclip-R12"]
     shuffled = ExperimentConfig(strategies=("clusterclip-shuffled",), max_repeats=(9,)).strategy_specs()
     assert shuffled == [{"name": "clusterclip-shuffled-R9", "strategy": "clusterclip", "max_repeat": 9,
-                         "shuffle": True}]
+                         "order": "equal-rate", "shuffle": True}]
+    spread = ExperimentConfig(strategies=("clusterclip-spread",), max_repeats=(9,)).strategy_specs()
+    assert spread == [{"name": "clusterclip-spread-R9", "strategy": "clusterclip", "max_repeat": 9,
+                       "order": "spread", "shuffle": False}]
 
 
 def test_small_shares_see_what_the_end_of_training_holds() -> None:
@@ -260,15 +263,20 @@ def _toy_corpus(path: Path) -> Path:
 def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
     corpus = _toy_corpus(tmp_path / "toy.jsonl")
     out = tmp_path / "run"
-    cfg = quick_config(strategies=("random", "uniform", "clusterclip", "clusterclip-shuffled"), max_repeats=(5,))
+    cfg = quick_config(strategies=("random", "uniform", "clusterclip", "clusterclip-shuffled", "clusterclip-spread"),
+                       max_repeats=(5,))
     res = run_experiment([corpus], out, cfg)
     path = out / "experiment" / "results.json"
     saved = json.loads(path.read_text())
     assert saved["status"] == "complete"
-    assert set(saved["runs"]) == {"random/0", "uniform/0", "clusterclip-R5/0", "clusterclip-shuffled-R5/0"}
+    assert set(saved["runs"]) == {"random/0", "uniform/0", "clusterclip-R5/0", "clusterclip-shuffled-R5/0",
+                                  "clusterclip-spread-R5/0"}
     cc, shuffled = saved["runs"]["clusterclip-R5/0"], saved["runs"]["clusterclip-shuffled-R5/0"]
     assert shuffled["plan_stats"]["name"] == cc["plan_stats"]["name"] and shuffled["repeats"]["max"] <= 5
     assert shuffled["small_share"] == pytest.approx(cc["small_share"], abs=0.02)
+    spread = saved["runs"]["clusterclip-spread-R5/0"]
+    assert spread["plan_stats"]["name"] == cc["plan_stats"]["name"] + "-spread"
+    assert spread["small_share"] == pytest.approx(cc["small_share"], abs=0.02) and spread["repeats"]["max"] <= 5
     assert (out / "labels.npy").exists() and (out / "experiment" / "results.md").exists()
     for png in ("loss-curves.png", "per-domain.png", "domain-mixture.png"):
         assert (out / "experiment" / png).stat().st_size > 1000

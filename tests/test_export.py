@@ -15,7 +15,7 @@ from clusterclip.rundir import RunDir, atomic_path, save_npy
 from clusterclip.sampling import PlanConfig, plan_stage
 
 
-def _run(tmp_path, n=50, parts=2):
+def _run(tmp_path, n=50, parts=2, budget=130, pad=""):
     run = RunDir(tmp_path / "run")
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 4, n).astype(np.int32)
@@ -24,7 +24,7 @@ def _run(tmp_path, n=50, parts=2):
     for p in range(parts):
         idx = np.arange(bounds[p], bounds[p + 1])
         table = pa.table({"index": pa.array(idx, pa.int64()), "id": [f"f.jsonl:{i}" for i in idx],
-                          "text": [f"text of doc {i} ünï" for i in idx], "n_tokens": pa.array(idx + 1, pa.int64()),
+                          "text": [f"text of doc {i} ünï{pad}" for i in idx], "n_tokens": pa.array(idx + 1, pa.int64()),
                           "group": pa.nulls(idx.size, pa.string())})
         rel = f"corpus/part-{p:05d}.parquet"
         with atomic_path(run.path(rel)) as tmp:
@@ -34,7 +34,7 @@ def _run(tmp_path, n=50, parts=2):
     run.write_record("corpus", {}, "c", [*rels, "tokens.npy"], 0.0)
     save_npy(run.path("labels.npy"), labels)
     run.write_record("cluster", {}, "x", ["labels.npy"], 0.0)
-    cfg = PlanConfig(budget=130, seed=4)
+    cfg = PlanConfig(budget=budget, seed=4)
     plan_stage(run, cfg)
     return run, cfg, labels
 
@@ -67,11 +67,35 @@ def test_reexport_removes_stale_shards_and_defaults_to_only_plan(tmp_path):
     assert sorted(p.name for p in out.glob("part-*.jsonl")) == ["part-00000.jsonl", "part-00001.jsonl"]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_export_in_windows_when_the_corpus_exceeds_the_memory_limit(tmp_path, fmt):
+    """3 MiB of text with a 1 MiB limit: the corpus is read once per window, the output is unchanged."""
+    run, cfg, _ = _run(tmp_path, n=600, parts=3, budget=1800, pad=" " + "lorem ipsum " * 430)
+    whole = export_plan(run, cfg.name(), tmp_path / "whole", fmt=fmt, shard_size=64)
+    windowed = export_plan(run, cfg.name(), tmp_path / "windowed", fmt=fmt, shard_size=64, memory_mb=1)
+    assert [p.read_bytes() for p in windowed] == [p.read_bytes() for p in whole]
+    reads = [json.loads((tmp_path / d / "export.json").read_text())["corpus_reads"] for d in ("whole", "windowed")]
+    assert reads[0] == 1 and reads[1] >= 5
+
+
 def test_export_errors(tmp_path):
     run, cfg, _ = _run(tmp_path)
     with pytest.raises(ClusterClipError, match="'jsonl' or 'parquet'"):
         export_plan(run, cfg.name(), tmp_path / "o", fmt="csv")
     with pytest.raises(ClusterClipError, match="shard_size"):
         export_plan(run, cfg.name(), tmp_path / "o", shard_size=0)
+    with pytest.raises(ClusterClipError, match="memory_mb"):
+        export_plan(run, cfg.name(), tmp_path / "o", memory_mb=0)
     with pytest.raises(ClusterClipError, match="no finished plan"):
         export_plan(run, "missing", tmp_path / "o")
+
+
+def test_export_refuses_a_corpus_out_of_index_order(tmp_path):
+    run, cfg, _ = _run(tmp_path)
+    part = run.path("corpus/part-00001.parquet")
+    table = pq.read_table(part)
+    swapped = table.set_column(0, "index", pa.array(table.column("index").to_numpy()[::-1]))
+    with atomic_path(part) as tmp:
+        pq.write_table(swapped, tmp)
+    with pytest.raises(ClusterClipError, match="not in index order"):
+        export_plan(run, cfg.name(), tmp_path / "o")

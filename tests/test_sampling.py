@@ -214,6 +214,37 @@ def _check_prefix_balance_weighted(order, labels, draws, w):
     assert np.all(hi <= lo + 1e-9)
 
 
+@SETTINGS
+@given(corpora(), hs.sampled_from(["clusterclip", "uniform", "temperature"]), hs.integers(1, 4),
+       hs.floats(0, 1), hs.integers(0, 3), hs.sampled_from(["docs", "tokens"]))
+def test_spread_order_same_draws_each_cluster_even_over_the_run(corpus, strategy, cap, frac, seed, unit):
+    labels, tokens = corpus
+    n = labels.size
+    budget = round(frac * cap * (n if unit == "docs" else int(tokens.sum())))
+    kw = {"strategy": strategy, "budget": budget, "max_repeat": cap, "seed": seed, "budget_unit": unit}
+    paper = build_plan(labels, PlanConfig(**kw), tokens=tokens)
+    spread = build_plan(labels, PlanConfig(**kw, order="spread"), tokens=tokens, chunk_size=5)
+    assert np.array_equal(_counts(spread, n), _counts(paper, n)), "the same documents, as often"
+    _check_common(spread, labels, cap)
+    draws = spread.per_cluster["draws"]
+    # every cluster advances at its own constant rate: progress fractions stay within one draw of each other
+    _check_prefix_balance_weighted(np.asarray(spread.order), labels, draws, draws.astype(float))
+
+
+def test_spread_order_keeps_small_clusters_until_the_end():
+    labels = np.repeat(np.arange(4, dtype=np.int32), [4000, 800, 40, 8])
+    kw = {"budget": 6000, "max_repeat": 4}
+    paper = build_plan(labels, PlanConfig(**kw))
+    spread = build_plan(labels, PlanConfig(**kw, order="spread"))
+    last_tenth = slice(5400, 6000)
+    assert np.bincount(labels[paper.order[last_tenth]], minlength=4)[2:].tolist() == [0, 0]
+    late = np.bincount(labels[spread.order[last_tenth]], minlength=4)
+    assert late[2] == pytest.approx(160 / 10, abs=1) and late[3] == pytest.approx(32 / 10, abs=1)
+    assert (spread.mixture[0] - spread.mixture[-1]).max() <= 2, "the mixture is flat over training"
+    assert spread.per_cluster["exhausted_at"][3] > 5400
+    assert (paper.stats["order"], spread.stats["order"]) == ("equal-rate", "spread")
+
+
 def test_temperature_one_matches_natural_shares():
     labels = np.repeat(np.arange(3, dtype=np.int32), [10, 30, 60])
     plan = build_plan(labels, PlanConfig(strategy="temperature", tau=1.0, budget=200))
@@ -276,11 +307,13 @@ def test_token_quotas_equal_token_shares():
 
 @settings(max_examples=25, deadline=None)
 @given(corpora(), hs.sampled_from(["clusterclip", "uniform", "random", "temperature", "weights"]),
-       hs.integers(1, 9))
-def test_same_seed_same_bytes_any_chunk_size(corpus, strategy, chunk):
+       hs.integers(1, 9), hs.booleans())
+def test_same_seed_same_bytes_any_chunk_size(corpus, strategy, chunk, spread):
     labels, tokens = corpus
     n = labels.size
-    kw = {"weights": ((0, 3.0),)} if strategy == "weights" else {}
+    kw: dict = {"weights": ((0, 3.0),)} if strategy == "weights" else {}
+    if spread and strategy != "random":
+        kw["order"] = "spread"
     cfg = PlanConfig(strategy=strategy, budget=2 * n, max_repeat=3, seed=5, **kw)
     a = build_plan(labels, cfg, tokens=tokens, chunk_size=chunk)
     b = build_plan(labels, cfg, tokens=tokens)
@@ -358,6 +391,8 @@ def test_peak_memory_is_not_proportional_to_budget(tmp_path):
         ({"strategy": "weights", "weights": ((0, 1.0), (0, 2.0))}, "twice"),
         ({"seed": -3}, "seed"),
         ({"window": 0}, "window"),
+        ({"order": "zigzag"}, "unknown order"),
+        ({"strategy": "random", "order": "spread"}, "applies to the cluster strategies"),
     ],
 )
 def test_config_validation(kwargs, match):
@@ -428,12 +463,14 @@ def test_names_are_stable_and_unique():
         PlanConfig(strategy="temperature", tau=0.3).name(), PlanConfig(strategy="temperature", tau=0.7).name(),
         PlanConfig(strategy="weights", weights=((0, 2.0),)).name(),
         PlanConfig(strategy="weights", weights=((0, 3.0),)).name(), PlanConfig(budget_unit="tokens").name(),
-        PlanConfig(window=10).name(), PlanConfig(budget=5).name(),
+        PlanConfig(window=10).name(), PlanConfig(budget=5).name(), PlanConfig(order="spread").name(),
     }
-    assert len(names) == 10
+    assert len(names) == 11
+    assert PlanConfig(order="spread").name() == "clusterclip-R4-docs-Bepoch-s0-spread"
     assert all("/" not in n and " " not in n for n in names)
-    cfg = PlanConfig(strategy="weights", weights=((2, 1.5), (0, 0.0)), budget=9, seed=3)
-    assert PlanConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+    for cfg in (PlanConfig(strategy="weights", weights=((2, 1.5), (0, 0.0)), budget=9, seed=3),
+                PlanConfig(strategy="uniform", order="spread")):
+        assert PlanConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
 
 
 def test_load_weights_json_and_csv(tmp_path):

@@ -114,6 +114,10 @@ def _add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
     g.add_argument("--tau", type=float, default=0.5, help="temperature: cluster weight n_c**tau")
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
+    g.add_argument("--order", choices=("equal-rate", "spread"), default="equal-rate",
+                   help="equal-rate: the paper's schedule, balanced first, clipped clusters drop out as they run "
+                        "out; spread: the same draws with each cluster's spread evenly over the whole run "
+                        "(cluster strategies only; random ignores it)")
     g.add_argument("--seed", type=int, default=0, help="plan seed")
     g.add_argument("--window", type=int, default=None,
                    help="window (in draws) of the mixture statistics (default: budget/100)")
@@ -175,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="shard format")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--shard-size", type=int, default=100_000, help="documents per shard")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="corpus text held at once; a larger corpus is read once per window of the plan")
     _add_common(p)
     p.set_defaults(func=cmd_export)
 
@@ -226,7 +232,7 @@ def _plan_configs(a: argparse.Namespace, strategies: Sequence[str]):
             raise ClusterClipError("strategy 'weights' needs --weights FILE")
         out.append(PlanConfig(strategy=s, budget=a.budget, budget_unit=a.budget_unit, max_repeat=a.max_repeat,
                               tau=a.tau, weights=weights if s == "weights" else None, seed=a.seed,
-                              window=a.window))
+                              window=a.window, order="equal-rate" if s == "random" else a.order))
     return out
 
 
@@ -291,7 +297,8 @@ def cmd_export(a: argparse.Namespace) -> int:
     from clusterclip.export import export_plan
     from clusterclip.rundir import RunDir
 
-    written = export_plan(RunDir(a.run_dir), a.plan, a.out, fmt=a.format, shard_size=a.shard_size)
+    written = export_plan(RunDir(a.run_dir), a.plan, a.out, fmt=a.format, shard_size=a.shard_size,
+                          memory_mb=a.memory_mb)
     for path in written:
         print(path)
     return 0

@@ -1,11 +1,13 @@
 """Export a plan as the training stream itself: JSONL or Parquet shards of (text, id, index, cluster).
 
-The corpus texts are read once into an Arrow table holding only the ``id`` and ``text`` columns, and
-each shard is gathered from it with ``Table.take``. Memory is therefore about the size of the corpus
-text plus one shard, independent of the plan length (a plan may repeat documents many times). For
-corpora larger than RAM, train from the plan with ``clusterclip.torch.ClusterClipSampler`` over a
-map-style dataset instead of exporting. Every shard is written to a temporary file and renamed into
-place; ``export.json`` (written last) lists the shards.
+The plan is cut into windows of whole shards whose documents' text fits ``memory_mb`` (estimated from
+the corpus parts' metadata). For each window the distinct documents it draws are read from the corpus,
+only the row groups that hold them, and its shards are gathered from them with ``Table.take``. A
+corpus whose text fits the limit is therefore read once; a larger one once per window, so memory stays
+bounded by the limit plus one corpus part, whatever the corpus size and plan length. (For very large
+corpora, training from the plan with ``clusterclip.torch.ClusterClipSampler`` over a map-style dataset
+avoids the copy altogether.) Every shard is written to a temporary file and renamed into place;
+``export.json`` (written last) lists the shards.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -26,26 +29,59 @@ from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, atomic_w
 FORMATS = ("jsonl", "parquet")
 
 
-def _read_corpus(run: RunDir) -> pa.Table:
-    parts = sorted(run.path("corpus").glob("part-*.parquet"))
-    if not parts:
-        raise StaleArtifactError(f"{run.path('corpus')}: no part-*.parquet files; re-run the corpus stage")
-    tables = [pq.read_table(p, columns=["index", "id", "text"]) for p in parts]
-    table = pa.concat_tables(tables)
-    index = table.column("index").to_numpy()
-    if not np.array_equal(index, np.arange(table.num_rows)):
-        raise StaleArtifactError(f"{run.path('corpus')}: rows are not in index order 0..{table.num_rows - 1}; "
-                                 "re-run the corpus stage")
-    return table.drop_columns(["index"])
+class _CorpusIndex:
+    """Where each document lives: the corpus parts with their row groups' first rows, from metadata."""
+
+    def __init__(self, run: RunDir) -> None:
+        from clusterclip.corpus import corpus_parts, open_parquet
+
+        self.parts = corpus_parts(run)
+        if not self.parts:
+            raise StaleArtifactError(f"{run.path('corpus')}: no part-*.parquet files; re-run the corpus stage")
+        self.files = [open_parquet(p) for p in self.parts]
+        self.rg_starts: list[np.ndarray] = []
+        self.text_bytes = 0
+        start = 0
+        for pf in self.files:
+            md = pf.metadata
+            names = pf.schema_arrow.names
+            cols = [names.index(c) for c in ("id", "text")]
+            rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+            self.rg_starts.append(start + np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
+            self.text_bytes += sum(md.row_group(g).column(c).total_uncompressed_size
+                                   for g in range(md.num_row_groups) for c in cols)
+            start += sum(rows)
+        self.n = start
+
+    def gather(self, docs: np.ndarray) -> pa.Table:
+        """``id`` and ``text`` of ``docs`` (sorted, distinct indices), reading only the row groups holding them."""
+        tables = []
+        for pf, starts in zip(self.files, self.rg_starts, strict=True):
+            lo, hi = np.searchsorted(docs, [starts[0], starts[-1]])
+            if lo == hi:
+                continue
+            mine = docs[lo:hi]
+            rg = np.searchsorted(starts, mine, side="right") - 1
+            groups = np.unique(rg)
+            sizes = starts[groups + 1] - starts[groups]
+            first = np.zeros(len(starts) - 1, np.int64)
+            first[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
+            rows = table.take(pa.array(first[rg] + mine - starts[rg]))
+            if not np.array_equal(rows.column("index").to_numpy(), mine):
+                raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; re-run the corpus "
+                                         "stage")
+            tables.append(rows.drop_columns(["index"]))
+        return pa.concat_tables(tables)
 
 
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
-                fmt: str = "jsonl", shard_size: int = 100_000) -> list[Path]:
+                fmt: str = "jsonl", shard_size: int = 100_000, memory_mb: int = 4096) -> list[Path]:
     """Write the planned stream of ``plans/<plan_name>`` (the only plan when None) into ``out_dir``.
 
     Rows follow the plan order (repeats expanded) with columns ``text, id, index, cluster``; shards
     are ``part-00000.jsonl`` (or ``.parquet``) of ``shard_size`` rows, listed in ``out_dir/export.json``.
-    Returns the shard paths.
+    ``memory_mb`` bounds the corpus text held at once (see the module docstring). Returns the shard paths.
     """
     from clusterclip.torch import load_plan, resolve_plan_path
 
@@ -53,6 +89,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         raise ClusterClipError(f"unknown export format {fmt!r}; choose 'jsonl' or 'parquet'")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ClusterClipError(f"shard_size must be an integer >= 1, got {shard_size!r}")
+    if not isinstance(memory_mb, int) or memory_mb < 1:
+        raise ClusterClipError(f"memory_mb must be an integer >= 1, got {memory_mb!r}")
     run = run if isinstance(run, RunDir) else RunDir(run)
     t0 = time.perf_counter()
     plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
@@ -60,8 +98,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     run.require(f"plans/{name}/plan")
     run.require("corpus", verify=False)
     order = load_plan(plan_path)
-    table = _read_corpus(run)
-    n = table.num_rows
+    corpus = _CorpusIndex(run)
+    n = corpus.n
     if order.size and int(np.max(order)) >= n:
         raise StaleArtifactError(f"plan {name} refers to document {int(np.max(order))} but the corpus has {n}; "
                                  "re-run the plan stage")
@@ -69,24 +107,21 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    shards = []
-    for i, s in enumerate(range(0, order.shape[0], shard_size)):
-        idx = np.asarray(order[s:s + shard_size], dtype=np.int64)
-        rows = table.take(pa.array(idx))
-        cluster = pa.array(np.asarray(labels[idx], dtype=np.int64)) if labels is not None else pa.nulls(idx.size,
-                                                                                                          pa.int64())
-        shard = pa.table({"text": rows.column("text"), "id": rows.column("id"), "index": pa.array(idx),
-                          "cluster": cluster})
-        fname = f"part-{i:05d}.{fmt}"
-        if fmt == "parquet":
-            with atomic_path(out / fname) as tmp:
-                pq.write_table(shard, tmp)
-        else:
-            with atomic_write(out / fname, "w") as fh:
-                for rec in shard.to_pylist():
-                    fh.write(json.dumps(rec, ensure_ascii=False))
-                    fh.write("\n")
-        shards.append({"file": fname, "rows": int(idx.size)})
+    shards: list[dict[str, Any]] = []
+    limit = memory_mb * 2**20
+    if corpus.text_bytes <= limit:
+        window = max(order.shape[0], 1)
+    else:
+        window = max(1, int(limit / (corpus.text_bytes / n)) // shard_size) * shard_size
+    windows = 0
+    for w in range(0, order.shape[0], window):
+        block = np.asarray(order[w:w + window], dtype=np.int64)
+        docs, where = np.unique(block, return_inverse=True)
+        texts = corpus.gather(docs)
+        windows += 1
+        for s in range(0, block.size, shard_size):
+            shards.append(_write_shard(out, len(shards), fmt, block[s:s + shard_size],
+                                       texts.take(pa.array(where[s:s + shard_size])), labels))
     stale = re.compile(rf"part-(\d+)\.{fmt}$")
     for p in out.iterdir():
         m = stale.match(p.name)
@@ -94,6 +129,24 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
             p.unlink()
     manifest = {"plan": name, "run_dir": str(run.root), "format": fmt, "rows": int(order.shape[0]),
                 "columns": ["text", "id", "index", "cluster"], "shard_size": shard_size, "shards": shards,
-                "seconds": round(time.perf_counter() - t0, 3)}
+                "memory_mb": memory_mb, "corpus_reads": windows, "seconds": round(time.perf_counter() - t0, 3)}
     save_json(out / "export.json", manifest)
     return [out / sh["file"] for sh in shards]
+
+
+def _write_shard(out: Path, i: int, fmt: str, idx: np.ndarray, rows: pa.Table,
+                 labels: np.ndarray | None) -> dict[str, Any]:
+    cluster = (pa.array(np.asarray(labels[idx], dtype=np.int64)) if labels is not None
+               else pa.nulls(idx.size, pa.int64()))
+    shard = pa.table({"text": rows.column("text"), "id": rows.column("id"), "index": pa.array(idx),
+                      "cluster": cluster})
+    fname = f"part-{i:05d}.{fmt}"
+    if fmt == "parquet":
+        with atomic_path(out / fname) as tmp:
+            pq.write_table(shard, tmp)
+    else:
+        with atomic_write(out / fname, "w") as fh:
+            for rec in shard.to_pylist():
+                fh.write(json.dumps(rec, ensure_ascii=False))
+                fh.write("\n")
+    return {"file": fname, "rows": int(idx.size)}

@@ -9,7 +9,9 @@ for a whole training run (repeats expanded), following ClusterClip Sampling (DES
   repeat counts differ by at most one and no document exceeds the cap ``R``;
 * **order** by the equal-rate construction: cluster ``c``'s ``k``-th draw at virtual time
   ``(k + u_c) / w_c`` (``u_c`` a seeded jitter in [0, 1)), all draws merged by time, so exhausted
-  clusters drop out and the mixture drifts from balanced towards natural.
+  clusters drop out and the mixture drifts from balanced towards natural. ``order="spread"`` uses
+  ``(k + u_c) / q_c`` instead: the same draws, each cluster's spread evenly over the whole run, so the
+  mixture is the same at every point of training.
 
 Everything is a function of the inputs and ``config.seed`` (no global RNG): equal inputs give equal
 bytes, independently of ``chunk_size``. The plan is produced in chunks; besides the output, memory is
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
 BUDGET_UNITS = ("docs", "tokens")
+ORDERS = ("equal-rate", "spread")
 DEFAULT_MAX_REPEAT = 4
 DEFAULT_CHUNK = 1 << 20
 BLOCK = 1024
@@ -71,6 +74,7 @@ class PlanConfig:
     weights: tuple[tuple[int, float], ...] | None = None
     seed: int = 0
     window: int | None = None
+    order: str = "equal-rate"
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -88,6 +92,11 @@ class PlanConfig:
             raise PlanConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.window is not None and (not _is_int(self.window) or self.window < 1):
             raise PlanConfigError(f"window must be an integer >= 1 draws (or None), got {self.window!r}")
+        if self.order not in ORDERS:
+            raise PlanConfigError(f"unknown order {self.order!r}; choose one of {', '.join(ORDERS)}")
+        if self.order != "equal-rate" and self.strategy == "random":
+            raise PlanConfigError(f"order {self.order!r} applies to the cluster strategies, not 'random' "
+                                  "(which is epochs of permutations)")
         if self.strategy == "weights":
             if self.weights is None:
                 raise PlanConfigError("strategy 'weights' needs per-cluster weights (see load_weights)")
@@ -114,6 +123,7 @@ class PlanConfig:
             "weights": [[c, w] for c, w in self.weights] if self.weights is not None else None,
             "seed": int(self.seed),
             "window": None if self.window is None else int(self.window),
+            "order": self.order,
         }
 
     def name(self) -> str:
@@ -131,6 +141,8 @@ class PlanConfig:
         parts.append(f"s{int(self.seed)}")
         if self.window is not None:
             parts.append(f"win{int(self.window)}")
+        if self.order != "equal-rate":
+            parts.append(self.order)
         return "-".join(parts)
 
     @classmethod
@@ -140,7 +152,7 @@ class PlanConfig:
                    budget_unit=obj.get("budget_unit", "docs"), max_repeat=obj.get("max_repeat"),
                    tau=0.5 if obj.get("tau") is None else obj["tau"],
                    weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
-                   seed=obj.get("seed", 0), window=obj.get("window"))
+                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", "equal-rate"))
 
 
 def _is_int(x: Any) -> bool:
@@ -699,12 +711,14 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
             return
         if passes is None:
             return
-        if not token_mode and _equal_weights(st):
+        if config.order == "equal-rate" and not token_mode and _equal_weights(st):
             _emit_rounds(st, passes, writer, stats_acc, chunk_size)
         else:
             scale = np.full(k, np.inf)
             has = st.draws > 0
-            if token_mode:
+            if config.order == "spread":
+                scale[has] = 1.0 / st.draws[has]
+            elif token_mode:
                 mean_len = st.unit_sizes[has] / st.sizes[has]
                 scale[has] = mean_len / st.weights[has]
             else:
@@ -928,6 +942,7 @@ def _summary(st: _Setup, config: PlanConfig, per: dict[str, np.ndarray], hist: n
         "budget": st.budget,
         "max_repeat": st.cap,
         "tau": float(config.tau) if config.strategy == "temperature" else None,
+        "order": config.order,
         "seed": int(config.seed),
         "length": length,
         "draws": length,

@@ -62,8 +62,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k", type=int, default=None, help="number of clusters (24)")
     g = p.add_argument_group("sampling")
     g.add_argument("--strategies", type=_strs, default=None,
-                   help="comma-separated: random, uniform, temperature, clusterclip, and the diagnostic "
-                        "clusterclip-shuffled (ClusterClip's draws in random order) (the first four)")
+                   help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread "
+                        "(the planner's --order spread), and the diagnostic clusterclip-shuffled (ClusterClip's "
+                        "draws in random order) (the first four)")
     g.add_argument("--passes", type=float, default=None,
                    help="token budget in passes over the training split (6); --max-repeat must exceed it")
     g.add_argument("--max-repeat", type=_ints, default=None, help="clusterclip caps to sweep, comma-separated (9,12)")

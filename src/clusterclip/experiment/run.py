@@ -81,7 +81,7 @@ class ExperimentConfig:
 
     def validate(self) -> None:
         """Reject options that cannot give a meaningful comparison, with the fix in the message."""
-        known = ("random", "uniform", "temperature", "clusterclip", "clusterclip-shuffled")
+        known = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
         bad = [s for s in self.strategies if s not in known]
         if bad or not self.strategies:
             raise ClusterClipError(f"unknown strategies {bad}; choose from {', '.join(known)}")
@@ -89,7 +89,7 @@ class ExperimentConfig:
             raise ClusterClipError("seeds must be a non-empty list of integers >= 0")
         if self.passes <= 0:
             raise ClusterClipError(f"--passes must be > 0, got {self.passes}")
-        if {"clusterclip", "clusterclip-shuffled"} & set(self.strategies):
+        if any(s.startswith("clusterclip") for s in self.strategies):
             if not self.max_repeats:
                 raise ClusterClipError("clusterclip needs at least one --max-repeat value")
             low = [r for r in self.max_repeats if r <= self.passes]
@@ -122,6 +122,7 @@ class ExperimentConfig:
         for s in self.strategies:
             if s.startswith("clusterclip"):
                 specs += [{"name": f"{s}-R{r}", "strategy": "clusterclip", "max_repeat": int(r),
+                           "order": "spread" if s.endswith("spread") else "equal-rate",
                            "shuffle": s.endswith("shuffled")} for r in self.max_repeats]
             elif s == "temperature":
                 specs.append({"name": f"temperature-{self.tau:g}", "strategy": s, "tau": float(self.tau)})
@@ -383,7 +384,8 @@ def run_experiment(
                     continue
                 t0 = time.perf_counter()
                 plan_cfg = PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit="tokens",
-                                      max_repeat=spec.get("max_repeat"), tau=spec.get("tau", 0.5), seed=seed)
+                                      max_repeat=spec.get("max_repeat"), tau=spec.get("tau", 0.5), seed=seed,
+                                      order=spec.get("order", "equal-rate"))
                 plan = build_plan(prep.labels, plan_cfg, tokens=train.lengths, n_clusters=k)
                 order = np.asarray(plan.order, dtype=np.int64)
                 if spec.get("shuffle"):
