@@ -113,6 +113,7 @@ def test_ray_corpus_stage_reports_a_bad_record_in_one_line(tmp_path, ray_local):
         corpus_stage(RunDir(tmp_path / "ray"), inputs, progress=False, engine="ray")
     assert "\n" not in str(info.value)
     assert RunDir(tmp_path / "ray").record("corpus") is None
+    assert not (tmp_path / "ray" / "corpus" / ".staging").exists()
 
 
 def test_unknown_engine_is_rejected():

@@ -662,12 +662,14 @@ def corpus_stage(
     shutil.rmtree(run.root / STAGING, ignore_errors=True)
     (run.root / "corpus").mkdir(parents=True, exist_ok=True)
     bar = progress_bar("corpus", "docs", enabled=progress)
-    if inputs and check_engine(engine) == "ray":
-        read = _read_on_ray(run.root, work_units(resolved), config, bar)
-    else:
-        read = _read_here(run.root, resolved if inputs else None, config, bar)
-    bar.close()
-    shutil.rmtree(run.root / STAGING, ignore_errors=True)
+    try:
+        if inputs and check_engine(engine) == "ray":
+            read = _read_on_ray(run.root, work_units(resolved), config, bar)
+        else:
+            read = _read_here(run.root, resolved if inputs else None, config, bar)
+    finally:
+        bar.close()
+        shutil.rmtree(run.root / STAGING, ignore_errors=True)
     n, stats = read.tokens.size, read.stats
     if n == 0:
         where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
