@@ -639,8 +639,8 @@ def corpus_stage(
     Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. With
     ``engine="ray"`` the work units (input files, datasets, runs of ``.txt`` files) are read by Ray tasks
     in parallel and the parts are assembled in document order; the artifacts are byte-identical to the
-    local engine's. The run directory must then be on storage every Ray node can reach. Returns the
-    stage record. The caller holds the run-directory lock.
+    local engine's. The run directory must then be on storage every Ray node can reach. The small
+    default corpus is always read here. Returns the stage record. The caller holds the run-directory lock.
     """
     if inputs:
         resolved = expand_inputs(inputs)
