@@ -137,3 +137,27 @@ def test_encoder_actors_take_one_gpu_each_when_the_cluster_has_gpus():
     assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 0.0) == (63, 0.0), "assignment stays on CPUs"
     assert _pool_size(FakeRay({"CPU": 16.0}), 1.0) == (15, 0.0), "no GPU: one actor per CPU but one"
     assert _pool_size(FakeRay({"CPU": 1.0}), 0.0) == (1, 0.0)
+
+
+def test_ray_tasks_keep_call_order_and_surface_errors(ray_local):
+    from clusterclip.engines import ray_tasks
+
+    def square_slowly(i):
+        import time
+
+        time.sleep(0.05 * (5 - i))
+        return i * i
+
+    seen = []
+    assert ray_tasks(square_slowly, [(i,) for i in range(5)], on_done=seen.append) == [0, 1, 4, 9, 16]
+    assert sorted(seen) == [0, 1, 4, 9, 16]
+
+    def fail(kind):
+        if kind == "user":
+            raise ClusterClipError("data.jsonl:3: invalid JSON")
+        raise ZeroDivisionError("a bug")
+
+    with pytest.raises(ClusterClipError, match=r"^data\.jsonl:3: invalid JSON$"):
+        ray_tasks(fail, [("user",)])
+    with pytest.raises(ZeroDivisionError):
+        ray_tasks(fail, [("bug",)])
