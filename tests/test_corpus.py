@@ -204,3 +204,27 @@ def test_empty_corpus_and_duplicates(tmp_path):
         corpus_stage(run, [dup], CorpusConfig(id_field="id"), progress=False)
     rec = corpus_stage(run, [dup], CorpusConfig(id_field="id", on_bad_record="skip"), progress=False)
     assert rec["duplicate_ids"] == 1 and rec["count"] == 2
+
+
+def test_large_parquet_splits_into_row_group_runs_that_read_the_same(tmp_path, monkeypatch):
+    import clusterclip.corpus as corpus
+
+    texts = [f"row {i} of a large file" for i in range(47)]
+    texts[25] = None
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=6)
+    monkeypatch.setattr(corpus, "PARQUET_ROWS_PER_UNIT", 20)
+    resolved = expand_inputs([path])
+    units = corpus.work_units(resolved, split=True)
+    assert [u.row_groups for u in units] == [(0, 4), (4, 8)], "runs of >= 20 rows, the rest in the last"
+    assert corpus.work_units(resolved) == [corpus.WorkUnit(path, "parquet")], "no split unless asked"
+
+    whole, split = ReadStats(), ReadStats()
+    expected = [(i, t) for b in iter_documents(resolved, ReadOptions(on_bad_record="skip"), whole)
+                for i, t in zip(b.ids, b.texts, strict=True)]
+    got = [(i, t) for u in units for b in corpus.read_unit(u, ReadOptions(on_bad_record="skip"), split)
+           for i, t in zip(b.ids, b.texts, strict=True)]
+    assert got == expected and len(got) == 46 and got[-1][0] == "big.parquet:47"
+    assert split.examples == whole.examples and "big.parquet:26" in split.examples[0]
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    assert [u.row_groups for u in corpus.work_units(expand_inputs([tmp_path / "bad.parquet"]), split=True)] == [None]

@@ -60,7 +60,8 @@ def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypat
 
 
 def _mixed_inputs(root):
-    """Several work units of every kind: JSONL, gzip JSONL (with a bad line), Parquet, a .txt folder."""
+    """Several work units of every kind: JSONL, gzip JSONL (with a bad line), Parquet in row groups of
+    10 (with a null text in row 33), a .txt folder."""
     import gzip
 
     import pyarrow as pa
@@ -73,9 +74,10 @@ def _mixed_inputs(root):
         lines = second.read_text().splitlines()
         fh.write("\n".join([*lines[:10], "{not json", *lines[10:]]) + "\n")
     second.unlink()
-    pq.write_table(pa.table({"id": [f"pq-{i}" for i in range(45)], "text": [f"parquet row {i} about rigging and "
-                             "sails on a long voyage" for i in range(45)], "domain": ["sailing"] * 45}),
-                   root / "c.parquet")
+    texts = [f"parquet row {i} about rigging and sails on a long voyage" for i in range(45)]
+    texts[32] = None
+    pq.write_table(pa.table({"id": [f"pq-{i}" for i in range(45)], "text": texts, "domain": ["sailing"] * 45}),
+                   root / "c.parquet", row_group_size=10)
     (root / "notes").mkdir()
     for i in range(23):
         (root / "notes" / f"n{i:02d}.txt").write_text(f"note {i}: orbits, telescopes and the night sky")
@@ -89,17 +91,20 @@ def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, mo
     monkeypatch.setattr(clusterclip.corpus, "PART_ROWS", 40)
     monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 16)
     monkeypatch.setattr(clusterclip.corpus, "TXT_FILES_PER_UNIT", 10)
+    monkeypatch.setattr(clusterclip.corpus, "PARQUET_ROWS_PER_UNIT", 15)
     inputs = _mixed_inputs(tmp_path / "in")
     config = CorpusConfig(id_field="id", on_bad_record="skip")
     local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False)
     remote = corpus_stage(RunDir(tmp_path / "ray"), inputs, config, progress=False, engine="ray")
 
-    assert local["count"] == remote["count"] == 70 + 25 + 50 + 45 + 23
+    assert len(clusterclip.corpus.work_units(clusterclip.corpus.expand_inputs(inputs), split=True)) == 1 + 1 + 3 + 3
+    assert local["count"] == remote["count"] == 70 + 25 + 50 + 44 + 23
     assert len(remote["artifacts"]) == 1 + -(-remote["count"] // 40), "parts of exactly PART_ROWS rows"
     assert remote["artifacts"] == local["artifacts"], "byte-identical parts and tokens.npy"
     for key in ("tokens", "skipped", "skipped_examples", "groups", "duplicate_ids"):
         assert remote[key] == local[key], key
-    assert remote["skipped"] == 1 and "b.jsonl.gz:11" in remote["skipped_examples"][0]
+    assert remote["skipped"] == 2 and "b.jsonl.gz:11" in remote["skipped_examples"][0]
+    assert "c.parquet:33" in remote["skipped_examples"][1]
     assert remote["engine"] == "ray"
     assert not (tmp_path / "ray" / "corpus" / ".staging").exists()
 
@@ -152,12 +157,20 @@ def test_ray_tasks_keep_call_order_and_surface_errors(ray_local):
     assert ray_tasks(square_slowly, [(i,) for i in range(5)], on_done=seen.append) == [0, 1, 4, 9, 16]
     assert sorted(seen) == [0, 1, 4, 9, 16]
 
-    def fail(kind):
-        if kind == "user":
-            raise ClusterClipError("data.jsonl:3: invalid JSON")
-        raise ZeroDivisionError("a bug")
+    def fail(kind, delay=0.0):
+        import time
+
+        time.sleep(delay)
+        if kind == "ok":
+            return kind
+        if kind == "bug":
+            raise ZeroDivisionError("a bug")
+        raise ClusterClipError(f"{kind}: invalid JSON")
 
     with pytest.raises(ClusterClipError, match=r"^data\.jsonl:3: invalid JSON$"):
-        ray_tasks(fail, [("user",)])
+        ray_tasks(fail, [("data.jsonl:3",)])
     with pytest.raises(ZeroDivisionError):
         ray_tasks(fail, [("bug",)])
+    # the first failure in call order wins, even when a later call fails sooner
+    with pytest.raises(ClusterClipError, match=r"^first\.jsonl:1: "):
+        ray_tasks(fail, [("ok",), ("first.jsonl:1", 1.0), ("ok",), ("later.jsonl:9", 0.0)])

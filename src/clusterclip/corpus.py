@@ -48,6 +48,7 @@ DEFAULT_CORPUS = "stdlib-docstrings"
 BATCH_ROWS = 2048
 PART_ROWS = 50_000
 TXT_FILES_PER_UNIT = 10_000
+PARQUET_ROWS_PER_UNIT = 1_000_000
 STAGING = "corpus/.staging"
 ROW_GROUP_ROWS = 2048
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -321,8 +322,10 @@ def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
     return pq.ParquetFile(path, pre_buffer=False)
 
 
-def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
-    """Stream a Parquet file by record batches; locations are 1-based row numbers."""
+def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats,
+                 row_groups: tuple[int, int] | None = None) -> Iterator[DocBatch]:
+    """Stream a Parquet file (or its row groups ``[first, stop)``) by record batches; locations are
+    1-based row numbers in the file."""
     source = str(path)
     try:
         pf = open_parquet(path)
@@ -338,9 +341,11 @@ def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[Do
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")
     columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in names]
-    row = 0
+    first, stop = row_groups if row_groups is not None else (0, pf.num_row_groups)
+    row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
     try:
-        for rb in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(dict.fromkeys(columns))):
+        for rb in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, stop)),
+                                  columns=list(dict.fromkeys(columns))):
             cols = rb.to_pydict()
             batch = DocBatch()
             for j in range(rb.num_rows):
@@ -426,25 +431,51 @@ def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """A piece of the input that one worker reads on its own: a file, a Hugging Face dataset, or a run
-    of up to ``TXT_FILES_PER_UNIT`` files of a ``.txt`` folder (``files``, ids relative to ``path``)."""
+    """A piece of the input that one worker reads on its own: a file, a Hugging Face dataset, a run of
+    up to ``TXT_FILES_PER_UNIT`` files of a ``.txt`` folder (``files``, ids relative to ``path``), or
+    the row groups ``[first, stop)`` of a large Parquet file (``row_groups``)."""
 
     path: Path
     fmt: str
     files: tuple[Path, ...] = ()
+    row_groups: tuple[int, int] | None = None
 
 
-def work_units(inputs: Sequence[tuple[Path, str]]) -> list[WorkUnit]:
-    """Split resolved inputs into work units, in document order."""
+def work_units(inputs: Sequence[tuple[Path, str]], split: bool = False) -> list[WorkUnit]:
+    """Split resolved inputs into work units, in document order. With ``split``, a Parquet file of more
+    than ``PARQUET_ROWS_PER_UNIT`` rows becomes one unit per run of row groups holding about that many
+    (reading its footer here; a file whose footer cannot be read stays whole, for the reader to report)."""
     units: list[WorkUnit] = []
     for path, fmt in inputs:
         if fmt == "txtdir":
             files = sorted(p for p in path.rglob("*.txt") if p.is_file())
             units.extend(WorkUnit(path, fmt, tuple(files[i:i + TXT_FILES_PER_UNIT]))
                          for i in range(0, len(files), TXT_FILES_PER_UNIT))
+        elif fmt == "parquet" and split:
+            units.extend(WorkUnit(path, fmt, row_groups=r) for r in _row_group_runs(path, PARQUET_ROWS_PER_UNIT))
         else:
             units.append(WorkUnit(path, fmt))
     return units
+
+
+def _row_group_runs(path: Path, rows_per_run: int) -> list[tuple[int, int] | None]:
+    """Consecutive row-group ranges of about ``rows_per_run`` rows each (``[None]``: read the file whole)."""
+    try:
+        md = pq.read_metadata(path)
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
+        return [None]
+    if md.num_rows <= rows_per_run or md.num_row_groups < 2:
+        return [None]
+    runs: list[tuple[int, int] | None] = []
+    first, rows = 0, 0
+    for g in range(md.num_row_groups):
+        rows += md.row_group(g).num_rows
+        if rows >= rows_per_run:
+            runs.append((first, g + 1))
+            first, rows = g + 1, 0
+    if first < md.num_row_groups:
+        runs.append((first, md.num_row_groups))
+    return runs
 
 
 def read_unit(unit: WorkUnit, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
@@ -453,7 +484,7 @@ def read_unit(unit: WorkUnit, opts: ReadOptions, stats: ReadStats) -> Iterator[D
     if fmt.startswith("jsonl"):
         yield from read_jsonl(path, fmt, opts, stats)
     elif fmt == "parquet":
-        yield from read_parquet(path, opts, stats)
+        yield from read_parquet(path, opts, stats, unit.row_groups)
     elif fmt == "txt":
         yield from read_txt_files([path], path.parent, opts, stats)
     elif fmt == "txtdir":
@@ -637,7 +668,8 @@ def corpus_stage(
     """Read ``inputs`` (or the default corpus) into ``corpus/part-*.parquet`` and ``tokens.npy``.
 
     Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. With
-    ``engine="ray"`` the work units (input files, datasets, runs of ``.txt`` files) are read by Ray tasks
+    ``engine="ray"`` the work units (input files, datasets, runs of ``.txt`` files, runs of row groups of
+    large Parquet files) are read by Ray tasks
     in parallel and the parts are assembled in document order; the artifacts are byte-identical to the
     local engine's. The run directory must then be on storage every Ray node can reach. The small
     default corpus is always read here. Returns the stage record. The caller holds the run-directory lock.
@@ -664,7 +696,7 @@ def corpus_stage(
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
         if inputs and check_engine(engine) == "ray":
-            read = _read_on_ray(run.root, work_units(resolved), config, bar)
+            read = _read_on_ray(run.root, work_units(resolved, split=True), config, bar)
         else:
             read = _read_here(run.root, resolved if inputs else None, config, bar)
     finally:

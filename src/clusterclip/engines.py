@@ -77,28 +77,38 @@ def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
               on_done: Callable[[Any], None] | None = None) -> list[Any]:
     """Run ``fn(*args)`` for every ``args`` in ``calls`` as Ray tasks of one CPU each; results in call order.
 
-    ``on_done`` sees each result as its task finishes (for progress). A :class:`ClusterClipError` raised
-    inside a task (a bad record, say) is raised here as itself, and the tasks still pending are cancelled.
+    ``on_done`` sees each result as its task finishes (for progress). When tasks fail, the error of the
+    first failing call in call order is raised (what a sequential run would have hit first), a
+    :class:`ClusterClipError` (a bad record, say) as itself; tasks after it are cancelled.
     """
     ray = _ray()
     remote = ray.remote(num_cpus=1)(fn)
     refs = [remote.remote(*args) for args in calls]
     slot = {ref: i for i, ref in enumerate(refs)}
     results: list[Any] = [None] * len(refs)
+    failed: dict[int, Exception] = {}
     pending = refs
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-            for ref in done:
+    while pending:
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        for ref in done:
+            try:
                 results[slot[ref]] = ray.get(ref)
-                if on_done is not None:
-                    on_done(results[slot[ref]])
-    except ray.exceptions.RayTaskError as exc:
-        for ref in pending:
-            ray.cancel(ref)
+            except ray.exceptions.RayTaskError as exc:
+                failed[slot[ref]] = exc
+                continue
+            if on_done is not None:
+                on_done(results[slot[ref]])
+        if failed:
+            first = min(failed)
+            for ref in pending:
+                if slot[ref] > first:
+                    ray.cancel(ref)
+            pending = [ref for ref in pending if slot[ref] < first]
+    if failed:
+        exc = failed[min(failed)]
         if isinstance(exc.cause, ClusterClipError):
             raise exc.cause from None
-        raise
+        raise exc
     return results
 
 
