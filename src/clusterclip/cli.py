@@ -27,6 +27,7 @@ examples:
   clusterclip embed data.parquet --out runs/web --embedder minilm
   clusterclip cluster runs/web --k 500
   clusterclip plan runs/web --strategy clusterclip --max-repeat 4 --budget 2000000 --budget-unit tokens
+  clusterclip plan runs/web --strategy clusterclip --order spread
   clusterclip report runs/web
 """
 
