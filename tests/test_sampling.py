@@ -245,6 +245,14 @@ def test_spread_order_keeps_small_clusters_until_the_end():
     assert (paper.stats["order"], spread.stats["order"]) == ("equal-rate", "spread")
 
 
+def test_time_order_is_the_stable_order_with_or_without_ties():
+    from clusterclip.sampling import _argsort_by_time
+
+    rng = np.random.default_rng(0)
+    for times in (np.array([1.0, 0.5, 1.0, 0.5, 0.25]), rng.random(1000), rng.integers(0, 50, 1000) / 7):
+        assert np.array_equal(_argsort_by_time(times), np.argsort(times, kind="stable"))
+
+
 def test_temperature_one_matches_natural_shares():
     labels = np.repeat(np.arange(3, dtype=np.int32), [10, 30, 60])
     plan = build_plan(labels, PlanConfig(strategy="temperature", tau=1.0, budget=200))
