@@ -228,3 +228,32 @@ def test_large_parquet_splits_into_row_group_runs_that_read_the_same(tmp_path, m
     assert split.examples == whole.examples and "big.parquet:26" in split.examples[0]
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     assert [u.row_groups for u in corpus.work_units(expand_inputs([tmp_path / "bad.parquet"]), split=True)] == [None]
+
+
+def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkeypatch):
+    """Every range size from 1 byte up: boundaries inside lines, at line starts, on blank lines."""
+    import clusterclip.corpus as corpus
+
+    lines = [json.dumps({"text": f"document number {i} " + "word " * (i % 7)}) for i in range(12)]
+    lines[4] = ""
+    lines[7] = "{broken"
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(lines))  # no newline after the last line
+    resolved = expand_inputs([path])
+    opts = ReadOptions(on_bad_record="skip")
+    whole = ReadStats()
+    expected = [(i, t) for b in iter_documents(resolved, opts, whole) for i, t in zip(b.ids, b.texts, strict=True)]
+    assert len(expected) == 10 and expected[-1][0] == "big.jsonl:12"
+    for size in range(1, path.stat().st_size + 2):
+        monkeypatch.setattr(corpus, "JSONL_BYTES_PER_UNIT", size)
+        units = corpus.work_units(resolved, split=True)
+        counts = [corpus.count_newlines(u.path, *u.byte_range) for u in units if u.byte_range is not None]
+        assert sum(counts) == (11 if path.stat().st_size > size else 0), "files up to the size stay whole"
+        stats = ReadStats()
+        got = [(i, t) for u in corpus.number_lines(units, counts)
+               for b in corpus.read_unit(u, opts, stats) for i, t in zip(b.ids, b.texts, strict=True)]
+        assert got == expected, size
+        assert stats.examples == whole.examples and "big.jsonl:8" in stats.examples[0]
+    gz = write_jsonl(tmp_path / "big.jsonl.gz", RECORDS * 50, gzip.open)
+    monkeypatch.setattr(corpus, "JSONL_BYTES_PER_UNIT", 10)
+    assert corpus.work_units(expand_inputs([gz]), split=True) == [corpus.WorkUnit(gz, "jsonl+gzip")], "not seekable"

@@ -92,12 +92,16 @@ def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, mo
     monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 16)
     monkeypatch.setattr(clusterclip.corpus, "TXT_FILES_PER_UNIT", 10)
     monkeypatch.setattr(clusterclip.corpus, "PARQUET_ROWS_PER_UNIT", 15)
+    monkeypatch.setattr(clusterclip.corpus, "JSONL_BYTES_PER_UNIT", 3000)
     inputs = _mixed_inputs(tmp_path / "in")
     config = CorpusConfig(id_field="id", on_bad_record="skip")
     local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False)
     remote = corpus_stage(RunDir(tmp_path / "ray"), inputs, config, progress=False, engine="ray")
 
-    assert len(clusterclip.corpus.work_units(clusterclip.corpus.expand_inputs(inputs), split=True)) == 1 + 1 + 3 + 3
+    a_ranges = -(-inputs[0].stat().st_size // 3000)
+    assert a_ranges > 2
+    units = clusterclip.corpus.work_units(clusterclip.corpus.expand_inputs(inputs), split=True)
+    assert len(units) == a_ranges + 1 + 3 + 3, "a.jsonl in byte ranges, c.parquet in row-group runs"
     assert local["count"] == remote["count"] == 70 + 25 + 50 + 44 + 23
     assert len(remote["artifacts"]) == 1 + -(-remote["count"] // 40), "parts of exactly PART_ROWS rows"
     assert remote["artifacts"] == local["artifacts"], "byte-identical parts and tokens.npy"

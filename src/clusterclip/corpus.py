@@ -14,6 +14,7 @@ installed with the interpreter (real English text, available offline everywhere)
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -49,6 +50,7 @@ BATCH_ROWS = 2048
 PART_ROWS = 50_000
 TXT_FILES_PER_UNIT = 10_000
 PARQUET_ROWS_PER_UNIT = 1_000_000
+JSONL_BYTES_PER_UNIT = 256 << 20
 STAGING = "corpus/.staging"
 ROW_GROUP_ROWS = 2048
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -272,14 +274,23 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
-def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
-    """Stream a JSON-lines file (plain, gzip or zstd) in batches; line numbers start at 1."""
+def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats,
+               byte_range: tuple[int, int] | None = None, lines_before: int = 0) -> Iterator[DocBatch]:
+    """Stream a JSON-lines file (plain, gzip or zstd) in batches; line numbers start at 1.
+
+    ``byte_range`` (plain files only) reads just the lines that start in ``[start, stop)``;
+    ``lines_before`` is the number of newlines before ``start``, so line numbers stay file-global.
+    """
     source = str(path)
     batch = DocBatch()
-    lineno = 0
+    lineno = lines_before
     try:
         with _open_binary(path, fmt) as fh:
-            for lineno, raw in enumerate(fh, 1):
+            lines: Iterable[bytes] = fh
+            if byte_range is not None:
+                lines_before, lines = _lines_in_range(fh, *byte_range, lines_before)
+                lineno = lines_before
+            for lineno, raw in enumerate(lines, lines_before + 1):
                 if not raw.strip():
                     continue
                 try:
@@ -320,6 +331,43 @@ def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
     """Open a Parquet file for streaming. Pre-buffering is off: pyarrow's default pre-buffers every
     requested column chunk of the file, so iterating a file would hold all of it in memory."""
     return pq.ParquetFile(path, pre_buffer=False)
+
+
+def _lines_in_range(fh: io.BufferedIOBase, start: int, stop: int, lines_before: int) -> tuple[int, Iterator[bytes]]:
+    """Position ``fh`` at the first line starting at or after ``start``; return the newlines before it
+    and an iterator over the lines that start before ``stop``."""
+    pos = start
+    if start > 0:
+        fh.seek(start - 1)
+        if fh.read(1) != b"\n":
+            pos += len(fh.readline())
+            lines_before += 1
+
+    def lines() -> Iterator[bytes]:
+        nonlocal pos
+        while pos < stop:
+            raw = fh.readline()
+            if not raw:
+                return
+            pos += len(raw)
+            yield raw
+
+    return lines_before, lines()
+
+
+def count_newlines(path: str | os.PathLike[str], start: int, stop: int, chunk: int = 1 << 22) -> int:
+    """Newline bytes in ``[start, stop)`` of a file (to number the lines of a byte range)."""
+    n = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = stop - start
+        while left > 0:
+            data = fh.read(min(chunk, left))
+            if not data:
+                break
+            n += data.count(b"\n")
+            left -= len(data)
+    return n
 
 
 def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats,
@@ -432,19 +480,24 @@ def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator
 @dataclass(frozen=True)
 class WorkUnit:
     """A piece of the input that one worker reads on its own: a file, a Hugging Face dataset, a run of
-    up to ``TXT_FILES_PER_UNIT`` files of a ``.txt`` folder (``files``, ids relative to ``path``), or
-    the row groups ``[first, stop)`` of a large Parquet file (``row_groups``)."""
+    up to ``TXT_FILES_PER_UNIT`` files of a ``.txt`` folder (``files``, ids relative to ``path``), the
+    row groups ``[first, stop)`` of a large Parquet file (``row_groups``), or the lines starting in a
+    byte range of a large plain JSONL file (``byte_range``; ``lines_before``: newlines before it)."""
 
     path: Path
     fmt: str
     files: tuple[Path, ...] = ()
     row_groups: tuple[int, int] | None = None
+    byte_range: tuple[int, int] | None = None
+    lines_before: int = 0
 
 
 def work_units(inputs: Sequence[tuple[Path, str]], split: bool = False) -> list[WorkUnit]:
     """Split resolved inputs into work units, in document order. With ``split``, a Parquet file of more
     than ``PARQUET_ROWS_PER_UNIT`` rows becomes one unit per run of row groups holding about that many
-    (reading its footer here; a file whose footer cannot be read stays whole, for the reader to report)."""
+    (reading its footer here; a file whose footer cannot be read stays whole, for the reader to report),
+    and a plain JSONL file of more than ``JSONL_BYTES_PER_UNIT`` bytes one unit per byte range of that
+    size, whose ``lines_before`` :func:`number_lines` fills in."""
     units: list[WorkUnit] = []
     for path, fmt in inputs:
         if fmt == "txtdir":
@@ -453,9 +506,28 @@ def work_units(inputs: Sequence[tuple[Path, str]], split: bool = False) -> list[
                          for i in range(0, len(files), TXT_FILES_PER_UNIT))
         elif fmt == "parquet" and split:
             units.extend(WorkUnit(path, fmt, row_groups=r) for r in _row_group_runs(path, PARQUET_ROWS_PER_UNIT))
+        elif fmt == "jsonl" and split and path.stat().st_size > JSONL_BYTES_PER_UNIT:
+            size = path.stat().st_size
+            units.extend(WorkUnit(path, fmt, byte_range=(a, min(a + JSONL_BYTES_PER_UNIT, size)))
+                         for a in range(0, size, JSONL_BYTES_PER_UNIT))
         else:
             units.append(WorkUnit(path, fmt))
     return units
+
+
+def number_lines(units: Sequence[WorkUnit], newline_counts: Sequence[int]) -> list[WorkUnit]:
+    """Set ``lines_before`` of byte-range units from the newlines in each range (``newline_counts``, one
+    per byte-range unit, in order), so ids and error locations keep the file's line numbers."""
+    out: list[WorkUnit] = []
+    counts = iter(newline_counts)
+    seen: dict[Path, int] = {}
+    for unit in units:
+        if unit.byte_range is not None:
+            before = seen.get(unit.path, 0)
+            unit = dataclasses.replace(unit, lines_before=before)
+            seen[unit.path] = before + next(counts)
+        out.append(unit)
+    return out
 
 
 def _row_group_runs(path: Path, rows_per_run: int) -> list[tuple[int, int] | None]:
@@ -482,7 +554,7 @@ def read_unit(unit: WorkUnit, opts: ReadOptions, stats: ReadStats) -> Iterator[D
     """Documents of one work unit in order, in batches."""
     path, fmt = unit.path, unit.fmt
     if fmt.startswith("jsonl"):
-        yield from read_jsonl(path, fmt, opts, stats)
+        yield from read_jsonl(path, fmt, opts, stats, unit.byte_range, unit.lines_before)
     elif fmt == "parquet":
         yield from read_parquet(path, opts, stats, unit.row_groups)
     elif fmt == "txt":
@@ -696,7 +768,7 @@ def corpus_stage(
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
         if inputs and check_engine(engine) == "ray":
-            read = _read_on_ray(run.root, work_units(resolved, split=True), config, bar)
+            read = _read_on_ray(run.root, resolved, config, bar)
         else:
             read = _read_here(run.root, resolved if inputs else None, config, bar)
     finally:
@@ -757,10 +829,15 @@ def _assemble_part_task(root: str, rel: str, pieces: list[tuple[str, int, int]],
     write_part(Path(root) / rel, table.set_column(0, "index", index))
 
 
-def _read_on_ray(root: Path, units: Sequence[WorkUnit], config: CorpusConfig, bar: Any) -> _Read:
-    """Read the work units with Ray tasks, then cut their staging parts into final parts of
-    ``PART_ROWS`` rows with global indices: the same parts, byte for byte, as :func:`_read_here`."""
+def _read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: CorpusConfig, bar: Any) -> _Read:
+    """Read the inputs' work units with Ray tasks (after counting the lines of split JSONL files), then cut
+    their staging parts into final parts of ``PART_ROWS`` rows with global indices: the same parts, byte
+    for byte, as :func:`_read_here`."""
     from clusterclip.engines import ray_tasks
+
+    units = work_units(resolved, split=True)
+    ranges = [(str(u.path), *u.byte_range) for u in units if u.byte_range is not None]
+    units = number_lines(units, ray_tasks(count_newlines, ranges))
 
     reads: list[_Read] = ray_tasks(
         _read_unit_task, [(str(root), i, unit, config, PART_ROWS) for i, unit in enumerate(units)],
