@@ -10,8 +10,8 @@ for a whole training run (repeats expanded), following ClusterClip Sampling (DES
 * **order** by the equal-rate construction: cluster ``c``'s ``k``-th draw at virtual time
   ``(k + u_c) / w_c`` (``u_c`` a seeded jitter in [0, 1)), all draws merged by time, so exhausted
   clusters drop out and the mixture drifts from balanced towards natural. ``order="spread"`` uses
-  ``(k + u_c) / q_c`` instead: the same draws, each cluster's spread evenly over the whole run, so the
-  mixture is the same at every point of training.
+  ``(k + u_c) / d_c`` (``d_c`` the cluster's number of draws) instead: the same draws, each cluster's
+  spread evenly over the whole run, so the mixture is the same at every point of training.
 
 Everything is a function of the inputs and ``config.seed`` (no global RNG): equal inputs give equal
 bytes, independently of ``chunk_size``. The plan is produced in chunks; besides the output, memory is
