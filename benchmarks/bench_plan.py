@@ -95,19 +95,9 @@ def wrs_baseline(labels: np.ndarray, budget: int) -> np.ndarray:
 
 def memmap_check(labels: np.ndarray, draws: int, tmp: Path) -> None:
     """Stream a huge plan to disk; report time and peak anonymous RSS (file pages are page cache)."""
-    import threading
+    from clusterclip.memwatch import AnonPeak
 
-    peak = [0]
-
-    def poll() -> None:
-        while True:
-            with open("/proc/self/status") as fh:
-                for line in fh:
-                    if line.startswith("RssAnon:"):
-                        peak[0] = max(peak[0], int(line.split()[1]) * 1024)
-            time.sleep(0.2)
-
-    threading.Thread(target=poll, daemon=True).start()
+    watch = AnonPeak(0.2)
     cap = -(-draws // labels.size) + 10
     out = tmp / "bench-plan-memmap.npy"
     try:
@@ -116,7 +106,7 @@ def memmap_check(labels: np.ndarray, draws: int, tmp: Path) -> None:
         dt = time.perf_counter() - t
         print(f"{draws:,} draws (clusterclip R={cap}) streamed to a memory-mapped .npy of "
               f"{out.stat().st_size / (1 << 30):.2f} GiB in {dt:.1f} s ({draws / dt / 1e6:.1f} M draws/s); "
-              f"peak anonymous RSS {peak[0] / (1 << 30):.2f} GiB; length {plan.order.shape[0]:,}")
+              f"peak anonymous RSS {watch.read() / (1 << 20):.2f} GiB; length {plan.order.shape[0]:,}")
     finally:
         out.unlink(missing_ok=True)
 

@@ -27,18 +27,11 @@ from bench_pipeline import stage
 from clusterclip.rundir import RunDir
 
 PLAN = """
-import json, resource, sys, threading, time
+import json, resource, sys, time
 import numpy as np
+from clusterclip.memwatch import AnonPeak
 from clusterclip.sampling import PlanConfig, build_plan
-peak_anon = [0]
-def watch():
-    while True:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("RssAnon:"):
-                    peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
-        time.sleep(0.05)
-threading.Thread(target=watch, daemon=True).start()
+watch = AnonPeak(0.05)
 n, draws, k, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = np.random.default_rng(0)
 sizes = np.maximum(1, (n / np.arange(1, k + 1) ** 1.1 / np.sum(1 / np.arange(1, k + 1) ** 1.1))).astype(np.int64)
@@ -51,7 +44,7 @@ plan = build_plan(labels, PlanConfig(strategy="clusterclip", budget=draws, max_r
 wall = time.perf_counter() - t0
 print(json.dumps({"docs": n, "draws": len(plan.order), "k": k, "max_repeat": R, "seconds": wall,
                   "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                  "peak_anon_gib": peak_anon[0] / 2**20, "rss_before_gib": before / 2**20}))
+                  "peak_anon_gib": watch.read() / 2**20, "rss_before_gib": before / 2**20}))
 """
 
 

@@ -23,21 +23,10 @@ from clusterclip.rundir import RunDir
 BOUND_MIB = 40
 SHARD = 3000
 
-WATCH_ANON = """
-import threading, time
-peak_anon = [0]
-def _watch():
-    while True:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("RssAnon:"):
-                    peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
-        time.sleep(0.01)
-threading.Thread(target=_watch, daemon=True).start()
-"""
-
-MEASURE = WATCH_ANON + """
+MEASURE = """
 import json, sys
+from clusterclip.memwatch import AnonPeak
+watch = AnonPeak()
 import clusterclip.cluster
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.embed import embed_stage
@@ -46,8 +35,7 @@ run = RunDir(sys.argv[1])
 embed_stage(run, "hashing", shard_size=int(sys.argv[2]), progress=False)
 clusterclip.cluster.ASSIGN_BATCH = int(sys.argv[2])
 cluster_stage(run, ClusterConfig(k=8, points_per_centroid=64), progress=False)
-time.sleep(0.05)
-print(json.dumps({"peak_anon_kib": peak_anon[0]}))
+print(json.dumps({"peak_anon_kib": watch.read()}))
 """
 
 
@@ -78,14 +66,14 @@ def test_peak_memory_does_not_grow_with_corpus(tmp_path):
     assert large - small < BOUND_MIB, f"peak anonymous memory grew {large - small:.0f} MiB ({small:.0f} -> {large:.0f})"
 
 
-READ_PARQUET = WATCH_ANON + """
+READ_PARQUET = """
 import json, sys
 from clusterclip.corpus import ReadOptions, ReadStats, expand_inputs, iter_documents
-time.sleep(0.05)
-base = peak_anon[0]
+from clusterclip.memwatch import AnonPeak
+watch = AnonPeak()
+base = watch.read()
 n = sum(len(b) for b in iter_documents(expand_inputs([sys.argv[1]]), ReadOptions(group_field=None), ReadStats()))
-time.sleep(0.05)
-print(json.dumps({"docs": n, "grew_kib": peak_anon[0] - base}))
+print(json.dumps({"docs": n, "grew_kib": watch.read() - base}))
 """
 
 
