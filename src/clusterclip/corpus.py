@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -91,10 +91,18 @@ class ReadStats:
     skipped: int = 0
     examples: list[str] = field(default_factory=list)
 
+    max_examples: ClassVar[int] = 10
+
     def skip(self, err: BadRecordError) -> None:
         self.skipped += 1
-        if len(self.examples) < 10:
+        if len(self.examples) < self.max_examples:
             self.examples.append(str(err))
+
+    def merge(self, later: ReadStats) -> None:
+        """Add the counts of documents read after these (examples stay the first few in order)."""
+        self.read += later.read
+        self.skipped += later.skipped
+        self.examples.extend(later.examples[: self.max_examples - len(self.examples)])
 
 
 @dataclass
@@ -506,8 +514,7 @@ def work_units(inputs: Sequence[tuple[Path, str]], split: bool = False) -> list[
                          for i in range(0, len(files), TXT_FILES_PER_UNIT))
         elif fmt == "parquet" and split:
             units.extend(WorkUnit(path, fmt, row_groups=r) for r in _row_group_runs(path, PARQUET_ROWS_PER_UNIT))
-        elif fmt == "jsonl" and split and path.stat().st_size > JSONL_BYTES_PER_UNIT:
-            size = path.stat().st_size
+        elif fmt == "jsonl" and split and (size := path.stat().st_size) > JSONL_BYTES_PER_UNIT:
             units.extend(WorkUnit(path, fmt, byte_range=(a, min(a + JSONL_BYTES_PER_UNIT, size)))
                          for a in range(0, size, JSONL_BYTES_PER_UNIT))
         else:
@@ -866,9 +873,7 @@ def _read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: Corpu
     stats = ReadStats()
     groups: Counter[str] = Counter()
     for r in reads:
-        stats.read += r.stats.read
-        stats.skipped += r.stats.skipped
-        stats.examples.extend(r.stats.examples[: 10 - len(stats.examples)])
+        stats.merge(r.stats)
         groups.update(r.groups)
     return _Read(parts, sizes, _concat([r.tokens for r in reads], np.int64),
                  _concat([r.id_hashes for r in reads], np.uint64), groups, stats)
