@@ -1,6 +1,7 @@
 """Planner throughput and memory vs two baselines, measured side by side in one process.
 
     .venv/bin/python benchmarks/bench_plan.py --write
+    .venv/bin/python benchmarks/bench_plan.py --baseline-src ../before/src   # A/B against another checkout
 
 Corpus: N documents in K clusters with Zipf-like sizes (n_c ~ 1/rank). Methods:
 
@@ -11,23 +12,30 @@ Corpus: N documents in K clusters with Zipf-like sizes (n_c ~ 1/rank). Methods:
 * numpy: pick a cluster uniformly, then a member uniformly (i.i.d., no cap), written in 1M chunks.
 
 Each method runs in a forked child: wall time, and peak memory as the growth of the child's peak RSS
-over its RSS at the start (the shared input labels are not counted).
+over its RSS at the start (the shared input labels are not counted). With ``--baseline-src`` every
+planner run is repeated, alternately, with ``build_plan`` imported from another checkout's ``src``
+(each in a fresh interpreter), so a change can be compared under the same load.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from clusterclip.sampling import PlanConfig, build_plan
+try:
+    from clusterclip.plan import PlanConfig, build_plan
+except ImportError:  # --baseline-src: a checkout from before the plan package
+    from clusterclip.sampling import PlanConfig, build_plan
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- bench_plan:start -->", "<!-- bench_plan:end -->"
@@ -111,6 +119,41 @@ def memmap_check(labels: np.ndarray, draws: int, tmp: Path) -> None:
         out.unlink(missing_ok=True)
 
 
+def child_run(spec: str) -> None:
+    """``--child``: build one plan and print its wall time and peak RSS growth as JSON."""
+    o = json.loads(spec)
+    labels = zipf_labels(o["n"], o["k"])
+    start = _rss_bytes()
+    t = time.perf_counter()
+    build_plan(labels, PlanConfig(**o["config"]))
+    dt = time.perf_counter() - t
+    print(json.dumps([dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start]))
+
+
+def measure_src(src: str, n: int, k: int, config: dict) -> tuple[float, int]:
+    """Time ``build_plan`` imported from ``src`` (a checkout's ``src`` folder) in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    spec = json.dumps({"n": n, "k": k, "config": config})
+    out = subprocess.run([sys.executable, __file__, "--child", spec], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    dt, peak = json.loads(out.strip().splitlines()[-1])
+    return dt, peak
+
+
+def ab_rows(a: argparse.Namespace, configs: list[tuple[str, dict]]) -> list[str]:
+    """Alternate ours and the baseline checkout for every planner config, ``--repeats`` times each."""
+    ours_src = str(Path(__file__).resolve().parent.parent / "src")
+    lines = ["| plan | draws | ours s (min) | baseline s (min) | ours / baseline |", "|---|---|---|---|---|"]
+    for name, cfg in configs:
+        times: dict[str, list[float]] = {"ours": [], "base": []}
+        for _ in range(a.repeats):
+            for who, src in (("ours", ours_src), ("base", a.baseline_src)):
+                times[who].append(measure_src(src, a.n, a.k, cfg)[0])
+        o, b = min(times["ours"]), min(times["base"])
+        lines.append(f"| {name} | {cfg['budget']:,} | {o:.2f} | {b:.2f} | {o / b:.2f} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -122,20 +165,31 @@ def main() -> None:
     ap.add_argument("--memmap-draws", type=int, default=0,
                     help="instead: stream a plan of this many draws into a memory-mapped .npy in --tmp")
     ap.add_argument("--tmp", default="/tmp", help="folder for --memmap-draws (the file is deleted after)")
+    ap.add_argument("--baseline-src", help="instead: A/B the planner against this checkout's src folder")
+    ap.add_argument("--repeats", type=int, default=2, help="with --baseline-src: runs per side (min is kept)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child:
+        child_run(a.child)
+        return
+    runs = [(4, min(a.budget, 4 * a.n)), (max(4, -(-a.budget // a.n) + 6), a.budget)]
+    configs = [(f"clusterclip R={cap}, {order}", {"strategy": "clusterclip", "budget": budget, "max_repeat": cap,
+                                                  "order": order})
+               for order in a.orders for cap, budget in runs]
+    configs.append(("random", {"strategy": "random", "budget": a.budget}))
+    if a.baseline_src:
+        print("\n".join(ab_rows(a, configs)))
+        print(f"N={a.n:,}, K={a.k:,}; load average at end {os.getloadavg()[0]:.1f}")
+        return
     labels = zipf_labels(a.n, a.k)
     if a.memmap_draws:
         memmap_check(labels, a.memmap_draws, Path(a.tmp))
         return
     gb = 1 << 30
     rows = []
-    runs = [(4, min(a.budget, 4 * a.n)), (max(4, -(-a.budget // a.n) + 6), a.budget)]
-    for order in a.orders:
-        for cap, budget in runs:
-            dt, peak = measure(lambda cap=cap, budget=budget, order=order: build_plan(
-                labels, PlanConfig(strategy="clusterclip", budget=budget, max_repeat=cap, order=order)))
-            allowance = 8 * budget + 16 * a.n
-            rows.append((f"ours clusterclip R={cap}, {order}", budget, dt, peak, allowance))
+    for name, cfg in configs:
+        dt, peak = measure(lambda cfg=cfg: build_plan(labels, PlanConfig(**cfg)))
+        rows.append((f"ours {name}", cfg["budget"], dt, peak, 8 * cfg["budget"] + 16 * a.n))
     wrs_name, np_name = "torch WeightedRandomSampler (1/n_c per doc)", "numpy uniform cluster then member"
     dt, peak = measure(lambda: wrs_baseline(labels, a.wrs_budget))
     rows.append((wrs_name, a.wrs_budget, dt, peak, None))
@@ -162,7 +216,7 @@ def main() -> None:
     text = "\n".join([header, "", *lines])
     print(text)
     if a.write:
-        cmd = "    " + " ".join(["cd /work/main && .venv/bin/python", *sys.argv])
+        cmd = "    " + " ".join([".venv/bin/python", *sys.argv])
         note = ("R=4 runs at the largest feasible budget (4 N); 100 M draws needs R >= 10 under the cap. "
                 "The spread order merges each chunk's draws by virtual time (a sort per chunk), where the "
                 "equal-rate order of equal weights writes whole rounds. "

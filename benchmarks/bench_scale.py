@@ -30,7 +30,7 @@ PLAN = """
 import json, resource, sys, time
 import numpy as np
 from clusterclip.memwatch import AnonPeak
-from clusterclip.sampling import PlanConfig, build_plan
+from clusterclip.plan import PlanConfig, build_plan
 watch = AnonPeak(0.05)
 n, draws, k, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = np.random.default_rng(0)

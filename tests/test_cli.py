@@ -108,7 +108,8 @@ def test_stages_one_by_one(tmp_path, corpus, capsys):
     ("argv", "message"),
     [
         (["cluster", "{run}", "--k", "1000"], "larger than the number of documents"),
-        (["plan", "{run}", "--max-repeat", "0"], "max_repeat"),
+        (["plan", "{run}", "--max-repeat", "0"], "--max-repeat must be an integer >= 1"),
+        (["plan", "{run}", "--strategy", "weights"], "--weights must be given: --strategy 'weights' needs"),
         (["plan", "{run}", "--budget", "100000", "--max-repeat", "2"], "budget"),
         (["plan", "{nowhere}"], "has not run yet"),
     ],
@@ -175,3 +176,31 @@ def test_plan_refuses_clusters_of_older_embeddings(tmp_path, corpus, capsys):
     capsys.readouterr()
     assert main(["plan", out, "-q"]) == 2
     assert "stage `cluster` was built from an older `embed` output" in capsys.readouterr().err
+
+
+def test_status_verify_finds_an_edit_that_a_noop_rerun_does_not_read(tmp_path, corpus, capsys, monkeypatch):
+    from clusterclip import rundir
+    from tests.test_rundir import _no_digest, _tamper_keeping_size_and_mtime
+
+    out = tmp_path / "run"
+    assert main(["embed", str(corpus), "--out", str(out), "--embedder", "hashing", "-q"]) == 0
+    assert main(["cluster", str(out), "--k", "4", "-q"]) == 0
+    assert main(["plan", str(out), "--strategy", "uniform", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(out), "--verify"]) == 0
+    assert "verify:   cluster: ok" in capsys.readouterr().out
+    labels = out / "labels.npy"
+    _tamper_keeping_size_and_mtime(labels)
+    with monkeypatch.context() as m:
+        m.setattr(rundir, "file_digest", _no_digest)
+        assert main(["plan", str(out), "--strategy", "uniform", "-q"]) == 0, "a no-op reads no artifact"
+        assert main(["status", str(out)]) == 0, "plain status reads no checksums"
+    capsys.readouterr()
+    assert main(["status", str(out), "--verify"]) == 1
+    text = capsys.readouterr().out
+    assert "verify:   cluster: 1 problem(s)" in text and f"{labels}: checksum does not match" in text
+    assert "verify:   corpus: ok" in text and "verify:   plans/uniform" in text
+    assert main(["status", str(out), "--verify", "--json"]) == 1
+    assert len(json.loads(capsys.readouterr().out)["verify"]["cluster"]) == 1
+    assert main(["plan", str(out), "--strategy", "random", "-q"]) == 2, "a consumer verifies what it reads"
+    assert f"{labels}: checksum does not match" in capsys.readouterr().err

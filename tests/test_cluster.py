@@ -45,9 +45,10 @@ def test_default_k_and_limits():
     assert default_k(2) == 2
     assert default_k(10**10) == 10_000
     with pytest.raises(ClusterClipError, match="larger than the number of documents"):
-        ClusterConfig(k=11).validate(10)
-    with pytest.raises(ClusterClipError, match="at least 1"):
-        ClusterConfig(k=0).validate(10)
+        ClusterConfig(k=11).effective_k(10)
+    assert ClusterConfig(k=10).effective_k(10) == 10 and ClusterConfig().effective_k(16_453) == 91
+    with pytest.raises(ClusterClipError, match=">= 1"):
+        ClusterConfig(k=0)
 
 
 def test_sample_rows_seeded_sorted_distinct():
@@ -110,7 +111,7 @@ def test_cluster_stage_is_deterministic_and_samples(tmp_path):
 def test_k_larger_than_n_is_a_clear_error(tmp_path):
     x, _ = planted([5, 5], dim=8)
     run = fake_embed_run(tmp_path, x)
-    with pytest.raises(ClusterClipError, match=r"--k 50 is larger than the number of documents \(10\)"):
+    with pytest.raises(ClusterClipError, match=r"^k 50 is larger than the number of documents \(10\)"):
         cluster_stage(run, ClusterConfig(k=50), progress=False)
 
 

@@ -79,6 +79,26 @@ def test_parquet(tmp_path):
     assert ids == ["a", "b", "c"] and groups == ["pets", "news", "code"]
 
 
+def test_parquet_reads_like_jsonl_in_clean_and_bad_batches(tmp_path, monkeypatch):
+    """Clean Parquet batches are converted a column at a time, others row by row: the same documents,
+    stats and messages as the JSON lines of the same records."""
+    import clusterclip.corpus as corpus
+
+    monkeypatch.setattr(corpus, "BATCH_ROWS", 4)
+    records = [{"id": i, "text": f"document {i}", "domain": ["a", None, "b"][i % 3]} for i in range(20)]
+    records[6]["text"] = " "
+    records[13]["id"] = None
+    write_jsonl(tmp_path / "d.jsonl", records)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "d.parquet")
+    for kw, bad in (({"id_field": "id"}, 2), ({"group_field": None}, 1)):
+        jsonl = read_all([tmp_path / "d.jsonl"], on_bad_record="skip", **kw)
+        parquet = read_all([tmp_path / "d.parquet"], on_bad_record="skip", **kw)
+        assert [i.replace(".parquet", ".jsonl") for i in parquet[0]] == jsonl[0]
+        assert parquet[1:3] == jsonl[1:3]
+        assert (parquet[3].read, parquet[3].skipped) == (jsonl[3].read, jsonl[3].skipped) == (20 - bad, bad)
+        assert [e.replace(".parquet", ".jsonl") for e in parquet[3].examples] == jsonl[3].examples
+
+
 def test_parquet_wrong_schema(tmp_path):
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table({"body": ["x"]}), path)

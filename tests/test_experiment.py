@@ -4,6 +4,7 @@ path on a small generated corpus (``--quick``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -16,7 +17,8 @@ pytest.importorskip("tokenizers")
 
 from clusterclip.errors import ClusterClipError  # noqa: E402
 from clusterclip.experiment import ExperimentConfig, quick_config, run_experiment  # noqa: E402
-from clusterclip.experiment.cli import add_experiment_parser, config_from_args  # noqa: E402
+from clusterclip.experiment.cli import add_experiment_parser, config_from_args, experiment_flag  # noqa: E402
+from clusterclip.experiment.config import RUNTIME_FIELDS  # noqa: E402
 from clusterclip.experiment.data import (  # noqa: E402
     TokenizedDocs,
     choose_subset,
@@ -31,13 +33,14 @@ from clusterclip.experiment.data import (  # noqa: E402
 from clusterclip.experiment.evaluate import (  # noqa: E402
     group_losses,
     mixture,
+    small_shares,
     summarize_losses,
     unigram_doc_losses,
     worst_fraction,
 )
 from clusterclip.experiment.model import GPT, ModelConfig, token_losses  # noqa: E402
-from clusterclip.experiment.run import _small_shares  # noqa: E402
 from clusterclip.experiment.train import TrainConfig, lr_at, train_model  # noqa: E402
+from clusterclip.settings import SettingsError  # noqa: E402
 
 MINIPILE_1K = Path(__file__).resolve().parents[2] / "shared" / "data" / "minipile-1k.jsonl"
 
@@ -198,12 +201,75 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
 
 
 def test_max_repeat_must_exceed_passes() -> None:
-    with pytest.raises(ClusterClipError, match="must exceed --passes 6"):
-        ExperimentConfig(passes=6, max_repeats=(6, 9)).validate()
-    ExperimentConfig(passes=6, max_repeats=(9,)).validate()
-    ExperimentConfig(passes=6, max_repeats=(), strategies=("random", "uniform")).validate()
-    with pytest.raises(ClusterClipError, match="unknown strategies"):
-        ExperimentConfig(strategies=("bogus",)).validate()
+    with pytest.raises(SettingsError, match=r"^max_repeats \[6\] must exceed passes 6"):
+        ExperimentConfig(passes=6, max_repeats=(6, 9))
+    ExperimentConfig(passes=6, max_repeats=(9,))
+    ExperimentConfig(passes=6, max_repeats=(), strategies=("random", "uniform"))
+    with pytest.raises(SettingsError, match=r"^strategies items must be one of"):
+        ExperimentConfig(strategies=("bogus",))
+
+
+def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
+    with pytest.raises(SettingsError, match=r"^d_model 130 is not divisible by n_head 4") as info:
+        ModelConfig(d_model=130)
+    assert info.value.render(lambda n: experiment_flag(n, info.value.owner)).startswith(
+        "--d-model 130 is not divisible by --heads 4")
+    with pytest.raises(SettingsError, match=r"^lr must be in \(0, inf\)"):
+        TrainConfig(lr=0)
+    with pytest.raises(SettingsError, match=r"^model\.vocab_size must be at least 300") as info:
+        ExperimentConfig(model=ModelConfig(vocab_size=100))
+    assert experiment_flag(info.value.param) == "--vocab-size" and experiment_flag("train.lr") == "--lr"
+    assert experiment_flag("max_repeats") == "--max-repeat" and experiment_flag("model.n_layer") == "--layers"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--heads", "3"], "--d-model 128 is not divisible by --heads 3"),
+        (["--vocab-size", "100"], "--vocab-size must be at least 300"),
+        (["--passes", "6", "--max-repeat", "4,9"], "--max-repeat [4] must exceed --passes 6"),
+        (["--lr", "-1"], "--lr must be in (0, inf)"),
+        (["--docs", "-5"], "--docs must be an integer >= 1"),
+    ],
+)
+def test_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                  message: str) -> None:
+    from clusterclip import cli
+
+    assert cli.main(["experiment", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"clusterclip: error: {message}"), err
+
+
+def _other_value(value: float) -> float:
+    """A valid value different from ``value``: every default of the model and the recipe doubles or turns on."""
+    if isinstance(value, float):
+        return value * 2 or 0.1
+    return value * 2 or 1
+
+
+@pytest.mark.parametrize("section", ["model", "train"])
+def test_every_model_and_training_setting_invalidates_finished_runs(section: str) -> None:
+    base = ExperimentConfig()
+    nested = getattr(base, section)
+    for f in dataclasses.fields(nested):
+        changed = dataclasses.replace(base, **{section: dataclasses.replace(nested, **{
+            f.name: _other_value(getattr(nested, f.name))})})
+        assert changed.results_hash() != base.results_hash(), f"{section}.{f.name} is not in the results hash"
+
+
+def test_only_runtime_settings_leave_the_results_hash_alone() -> None:
+    base = ExperimentConfig()
+    runtime = dict(seeds=(0, 1, 2, 3), strategies=("random", "clusterclip-spread"), max_repeats=(9, 12, 18),
+                   device="cuda", threads=2)
+    assert set(runtime) == set(RUNTIME_FIELDS)
+    assert dataclasses.replace(base, **runtime).results_hash() == base.results_hash()
+    changed = dict(docs=500, max_words=60, heldout=0.3, split_seed=1, text_field="body", group_field="source",
+                   embedder="hashing", k=12, passes=5.0, tau=0.7, curve_docs=50, small_clusters=0.3)
+    top = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(RUNTIME_FIELDS) - {"model", "train"}
+    assert set(changed) == top
+    for name, value in changed.items():
+        assert dataclasses.replace(base, **{name: value}).results_hash() != base.results_hash(), name
 
 
 def test_strategy_specs_expand_the_cap_sweep() -> None:
@@ -220,9 +286,9 @@ def test_strategy_specs_expand_the_cap_sweep() -> None:
 def test_small_shares_see_what_the_end_of_training_holds() -> None:
     lengths = np.ones(8, dtype=np.int64)
     is_small = np.array([True, True] + [False] * 6)
-    early = _small_shares(np.array([0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 2, 3]), lengths, is_small)
+    early = small_shares(np.array([0, 1, 0, 1, 2, 3, 4, 5, 6, 7, 2, 3]), lengths, is_small)
     assert early["small_share"] == pytest.approx(4 / 12) and early["small_share_last_quarter"] == 0
-    spread = _small_shares(np.array([2, 3, 4, 5, 6, 0, 7, 1]), lengths, is_small)
+    spread = small_shares(np.array([2, 3, 4, 5, 6, 0, 7, 1]), lengths, is_small)
     assert spread["small_share_last_quarter"] == pytest.approx(0.5)
 
 
@@ -233,7 +299,11 @@ def test_cli_overrides_the_preset() -> None:
                            "--max-repeat", "7,8", "--docs", "0"])
     cfg = config_from_args(a)
     assert cfg.seeds == (0, 1) and cfg.k == 5 and cfg.max_repeats == (7, 8) and cfg.docs is None
-    assert cfg.n_layer == quick_config().n_layer and cfg.embedder == "hashing"
+    assert cfg.model == quick_config().model and cfg.embedder == "hashing"
+    nested = config_from_args(parser.parse_args(["experiment", "--out", "o", "--quick", "--layers", "3",
+                                                 "--d-model", "96", "--lr", "0.01", "--weight-decay", "0"]))
+    assert nested.model == dataclasses.replace(quick_config().model, n_layer=3, d_model=96)
+    assert nested.train == dataclasses.replace(quick_config().train, lr=0.01, weight_decay=0.0)
     default = config_from_args(parser.parse_args(["experiment", "--out", "o"]))
     assert default == ExperimentConfig()
 
@@ -288,7 +358,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
     assert saved["unigram"]["smallest_margin_micro"] > 0
     for r in (rnd, uni):
         assert r["heldout_macro_cluster"] < saved["unigram"]["macro_cluster"]
-        assert len(r["curve"]) == cfg.curve_points + 1
+        assert len(r["curve"]) == cfg.train.curve_points + 1
         assert set(r["heldout_per_domain"]) == set(data["domains"])
     # uniform balances the clusters: more effective clusters and domains than the natural mixture
     shares = np.array(list(uni["cluster_mixture"]["shares"].values()))
@@ -308,6 +378,8 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
 
     with pytest.raises(ClusterClipError, match="different configuration"):
         run_experiment([corpus], out, quick_config(k=5))
+    with pytest.raises(ClusterClipError, match="different configuration"):
+        run_experiment([corpus], out, quick_config(train=dataclasses.replace(quick_config().train, grad_clip=0.5)))
     saved = json.loads(path.read_text())
     path.write_text(json.dumps({**saved, "split_hash": "another split"}))
     with pytest.raises(ClusterClipError, match="split drawn now differs"):

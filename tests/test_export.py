@@ -11,8 +11,8 @@ import pytest
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import export_plan
+from clusterclip.plan import PlanConfig, plan_stage
 from clusterclip.rundir import RunDir, atomic_path, save_npy
-from clusterclip.sampling import PlanConfig, plan_stage
 
 
 def _run(tmp_path, n=50, parts=2, budget=130, pad=""):
@@ -97,5 +97,8 @@ def test_export_refuses_a_corpus_out_of_index_order(tmp_path):
     swapped = table.set_column(0, "index", pa.array(table.column("index").to_numpy()[::-1]))
     with atomic_path(part) as tmp:
         pq.write_table(swapped, tmp)
+    with pytest.raises(ClusterClipError, match="checksum does not match"):
+        export_plan(run, cfg.name(), tmp_path / "o")
+    run.write_record("corpus", {}, "c", list(run.record("corpus")["artifacts"]), 0.0)
     with pytest.raises(ClusterClipError, match="not in index order"):
         export_plan(run, cfg.name(), tmp_path / "o")

@@ -20,8 +20,9 @@ import pytest
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.report import build_report, charts
-from clusterclip.report.build import experiment_curves, load_run
-from clusterclip.report.keywords import CTfidf, example_indices, scan_corpus, snippet, tokenize
+from clusterclip.report.experiment import experiment_curves
+from clusterclip.report.keywords import CTfidf, english_stopwords, example_indices, scan_corpus, snippet, tokenize
+from clusterclip.report.load import load_run
 from clusterclip.report.metrics import (
     contingency_table,
     effective_number,
@@ -551,6 +552,25 @@ def test_plan_statistics_are_recomputed_when_missing(fake_run):
     assert "mixture-clusterclip-r2.png" in text and "repeats-clusterclip-r2.png" in text
 
 
+def test_mixture_window_is_the_recorded_one(fake_run):
+    folder = fake_run / "plans" / "random"
+    rec = json.loads((folder / "plan.json").read_text())
+    rec["config"]["window"] = None
+    rec["stats"]["window"] = 30
+    (folder / "plan.json").write_text(json.dumps(rec))
+    assert next(p for p in load_run(fake_run).plans if p.name == "random").window == 30
+    del rec["stats"]["window"]
+    (folder / "plan.json").write_text(json.dumps(rec))
+    assert next(p for p in load_run(fake_run).plans if p.name == "random").window == 30  # 300 draws in 10 rows
+    (folder / "mixture.npy").unlink()
+    run = load_run(fake_run)
+    plan = next(p for p in run.plans if p.name == "random")
+    assert plan.mixture is None and plan.window is None and plan.repeat_hist is not None
+    assert any("random" in n and "window" in n for n in run.notes)
+    text = build_report(fake_run, progress=False).read_text()
+    assert "mixture-random.png" not in text and "repeats-random.png" in text
+
+
 def test_bad_artifacts_become_notes(fake_run):
     (fake_run / "plans" / "random" / "mixture.npy").write_bytes(b"not an array")
     (fake_run / "plans" / "broken").mkdir()
@@ -607,3 +627,16 @@ def test_16k_documents_k100_builds_fast(tmp_path):
     t0 = time.perf_counter()
     build_report(run, progress=False)
     assert time.perf_counter() - t0 < 60
+
+
+def test_stopwords_are_sklearns_plus_contraction_stems_and_fillers():
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    words = english_stopwords()
+    assert words >= ENGLISH_STOP_WORDS
+    assert words >= {"don", "used", "just", "like"}
+    ct = CTfidf(2)
+    ct.add(["used don recipes bread", "just like bread oven", "rust borrow", "borrow checker"], np.array([0, 0, 1, 1]))
+    keywords = ct.top(5)
+    assert not {"used", "don", "just", "like"} & {w for row in keywords for w, _ in row}
+    assert "bread" in [w for w, _ in keywords[0]]

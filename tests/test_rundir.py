@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 
 import numpy as np
 import pytest
 
+from clusterclip import rundir
 from clusterclip.errors import ClusterClipError
 from clusterclip.rundir import (
     TMP_PREFIX,
     RunDir,
     StaleArtifactError,
     atomic_write,
+    file_digest,
     load_npy,
+    save_json,
     save_npy,
 )
+from clusterclip.stages import Built, Job, Stage, run_stage
 
 
 def test_atomic_write_leaves_old_content_on_failure(tmp_path):
@@ -105,3 +110,98 @@ def test_clean_temp_files(tmp_path):
     (tmp_path / "sub" / f"{TMP_PREFIX}plan.npy.abc").write_bytes(b"x")
     assert RunDir(tmp_path).clean_temp_files() == 1
     assert not list(tmp_path.rglob(TMP_PREFIX + "*"))
+
+
+# ------------------------------------------------------------------------------------------ the stage runner
+
+
+def _chain(run: RunDir, calls: list[str], size: int = 100, settings: dict | None = None) -> dict:
+    """Two stages through the runner: ``up`` writes a.npy, ``down`` reads it and writes b.npy."""
+
+    def build_up(job: Job) -> Built:
+        calls.append("up")
+        save_npy(run.path("a.npy"), np.arange(size))
+        return Built(["a.npy"], {"n": size})
+
+    def build_down(job: Job) -> Built:
+        calls.append("down")
+        save_npy(run.path("b.npy"), load_npy(run.path("a.npy")) * 2)
+        return Built(["b.npy"])
+
+    run_stage(run, Stage("up", {"size": size}, "files", build_up))
+    down = Stage("down", settings or {"x": 1}, run.output_hash("up"), build_down, reads={"up": None})
+    return run_stage(run, down)
+
+
+def _no_digest(path, chunk=0):
+    raise AssertionError(f"{path}: read for a checksum")
+
+
+def test_noop_rerun_decides_without_reading_artifacts(tmp_path, monkeypatch):
+    run, calls = RunDir(tmp_path), []
+    rec = _chain(run, calls)
+    assert calls == ["up", "down"]
+    assert set(rec["artifacts"]["b.npy"]) == {"size", "mtime_ns", "sha256"}
+    monkeypatch.setattr(rundir, "file_digest", _no_digest)
+    again = _chain(run, calls)
+    assert calls == ["up", "down"] and again == rec
+
+
+def test_changed_settings_or_upstream_rerun(tmp_path):
+    run, calls = RunDir(tmp_path), []
+    _chain(run, calls)
+    _chain(run, calls, settings={"x": 2})
+    assert calls == ["up", "down", "down"]
+    _chain(run, calls, size=50, settings={"x": 2})
+    assert calls == ["up", "down", "down", "up", "down"]
+
+
+def test_touched_artifact_stays_fresh_by_checksum(tmp_path):
+    run, calls = RunDir(tmp_path), []
+    _chain(run, calls)
+    st = run.path("b.npy").stat()
+    os.utime(run.path("b.npy"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    _chain(run, calls)
+    assert calls == ["up", "down"]
+
+
+def _tamper_keeping_size_and_mtime(path) -> None:
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_same_size_and_mtime_edit_is_caught_where_content_is_read(tmp_path):
+    run, calls = RunDir(tmp_path), []
+    _chain(run, calls)
+    _tamper_keeping_size_and_mtime(run.path("a.npy"))
+    _chain(run, calls)
+    assert calls == ["up", "down"], "the quick check trusts size and mtime (documented)"
+    assert run.problems("up", checksums=False) == []
+    assert "a.npy: checksum does not match" in run.problems("up")[0]
+    with pytest.raises(StaleArtifactError, match=r"a\.npy: checksum"):
+        run.require("up")
+    with pytest.raises(StaleArtifactError, match=r"a\.npy: checksum"):
+        _chain(run, calls, settings={"x": 3})
+    assert calls == ["up", "down"], "a stage that would read the edited artifact refuses to build"
+
+
+def test_record_without_mtime_falls_back_to_checksums(tmp_path, monkeypatch):
+    run, calls = RunDir(tmp_path), []
+    _chain(run, calls)
+    for stage in ("up", "down"):
+        rec = run.record(stage)
+        for meta in rec["artifacts"].values():
+            del meta["mtime_ns"]
+        save_json(run.record_path(stage), {**rec, "format_version": 1})
+    digests = []
+    monkeypatch.setattr(rundir, "file_digest", lambda p, chunk=0: digests.append(p) or file_digest(p))
+    _chain(run, calls)
+    assert calls == ["up", "down"] and digests, "fresh, decided by checksums"
+    data = run.path("b.npy").read_bytes()
+    run.path("b.npy").write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    _chain(run, calls)
+    assert calls == ["up", "down", "down"]
+    assert "mtime_ns" in run.record("down")["artifacts"]["b.npy"]

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from clusterclip.errors import ClusterClipError  # noqa: E402
-from clusterclip.rundir import RunDir, save_npy  # noqa: E402
-from clusterclip.sampling import PlanConfig, plan_stage  # noqa: E402
+from clusterclip.plan import PlanConfig, plan_stage  # noqa: E402
+from clusterclip.rundir import RunDir, save_json, save_npy  # noqa: E402
 from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset  # noqa: E402
 
 
@@ -168,3 +168,19 @@ def test_hf_trainer_recipe_follows_the_plan(tmp_path):
         use_cpu=True, save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
     PlanTrainer(model=model, args=args, train_dataset=ds).train()
     assert seen == plan[:20].tolist()
+
+
+def test_plan_written_by_format_1_still_loads(tmp_path):
+    """A plan recorded before plan format 2 (no ``plan_format``, ``stats["draws"]``, no mtimes) loads."""
+    cfg = PlanConfig(budget=300, seed=1)
+    run = _run_dir_with_plans(tmp_path, [cfg])
+    expected = np.load(run.path("plans", cfg.name(), "plan.npy")).tolist()
+    stage = f"plans/{cfg.name()}/plan"
+    rec = run.record(stage)
+    for meta in rec["artifacts"].values():
+        meta.pop("mtime_ns", None)
+    rec["stats"]["draws"] = rec["stats"].pop("length")
+    rec.pop("plan_format", None)
+    save_json(run.record_path(stage), {**rec, "format_version": 1})
+    assert list(ClusterClipSampler(run.root)) == expected
+    assert load_plan(run.root).tolist() == expected

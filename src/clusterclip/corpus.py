@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import fnmatch
 import functools
 import gzip
 import hashlib
@@ -26,10 +27,9 @@ import re
 import shutil
 import sys
 import sysconfig
-import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,10 +38,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip import artifacts as A
 from clusterclip.engines import check_engine
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
+from clusterclip.settings import Settings, SettingsError, at_least, is_text, optional, setting
+from clusterclip.stages import Built, Stage, run_stage
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,6 @@ PART_ROWS = 50_000
 TXT_FILES_PER_UNIT = 10_000
 PARQUET_ROWS_PER_UNIT = 1_000_000
 JSONL_BYTES_PER_UNIT = 256 << 20
-STAGING = "corpus/.staging"
 ROW_GROUP_ROWS = 2048
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -69,18 +71,18 @@ CORPUS_SCHEMA = pa.schema(
 
 
 @dataclass(frozen=True)
-class ReadOptions:
-    """How records are turned into documents."""
+class ReadOptions(Settings):
+    """How records are turned into documents; validated on construction."""
 
-    text_field: str = "text"
-    id_field: str | None = None
-    group_field: str | None = "domain"
-    on_bad_record: str = "error"
-    split: str = "train"
-
-    def __post_init__(self) -> None:
-        if self.on_bad_record not in ("error", "skip"):
-            raise ClusterClipError(f"--on-bad-record must be 'error' or 'skip', got {self.on_bad_record!r}")
+    text_field: str = setting("text", check=is_text, help="field or column holding the document text")
+    id_field: str | None = setting(None, check=optional(is_text),
+                                   help="field holding a unique document id (default: FILE:LINE of each record)")
+    group_field: str | None = setting("domain", check=optional(is_text),
+                                      help="optional ground-truth field kept for reports and experiments "
+                                           "(never used to cluster)")
+    on_bad_record: str = setting("error", choices=("error", "skip"),
+                                 help="stop at the first bad record, or skip bad records and count them")
+    split: str = setting("train", check=is_text, help="split to read from a Hugging Face DatasetDict")
 
 
 @dataclass
@@ -107,6 +109,8 @@ class ReadStats:
 
 @dataclass
 class DocBatch:
+    """Documents as parallel columns: ids, texts and (optional) ground-truth groups."""
+
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     groups: list[str | None] = field(default_factory=list)
@@ -196,8 +200,79 @@ def inputs_fingerprint(inputs: Sequence[tuple[Path, str]]) -> list[dict[str, Any
 
 # -------------------------------------------------------------------------------------------- readers
 
+# A format only reads. A row format (JSON lines, .txt files) yields ``(source, location, record)``, the
+# location being the 1-based line (None: the whole file is the record), and names the function that turns
+# a record into a document; a column format (Parquet, Hugging Face datasets) yields ``(source, rows
+# before, columns)`` batches. Field extraction, the bad-record policy and batching live once, below.
 
-def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int) -> str:
+Document = tuple[str, str, str | None]
+Located = tuple[str, int | None, Any]
+ToDocument = Callable[[Any, ReadOptions, str, int | None], Document]
+ColumnBatch = tuple[str, int, dict[str, list]]
+
+
+def read_documents(records: Iterable[Located], to_document: ToDocument, opts: ReadOptions,
+                   stats: ReadStats) -> Iterator[DocBatch]:
+    """Documents of located records in batches of ``BATCH_ROWS``, under the bad-record policy: a record
+    that ``to_document`` rejects stops the read (``on_bad_record="error"``) or is skipped and counted."""
+    batch = DocBatch()
+    for source, loc, record in records:
+        try:
+            batch.add(*to_document(record, opts, source, loc))
+        except BadRecordError as err:
+            if opts.on_bad_record == "error":
+                raise
+            stats.skip(err)
+            continue
+        stats.read += 1
+        if len(batch.texts) >= BATCH_ROWS:
+            yield batch
+            batch = DocBatch()
+    if batch:
+        yield batch
+
+
+def read_column_batches(batches: Iterable[ColumnBatch], opts: ReadOptions, stats: ReadStats,
+                        null_absent: Container[str] | None = None) -> Iterator[DocBatch]:
+    """Documents of located column batches (Parquet, Hugging Face datasets), one batch for each.
+
+    A batch whose rows are all good is converted a column at a time (:func:`column_documents`); any other
+    goes row by row through :func:`read_documents`, a null being an absent field (with ``null_absent``,
+    only in those columns; elsewhere it stays ``None``).
+    """
+    for source, before, cols in batches:
+        batch = column_documents(cols, opts, source, before)
+        if batch is None:
+            yield from read_documents(_column_records(source, cols, before, null_absent), record_document,
+                                      opts, stats)
+        elif batch:
+            stats.read += len(batch)
+            yield batch
+
+
+def column_documents(cols: dict[str, list], opts: ReadOptions, source: str, before: int) -> DocBatch | None:
+    """What :func:`record_document` makes of every row of a column batch (rows numbered from
+    ``before + 1``), computed a column at a time; None when some row is bad."""
+    texts = cols[opts.text_field]
+    if not all(isinstance(t, str) and t.strip() for t in texts):
+        return None
+    if opts.id_field is None:
+        ids = [_default_id(source, row) for row in range(before + 1, before + len(texts) + 1)]
+    elif opts.id_field in cols and all(v is not None and not isinstance(v, (dict, list)) for v in cols[opts.id_field]):
+        ids = [str(v) for v in cols[opts.id_field]]
+    else:
+        return None
+    groups = cols.get(opts.group_field) if opts.group_field else None
+    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts))
+
+
+def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> Document:
+    """``(id, text, group)`` of a record of named fields, as ``opts`` names them."""
+    text = _text_of(record, opts, source, loc)
+    return _id_of(record, opts, source, loc), text, _group_of(record, opts)
+
+
+def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
     if opts.text_field not in record:
         keys = ", ".join(sorted(map(str, record))[:8]) or "none"
         raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}); "
@@ -211,22 +286,36 @@ def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int) -
     return text
 
 
-def _id_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int) -> str:
+def _id_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
     if opts.id_field is None:
-        return f"{Path(source).name}:{loc}"
-    if opts.id_field not in record or record[opts.id_field] is None:
+        return _default_id(source, loc)
+    value = record.get(opts.id_field)
+    if value is None:
         raise BadRecordError(source, loc, f"missing id field {opts.id_field!r}")
-    value = record[opts.id_field]
     if isinstance(value, (dict, list)):
         raise BadRecordError(source, loc, f"id field {opts.id_field!r} must be a string or number")
     return str(value)
 
 
 def _group_of(record: dict[str, Any], opts: ReadOptions) -> str | None:
-    if opts.group_field is None:
-        return None
-    value = record.get(opts.group_field)
+    return None if opts.group_field is None else _group_value(record.get(opts.group_field))
+
+
+def _group_value(value: Any) -> str | None:
     return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
+def _default_id(source: str, loc: int | None) -> str:
+    return f"{_file_name(source)}:{loc}"
+
+
+@functools.lru_cache(maxsize=256)
+def _file_name(source: str) -> str:
+    return Path(source).name
+
+
+def _not_utf8(source: str, loc: int | None, exc: UnicodeDecodeError) -> BadRecordError:
+    return BadRecordError(source, loc, f"not valid UTF-8 (byte {exc.start})")
 
 
 def _open_binary(path: Path, fmt: str) -> io.BufferedIOBase:
@@ -282,15 +371,15 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
-def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats,
-               byte_range: tuple[int, int] | None = None, lines_before: int = 0) -> Iterator[DocBatch]:
-    """Stream a JSON-lines file (plain, gzip or zstd) in batches; line numbers start at 1.
+def jsonl_records(path: Path, fmt: str, byte_range: tuple[int, int] | None = None,
+                  lines_before: int = 0) -> Iterator[Located]:
+    """The non-blank lines of a JSON-lines file (plain, gzip or zstd), as bytes; line numbers start at 1.
 
     ``byte_range`` (plain files only) reads just the lines that start in ``[start, stop)``;
     ``lines_before`` is the number of newlines before ``start``, so line numbers stay file-global.
+    A truncated or corrupt compressed stream raises, whatever the bad-record policy.
     """
     source = str(path)
-    batch = DocBatch()
     lineno = lines_before
     try:
         with _open_binary(path, fmt) as fh:
@@ -299,31 +388,8 @@ def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats,
                 lines_before, lines = _lines_in_range(fh, *byte_range, lines_before)
                 lineno = lines_before
             for lineno, raw in enumerate(lines, lines_before + 1):
-                if not raw.strip():
-                    continue
-                try:
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        raise BadRecordError(source, lineno, f"not valid UTF-8 (byte {exc.start})") from None
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise BadRecordError(source, lineno, f"invalid JSON ({exc.msg} at column "
-                                             f"{exc.colno})") from None
-                    if not isinstance(record, dict):
-                        raise BadRecordError(source, lineno, f"expected a JSON object, got "
-                                             f"{type(record).__name__}")
-                    text = _text_of(record, opts, source, lineno)
-                    batch.add(_id_of(record, opts, source, lineno), text, _group_of(record, opts))
-                    stats.read += 1
-                except BadRecordError as err:
-                    if opts.on_bad_record == "error":
-                        raise
-                    stats.skip(err)
-                if len(batch) >= BATCH_ROWS:
-                    yield batch
-                    batch = DocBatch()
+                if raw.strip():
+                    yield source, lineno, raw
     except (EOFError, OSError, zlib.error) as exc:
         raise BadRecordError(source, lineno + 1, f"truncated or corrupt {fmt.split('+')[-1]} stream "
                              f"({exc.__class__.__name__}: {exc})") from None
@@ -331,8 +397,19 @@ def read_jsonl(path: Path, fmt: str, opts: ReadOptions, stats: ReadStats,
         if type(exc).__module__.startswith("zstandard"):
             raise BadRecordError(source, lineno + 1, f"truncated or corrupt zstd stream ({exc})") from None
         raise
-    if batch:
-        yield batch
+
+
+def json_document(line: bytes, opts: ReadOptions, source: str, loc: int | None) -> Document:
+    """The document of one JSON line: a UTF-8 JSON object whose fields :func:`record_document` reads."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(source, loc, exc) from None
+    except json.JSONDecodeError as exc:
+        raise BadRecordError(source, loc, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise BadRecordError(source, loc, f"expected a JSON object, got {type(record).__name__}")
+    return record_document(record, opts, source, loc)
 
 
 def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
@@ -378,10 +455,23 @@ def count_newlines(path: str | os.PathLike[str], start: int, stop: int, chunk: i
     return n
 
 
-def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats,
-                 row_groups: tuple[int, int] | None = None) -> Iterator[DocBatch]:
-    """Stream a Parquet file (or its row groups ``[first, stop)``) by record batches; locations are
-    1-based row numbers in the file."""
+def parquet_batches(path: Path, opts: ReadOptions, row_groups: tuple[int, int] | None = None) -> Iterator[ColumnBatch]:
+    """The text, id and group columns of a Parquet file (or of its row groups ``[first, stop)``) in record
+    batches, each with the number of rows before it in the file."""
+    pf, columns = _open_parquet_input(path, opts)
+    first, stop = row_groups if row_groups is not None else (0, pf.num_row_groups)
+    row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
+    try:
+        for rb in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, stop)), columns=columns):
+            yield str(path), row, rb.to_pydict()
+            row += rb.num_rows
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise BadRecordError(str(path), row + 1, f"corrupt Parquet data ({exc})") from None
+
+
+def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, list[str]]:
+    """The open file and the columns to read; a file that is not Parquet or lacks a needed string column
+    raises, whatever the bad-record policy."""
     source = str(path)
     try:
         pf = open_parquet(path)
@@ -397,59 +487,40 @@ def read_parquet(path: Path, opts: ReadOptions, stats: ReadStats,
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")
     columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in names]
-    first, stop = row_groups if row_groups is not None else (0, pf.num_row_groups)
-    row = sum(pf.metadata.row_group(g).num_rows for g in range(first))
-    try:
-        for rb in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, stop)),
-                                  columns=list(dict.fromkeys(columns))):
-            cols = rb.to_pydict()
-            batch = DocBatch()
-            for j in range(rb.num_rows):
-                row += 1
-                record = {c: cols[c][j] for c in cols}
-                if record.get(opts.text_field) is None:
-                    record.pop(opts.text_field, None)
-                try:
-                    text = _text_of(record, opts, source, row)
-                    batch.add(_id_of(record, opts, source, row), text, _group_of(record, opts))
-                    stats.read += 1
-                except BadRecordError as err:
-                    if opts.on_bad_record == "error":
-                        raise
-                    stats.skip(err)
-            if batch:
-                yield batch
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise BadRecordError(source, row + 1, f"corrupt Parquet data ({exc})") from None
+    return pf, list(dict.fromkeys(columns))
 
 
-def read_txt_files(paths: Iterable[Path], root: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
-    """Each ``.txt`` file is one document; its id is the path relative to ``root``."""
-    batch = DocBatch()
+def _column_records(source: str, cols: dict[str, list], before: int,
+                    null_absent: Container[str] | None) -> Iterator[Located]:
+    """The rows of a column batch as records numbered from ``before + 1``: a null in a ``null_absent``
+    column (None: any) is an absent field, elsewhere it stays ``None``."""
+    names = list(cols)
+    for row, values in enumerate(zip(*cols.values(), strict=True), before + 1):
+        yield source, row, {c: v for c, v in zip(names, values, strict=True)
+                            if v is not None or (null_absent is not None and c not in null_absent)}
+
+
+def txt_records(paths: Iterable[Path], root: Path) -> Iterator[Located]:
+    """Each ``.txt`` file is one record, ``(id, bytes)``: its path relative to ``root`` and its content."""
     for p in paths:
-        rel = str(p.relative_to(root)) if p != root else p.name
-        try:
-            try:
-                text = p.read_bytes().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BadRecordError(str(p), None, f"not valid UTF-8 (byte {exc.start})") from None
-            if not text.strip():
-                raise BadRecordError(str(p), None, "empty document")
-            batch.add(rel, text, None)
-            stats.read += 1
-        except BadRecordError as err:
-            if opts.on_bad_record == "error":
-                raise
-            stats.skip(err)
-        if len(batch) >= BATCH_ROWS:
-            yield batch
-            batch = DocBatch()
-    if batch:
-        yield batch
+        yield str(p), None, (str(p.relative_to(root)), p.read_bytes())
 
 
-def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
-    """Read a dataset written by ``datasets.Dataset.save_to_disk`` (a DatasetDict uses ``opts.split``)."""
+def txt_document(record: tuple[str, bytes], opts: ReadOptions, source: str, loc: int | None) -> Document:
+    """A ``.txt`` file's document: its UTF-8 text, which may not be blank."""
+    rel, data = record
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(source, loc, exc) from None
+    if not text.strip():
+        raise BadRecordError(source, loc, "empty document")
+    return rel, text, None
+
+
+def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
+    """The text, id and group columns of a dataset written by ``datasets.Dataset.save_to_disk`` (a
+    DatasetDict uses ``opts.split``) in batches, each with the number of rows before it."""
     try:
         import datasets
     except ImportError:
@@ -468,21 +539,8 @@ def read_hf_dataset(path: Path, opts: ReadOptions, stats: ReadStats) -> Iterator
     ds = ds.select_columns(list(dict.fromkeys(columns)))
     row = 0
     for cols in ds.iter(batch_size=BATCH_ROWS):
-        batch = DocBatch()
-        n = len(cols[opts.text_field])
-        for j in range(n):
-            row += 1
-            record = {c: cols[c][j] for c in cols if cols[c][j] is not None}
-            try:
-                text = _text_of(record, opts, str(path), row)
-                batch.add(_id_of(record, opts, str(path), row), text, _group_of(record, opts))
-                stats.read += 1
-            except BadRecordError as err:
-                if opts.on_bad_record == "error":
-                    raise
-                stats.skip(err)
-        if batch:
-            yield batch
+        yield str(path), row, cols
+        row += len(cols[opts.text_field])
 
 
 @dataclass(frozen=True)
@@ -560,16 +618,17 @@ def _row_group_runs(path: Path, rows_per_run: int) -> list[tuple[int, int] | Non
 def read_unit(unit: WorkUnit, opts: ReadOptions, stats: ReadStats) -> Iterator[DocBatch]:
     """Documents of one work unit in order, in batches."""
     path, fmt = unit.path, unit.fmt
-    if fmt.startswith("jsonl"):
-        yield from read_jsonl(path, fmt, opts, stats, unit.byte_range, unit.lines_before)
-    elif fmt == "parquet":
-        yield from read_parquet(path, opts, stats, unit.row_groups)
-    elif fmt == "txt":
-        yield from read_txt_files([path], path.parent, opts, stats)
-    elif fmt == "txtdir":
-        yield from read_txt_files(unit.files, path, opts, stats)
+    if fmt == "parquet":
+        yield from read_column_batches(parquet_batches(path, opts, unit.row_groups), opts, stats,
+                                       null_absent=(opts.text_field,))
     elif fmt == "hf":
-        yield from read_hf_dataset(path, opts, stats)
+        yield from read_column_batches(hf_batches(path, opts), opts, stats)
+    elif fmt.startswith("jsonl"):
+        yield from read_documents(jsonl_records(path, fmt, unit.byte_range, unit.lines_before), json_document,
+                                  opts, stats)
+    elif fmt in ("txt", "txtdir"):
+        files, root = ((path,), path.parent) if fmt == "txt" else (unit.files, path)
+        yield from read_documents(txt_records(files, root), txt_document, opts, stats)
     else:
         raise ClusterClipError(f"{path}: unsupported format {fmt}")
 
@@ -589,11 +648,18 @@ def stdlib_documents(min_words: int = 25, root: str | None = None) -> Iterator[D
     Sources are parsed with :mod:`ast` (nothing is imported, so no side effects). A docstring needs at
     least ``min_words`` words to count as a document; the group is the top-level module name.
     """
-    base = Path(root or sysconfig.get_paths()["stdlib"])
+    docs = _stdlib_docstrings(Path(root or sysconfig.get_paths()["stdlib"]), min_words)
+    return read_documents(((DEFAULT_CORPUS, None, doc) for doc in docs), _as_is, ReadOptions(), ReadStats())
+
+
+def _as_is(doc: Document, opts: ReadOptions, source: str, loc: int | None) -> Document:
+    return doc
+
+
+def _stdlib_docstrings(base: Path, min_words: int) -> Iterator[Document]:
     skip_dirs = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "turtledemo",
                  "__pycache__", "ensurepip", "venv"}
     files = sorted(p for p in base.rglob("*.py") if not skip_dirs.intersection(p.relative_to(base).parts))
-    batch = DocBatch()
     for path in files:
         rel = path.relative_to(base).with_suffix("")
         parts = [p for p in rel.parts if p != "__init__"]
@@ -606,12 +672,7 @@ def stdlib_documents(min_words: int = 25, root: str | None = None) -> Iterator[D
             continue
         for qualname, doc in _docstrings(tree, module):
             if len(doc.split()) >= min_words:
-                batch.add(qualname, f"{qualname}\n\n{doc}", parts[0].lstrip("_") or parts[0])
-                if len(batch) >= BATCH_ROWS:
-                    yield batch
-                    batch = DocBatch()
-    if batch:
-        yield batch
+                yield qualname, f"{qualname}\n\n{doc}", parts[0].lstrip("_") or parts[0]
 
 
 def _docstrings(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
@@ -645,7 +706,7 @@ def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarra
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise ClusterClipError("--tokenizer needs `pip install clusterclip[hf]`") from None
+        raise SettingsError("tokenizer", "needs `pip install clusterclip[hf]`", CorpusConfig) from None
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer)
     except OSError as exc:
@@ -666,8 +727,10 @@ class CorpusConfig(ReadOptions):
     """Options of the corpus stage (part of the stage record): how to read records, how to count
     tokens, and how long a docstring must be to join the default corpus."""
 
-    tokenizer: str | None = None
-    min_words: int = 25
+    tokenizer: str | None = setting(None, check=optional(is_text),
+                                    help="Hugging Face tokenizer name or path for token counts (default: a "
+                                         "word/punctuation regex count)")
+    min_words: int = setting(25, check=at_least(1), help="words a docstring needs to join the default corpus")
 
 
 @dataclass
@@ -689,12 +752,12 @@ def write_part(path: Path, table: pa.Table) -> None:
 
 
 class PartWriter:
-    """Writes documents into parts ``{prefix}NNNNN.parquet`` of exactly ``part_rows`` rows (the last one
+    """Writes documents into parts ``name(0), name(1), ...`` of exactly ``part_rows`` rows (the last one
     fewer), indexed from 0, and keeps what the stage record needs: token counts, id hashes, groups."""
 
-    def __init__(self, root: Path, prefix: str, count_tokens: Callable[[list[str]], np.ndarray],
+    def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
                  part_rows: int) -> None:
-        self.root, self.prefix, self.count_tokens, self.part_rows = root, prefix, count_tokens, part_rows
+        self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
         self.parts: list[str] = []
         self.part_sizes: list[int] = []
         self.tokens: list[np.ndarray] = []
@@ -729,7 +792,7 @@ class PartWriter:
                      _concat(self.id_hashes, np.uint64), self.groups, stats)
 
     def _flush(self) -> None:
-        rel = f"{self.prefix}{len(self.parts):05d}.parquet"
+        rel = self.name(len(self.parts))
         write_part(self.root / rel, pa.Table.from_batches(self._pending, CORPUS_SCHEMA))
         self.parts.append(rel)
         self.part_sizes.append(self._pending_rows)
@@ -763,15 +826,17 @@ def corpus_stage(
     cfg = {**asdict(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
     if not inputs:
         cfg["group_field"] = "module"
-    inputs_hash = config_hash(fingerprint)
-    if not force and run.is_fresh("corpus", cfg, inputs_hash):
-        log.info("corpus: up to date (%s)", run.record_path("corpus"))
-        return run.require("corpus", verify=False)
-    run.invalidate("corpus")
+    stage = Stage(A.CORPUS_STAGE, cfg, config_hash(fingerprint),
+                  build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint))
+    return run_stage(run, stage, force)
 
-    t0 = time.perf_counter()
-    shutil.rmtree(run.root / STAGING, ignore_errors=True)
-    (run.root / "corpus").mkdir(parents=True, exist_ok=True)
+
+def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
+                  config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
+    """Read the corpus into its parts and ``tokens.npy``; refuse an empty corpus and duplicate ids."""
+    staging = run.path(A.CORPUS_STAGING)
+    shutil.rmtree(staging, ignore_errors=True)
+    run.path(A.CORPUS_DIR).mkdir(parents=True, exist_ok=True)
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
         if inputs and check_engine(engine) == "ray":
@@ -780,14 +845,14 @@ def corpus_stage(
             read = _read_here(run.root, resolved if inputs else None, config, bar)
     finally:
         bar.close()
-        shutil.rmtree(run.root / STAGING, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
     n, stats = read.tokens.size, read.stats
     if n == 0:
         where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
         raise ClusterClipError(f"{where}: empty corpus: no usable documents"
                                + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
-    for stale in sorted((run.root / "corpus").glob("part-*.parquet")):
-        if f"corpus/{stale.name}" not in read.parts:
+    for stale in sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB)):
+        if f"{A.CORPUS_DIR}/{stale.name}" not in read.parts:
             stale.unlink()
     duplicates = _count_duplicates(read.id_hashes)
     if duplicates and config.id_field is not None:
@@ -796,15 +861,14 @@ def corpus_stage(
             raise ClusterClipError(f"{', '.join(map(str, inputs))}: {msg}; ids must be unique "
                                    "(or use --on-bad-record skip to keep them, counted)")
         log.warning("corpus: %s (kept)", msg)
-    save_npy(run.root / "tokens.npy", read.tokens)
+    save_npy(run.path(A.TOKENS), read.tokens)
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
-    return run.write_record(
-        "corpus", cfg, inputs_hash, [*read.parts, "tokens.npy"], time.perf_counter() - t0,
+    return Built([*read.parts, A.TOKENS], dict(
         count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
         duplicate_ids=int(duplicates), groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
         inputs=fingerprint if inputs else [], engine=engine if inputs else "local",
-    )
+    ))
 
 
 def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: CorpusConfig,
@@ -812,7 +876,7 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     """Read every document in this process (``resolved=None``: the default corpus) into the final parts."""
     stats = ReadStats()
     batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
-    writer = PartWriter(root, "corpus/part-", make_token_counter(config.tokenizer), PART_ROWS)
+    writer = PartWriter(root, A.corpus_part, make_token_counter(config.tokenizer), PART_ROWS)
     for batch in batches:
         writer.add(batch)
         bar.update(len(batch))
@@ -822,7 +886,8 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
 def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfig, part_rows: int) -> _Read:
     """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
     stats = ReadStats()
-    writer = PartWriter(Path(root), f"{STAGING}/unit-{unit_no:06d}-", make_token_counter(config.tokenizer), part_rows)
+    writer = PartWriter(Path(root), functools.partial(A.corpus_staging_part, unit_no),
+                        make_token_counter(config.tokenizer), part_rows)
     for batch in read_unit(unit, config, stats):
         writer.add(batch)
     return writer.finish(stats)
@@ -856,7 +921,7 @@ def _read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: Corpu
     sizes: list[int] = []
     src, offset = 0, 0
     for first in range(0, n, PART_ROWS):
-        rel = f"corpus/part-{len(parts):05d}.parquet"
+        rel = A.corpus_part(len(parts))
         pieces, want = [], min(PART_ROWS, n - first)
         while want:
             name, size = staged[src]
@@ -885,7 +950,7 @@ def _concat(chunks: Sequence[np.ndarray], dtype: type) -> np.ndarray:
 
 def check_inputs_unchanged(run: RunDir) -> None:
     """Refuse to go on when the corpus files changed (size or mtime) since the corpus stage read them."""
-    rec = run.require("corpus", verify=False)
+    rec = run.require(A.CORPUS_STAGE, verify=False)
     for entry in rec.get("inputs", []):
         path = Path(entry["path"])
         if not path.exists():
@@ -913,10 +978,10 @@ def _count_duplicates(hashes: np.ndarray) -> int:
 def corpus_parts(run: RunDir) -> list[Path]:
     """The corpus parquet parts of a run directory, in index order: those its corpus record lists, or,
     without a record, every ``corpus/part-*.parquet``."""
-    artifacts = (run.record("corpus") or {}).get("artifacts", {})
-    rels = sorted(r for r in artifacts if r.startswith("corpus/part-") and r.endswith(".parquet"))
+    artifacts = (run.record(A.CORPUS_STAGE) or {}).get("artifacts", {})
+    rels = sorted(r for r in artifacts if fnmatch.fnmatch(r, f"{A.CORPUS_DIR}/{A.CORPUS_PART_GLOB}"))
     if not rels:
-        return sorted(run.path("corpus").glob("part-*.parquet"))
+        return sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB))
     return [run.path(r) for r in rels]
 
 

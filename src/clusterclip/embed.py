@@ -37,21 +37,24 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from clusterclip import artifacts as A
 from clusterclip.corpus import corpus_parts, open_parquet
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import (
     TMP_PREFIX,
     RunDir,
-    config_hash,
     file_digest,
     load_json,
     load_npy,
     save_json,
     save_npy,
 )
+from clusterclip.settings import SettingsError, at_least
+from clusterclip.stages import Built, Job, Stage, run_stage
 
 __all__ = [
+    "DEFAULT_BATCH_SIZES",
     "EMBEDDERS",
     "Embedder",
     "HashingEmbedder",
@@ -70,9 +73,6 @@ EMBEDDERS = ("static", "minilm", "hashing")
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 STATIC_RECIPE = 1
 CHUNKS_PER_CALL = 16
-EMBED_DIR = "embeddings"
-PROGRESS_FILE = "progress.json"
-_SHARD_RE = re.compile(r"^shard-(\d+)\.npy$")
 
 
 @runtime_checkable
@@ -137,10 +137,14 @@ class _Base:
     dim: int
     batch_size: int
     progress: bool
+    DEFAULT_BATCH_SIZE = 1024
+    """Texts per encoder call: large for the cheap static and hashing embedders, whose batch size does not
+    change results; small for MiniLM, whose activations grow with it (and whose record includes it)."""
 
     def __init__(self, batch_size: int, progress: bool) -> None:
-        if batch_size < 1:
-            raise ClusterClipError(f"batch_size must be >= 1, got {batch_size}")
+        problem = at_least(1)(batch_size)
+        if problem:
+            raise SettingsError("batch_size", problem)
         self.batch_size = batch_size
         self.progress = progress
 
@@ -171,8 +175,9 @@ class MiniLMEmbedder(_Base):
 
     name = "minilm"
     dim = 384
+    DEFAULT_BATCH_SIZE = 64
 
-    def __init__(self, *, batch_size: int = 64, device: str = "cpu", max_seq_length: int = 256,
+    def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu", max_seq_length: int = 256,
                  progress: bool = True) -> None:
         super().__init__(batch_size, progress)
         self.device = device
@@ -268,43 +273,14 @@ def distill_static_model(
         raise ClusterClipError(f"sif_coefficient must be in (0, 1), got {sif_coefficient}")
     _set_offline()
     import torch
-    from safetensors.numpy import save_file
-    from transformers import AutoModel
 
     tok_spec = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     vocab: dict[str, int] = tok_spec["model"]["vocab"]
-    n_vocab = max(vocab.values()) + 1
-    special = {t["content"] for t in tok_spec.get("added_tokens", []) if t.get("special")}
-    unused = re.compile(r"^\[unused\d+\]$")
-    keep = np.array(sorted(i for t, i in vocab.items() if t not in special and not unused.match(t)),
-                    dtype=np.int64)
-    if vocab_limit is not None:
-        if vocab_limit < dim:
-            raise ClusterClipError(f"vocab_limit ({vocab_limit}) must be at least dim ({dim}) for the PCA")
-        keep = keep[:vocab_limit]
-    cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
-
-    torch_threads = torch.get_num_threads()
-    model = AutoModel.from_pretrained(str(src)).to(device).eval()
-    hidden = np.empty((len(keep), model.config.hidden_size), dtype=np.float64)
-    with torch.inference_mode(), progress_bar("distil static model", "tok", len(keep), progress) as bar:
-        for start in range(0, len(keep), batch_size):
-            ids = torch.from_numpy(keep[start:start + batch_size])
-            input_ids = torch.stack([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], 1)
-            out_h = model(input_ids=input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device),
-                          token_type_ids=torch.zeros_like(input_ids).to(device)).last_hidden_state
-            pooled = out_h[:, 1] if pooling == "token" else out_h.mean(dim=1)
-            hidden[start:start + len(ids)] = pooled.float().cpu().numpy()
-            bar.update(len(ids))
-
-    centred = hidden - hidden.mean(axis=0)
-    eigvals, eigvecs = np.linalg.eigh(centred.T @ centred / max(len(centred) - 1, 1))
-    components = np.ascontiguousarray(eigvecs[:, ::-1][:, :dim])
-    components *= np.where(components[np.abs(components).argmax(axis=0), np.arange(dim)] < 0, -1.0, 1.0)
-    reduced = centred @ components
-    zipf = 1.0 / np.arange(2, len(keep) + 2)
-    reduced *= (sif_coefficient / (sif_coefficient + zipf / zipf.sum()))[:, None]
-    embeddings = np.zeros((n_vocab, dim), dtype=np.float32)
+    keep = _distillable_tokens(tok_spec, dim, vocab_limit)
+    hidden = _token_vectors(src, keep, vocab, pooling=pooling, batch_size=batch_size, device=device,
+                            progress=progress)
+    reduced, explained = _pca_sif(hidden, dim, sif_coefficient)
+    embeddings = np.zeros((max(vocab.values()) + 1, dim), dtype=np.float32)
     embeddings[keep] = reduced
 
     tok_spec["post_processor"] = None
@@ -332,18 +308,73 @@ def distill_static_model(
         "tokens_distilled": len(keep),
         "pooling": "mean over [CLS] token [SEP]" if pooling == "mean" else "token position of [CLS] token [SEP]",
         "sif_coefficient": sif_coefficient,
-        "explained_variance": float(eigvals[::-1][:dim].sum() / max(eigvals.sum(), 1e-30)),
-        "torch_threads": torch_threads,
+        "explained_variance": explained,
+        "torch_threads": torch.get_num_threads(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    _install_model_dir(out, embeddings, {"tokenizer.json": json.dumps(tok_spec, ensure_ascii=False),
+                                         "config.json": json.dumps(m2v_config, indent=2) + "\n",
+                                         "clusterclip.json": json.dumps(provenance, indent=2) + "\n"})
+    return out
+
+
+def _distillable_tokens(tok_spec: dict[str, Any], dim: int, vocab_limit: int | None) -> np.ndarray:
+    """Vocabulary ids to distil, in vocabulary order: every token except special and ``[unusedN]`` ones."""
+    special = {t["content"] for t in tok_spec.get("added_tokens", []) if t.get("special")}
+    unused = re.compile(r"^\[unused\d+\]$")
+    keep = np.array(sorted(i for t, i in tok_spec["model"]["vocab"].items()
+                           if t not in special and not unused.match(t)), dtype=np.int64)
+    if vocab_limit is not None:
+        if vocab_limit < dim:
+            raise ClusterClipError(f"vocab_limit ({vocab_limit}) must be at least dim ({dim}) for the PCA")
+        keep = keep[:vocab_limit]
+    return keep
+
+
+def _token_vectors(src: Path, keep: np.ndarray, vocab: dict[str, int], *, pooling: str, batch_size: int,
+                   device: str, progress: bool) -> np.ndarray:
+    """MiniLM's output for each token ``t`` run as ``[CLS] t [SEP]``, pooled over the three positions."""
+    import torch
+    from transformers import AutoModel
+
+    cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+    model = AutoModel.from_pretrained(str(src)).to(device).eval()
+    hidden = np.empty((len(keep), model.config.hidden_size), dtype=np.float64)
+    with torch.inference_mode(), progress_bar("distil static model", "tok", len(keep), progress) as bar:
+        for start in range(0, len(keep), batch_size):
+            ids = torch.from_numpy(keep[start:start + batch_size])
+            input_ids = torch.stack([torch.full_like(ids, cls_id), ids, torch.full_like(ids, sep_id)], 1)
+            out_h = model(input_ids=input_ids.to(device), attention_mask=torch.ones_like(input_ids).to(device),
+                          token_type_ids=torch.zeros_like(input_ids).to(device)).last_hidden_state
+            pooled = out_h[:, 1] if pooling == "token" else out_h.mean(dim=1)
+            hidden[start:start + len(ids)] = pooled.float().cpu().numpy()
+            bar.update(len(ids))
+    return hidden
+
+
+def _pca_sif(hidden: np.ndarray, dim: int, sif_coefficient: float) -> tuple[np.ndarray, float]:
+    """Centre, PCA-reduce to ``dim`` (signs fixed) and SIF-weight by Zipf rank; returns the explained variance."""
+    centred = hidden - hidden.mean(axis=0)
+    eigvals, eigvecs = np.linalg.eigh(centred.T @ centred / max(len(centred) - 1, 1))
+    components = np.ascontiguousarray(eigvecs[:, ::-1][:, :dim])
+    components *= np.where(components[np.abs(components).argmax(axis=0), np.arange(dim)] < 0, -1.0, 1.0)
+    reduced = centred @ components
+    zipf = 1.0 / np.arange(2, len(hidden) + 2)
+    reduced *= (sif_coefficient / (sif_coefficient + zipf / zipf.sum()))[:, None]
+    return reduced, float(eigvals[::-1][:dim].sum() / max(eigvals.sum(), 1e-30))
+
+
+def _install_model_dir(out: Path, embeddings: np.ndarray, texts: dict[str, str]) -> None:
+    """Write the model under a temporary name beside ``out`` and rename it into place (another
+    process's finished model wins; a broken folder at ``out`` is replaced)."""
+    from safetensors.numpy import save_file
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + out.name + ".", dir=out.parent))
     try:
         save_file({"embeddings": embeddings}, str(tmp / "model.safetensors"))
-        (tmp / "tokenizer.json").write_text(json.dumps(tok_spec, ensure_ascii=False), encoding="utf-8")
-        (tmp / "config.json").write_text(json.dumps(m2v_config, indent=2) + "\n", encoding="utf-8")
-        (tmp / "clusterclip.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        for name, text in texts.items():
+            (tmp / name).write_text(text, encoding="utf-8")
         if out.exists() and not _is_static_model_dir(out):
             trash = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + out.name + ".old.", dir=out.parent))
             os.replace(out, trash / out.name)
@@ -355,7 +386,6 @@ def distill_static_model(
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 class StaticEmbedder(_Base):
@@ -370,10 +400,10 @@ class StaticEmbedder(_Base):
     name = "static"
     DEFAULT_MAX_LENGTH = 512
 
-    def __init__(self, *, dim: int = 256, batch_size: int = 1024, max_length: int | None = DEFAULT_MAX_LENGTH,
-                 vocab_limit: int | None = None, cache_dir: str | os.PathLike[str] | None = None,
-                 model_path: str | os.PathLike[str] | None = None, device: str = "cpu",
-                 progress: bool = True) -> None:
+    def __init__(self, *, dim: int = 256, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
+                 max_length: int | None = DEFAULT_MAX_LENGTH, vocab_limit: int | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None,
+                 model_path: str | os.PathLike[str] | None = None, device: str = "cpu", progress: bool = True) -> None:
         super().__init__(batch_size, progress)
         self.dim = dim
         self.max_length = max_length
@@ -466,8 +496,8 @@ class HashingEmbedder(_Base):
 
     name = "hashing"
 
-    def __init__(self, *, dim: int = 256, seed: int = 0, batch_size: int = 1024, n_features: int = 1 << 20,
-                 stop_words: bool = True, density: int = 4, progress: bool = True) -> None:
+    def __init__(self, *, dim: int = 256, seed: int = 0, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
+                 n_features: int = 1 << 20, stop_words: bool = True, density: int = 4, progress: bool = True) -> None:
         super().__init__(batch_size, progress)
         if dim < 1 or density < 1 or n_features < 1:
             raise ClusterClipError("hashing embedder: dim, n_features and density must be >= 1")
@@ -518,14 +548,19 @@ class HashingEmbedder(_Base):
             yield slice(start, start + x.shape[0]), np.asarray((x @ proj).toarray(), dtype=np.float32)
 
 
+DEFAULT_BATCH_SIZES = {"static": StaticEmbedder.DEFAULT_BATCH_SIZE, "minilm": MiniLMEmbedder.DEFAULT_BATCH_SIZE,
+                       "hashing": HashingEmbedder.DEFAULT_BATCH_SIZE}
+"""Texts per encoder call when no batch size is given, by embedder name."""
+
+
 def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu", seed: int = 0,
                  progress: bool = True, **kw: Any) -> Embedder:
     """Build an embedder by name (one of :data:`EMBEDDERS`); models load lazily, on first use.
 
-    ``batch_size=None`` takes the embedder's own default (64 texts per forward pass for ``minilm``,
-    1024 for ``static`` and ``hashing``). ``seed`` only matters for ``hashing`` (its projection);
-    ``device`` for ``minilm`` and for the static model's one-time distillation. Other keywords go to the
-    embedder's constructor (e.g. ``dim``, ``vocab_limit``, ``cache_dir``, ``max_length``).
+    ``batch_size=None`` takes the embedder's own ``DEFAULT_BATCH_SIZE`` (:data:`DEFAULT_BATCH_SIZES`).
+    ``seed`` only matters for ``hashing`` (its projection); ``device`` for ``minilm`` and for the static
+    model's one-time distillation. Other keywords go to the embedder's constructor (e.g. ``dim``,
+    ``vocab_limit``, ``cache_dir``, ``max_length``).
     """
     key = name.strip().lower()
     common: dict[str, Any] = {"progress": progress}
@@ -595,24 +630,75 @@ class _TextReader:
         return out
 
 
-def _shard_rel(i: int) -> str:
-    return f"{EMBED_DIR}/shard-{i:05d}.npy"
-
-
-def _reusable_shards(run: RunDir, progress: Any, cfg_hash: str, inputs_hash: str,
-                     shard_size: int, n_docs: int) -> list[dict[str, Any]]:
-    """Leading shards listed in the progress file that match this config and inputs and are intact."""
-    if not isinstance(progress, dict) or progress.get("config_hash") != cfg_hash \
-            or progress.get("inputs_hash") != inputs_hash:
+def _reusable_shards(run: RunDir, progress: Any, job: Job, shard_size: int, n_docs: int) -> list[dict[str, Any]]:
+    """Leading shards listed in the progress file that match this build's config and inputs and are intact
+    (checked by checksum: their bytes become part of the stage's output)."""
+    if not isinstance(progress, dict) or progress.get("config_hash") != job.config_hash \
+            or progress.get("inputs_hash") != job.inputs_hash:
         return []
     done: list[dict[str, Any]] = []
     for i, entry in enumerate(progress.get("shards", [])):
-        path = run.path(_shard_rel(i))
-        if entry.get("file") != _shard_rel(i) or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
+        rel = A.embed_shard(i)
+        path = run.path(rel)
+        if entry.get("file") != rel or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
                 or not path.is_file() or file_digest(path) != entry.get("sha256"):
             break
         done.append(entry)
     return done
+
+
+def _start_progress(run: RunDir, job: Job, shard_size: int, n_docs: int) -> dict[str, Any]:
+    """The progress file of this build, written at once: the shards reusable from an interrupted build of
+    the same config and corpus (none when forced)."""
+    path = run.path(A.EMBED_PROGRESS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if not job.force and path.exists():
+        with contextlib.suppress(ValueError, OSError):
+            previous = load_json(path)
+    state = {"config_hash": job.config_hash, "inputs_hash": job.inputs_hash, "shard_size": shard_size,
+             "shards": _reusable_shards(run, previous, job, shard_size, n_docs)}
+    save_json(path, state)
+    return state
+
+
+def _chunk_rows(emb: Embedder, shard_size: int) -> int:
+    """Texts per encode call: fixed chunks from each shard's start, so results do not depend on resumes."""
+    return min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
+
+
+def _encode_checked(emb: Embedder, texts: list[str]) -> np.ndarray:
+    vecs = np.asarray(emb.encode(texts, progress=False) if isinstance(emb, _Base) else emb.encode(texts))
+    if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all():
+        raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
+                               f"values for {len(texts)} texts (expected dim {emb.dim})")
+    return vecs
+
+
+def _local_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
+                  bar: Any) -> Iterator[np.ndarray]:
+    """Encode the shards from ``first_shard`` on in this process."""
+    chunk_rows = _chunk_rows(emb, shard_size)
+    reader = _TextReader(parts, first_shard * shard_size)
+    for start in range(first_shard * shard_size, n_docs, shard_size):
+        rows = min(shard_size, n_docs - start)
+        shard = np.empty((rows, emb.dim), dtype=np.float16)
+        for off in range(0, rows, chunk_rows):
+            texts = reader.take(min(chunk_rows, rows - off))
+            shard[off:off + len(texts)] = _encode_checked(emb, texts)
+            bar.update(len(texts))
+        yield shard
+
+
+def _ray_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
+                bar: Any) -> Iterator[np.ndarray]:
+    """Encode the shards from ``first_shard`` on with Ray Data actors (same bytes as :func:`_local_shards`)."""
+    from clusterclip.engines import ray_embed_shards
+
+    for shard in ray_embed_shards(parts, first_shard * shard_size, n_docs, shard_size, emb,
+                                  batch_rows=_chunk_rows(emb, shard_size)):
+        bar.update(len(shard))
+        yield shard
 
 
 def embed_stage(
@@ -637,14 +723,12 @@ def embed_stage(
     engine is not part of the config, so switching engines does not re-run a finished stage.
     Memory is bounded by one shard. The caller holds the run-directory lock. Returns the record.
     """
-    started = time.monotonic()
     from clusterclip.engines import check_engine
 
     check_engine(engine)
     if shard_size < 1:
         raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
-    run.require("corpus")
-    inputs_hash = run.output_hash("corpus")
+    inputs_hash = run.output_hash(A.CORPUS_STAGE)
     if isinstance(embedder, str):
         emb: Embedder = get_embedder(embedder, batch_size=batch_size, progress=progress, **embedder_kw)
     else:
@@ -652,78 +736,42 @@ def embed_stage(
             raise ClusterClipError("pass batch_size and embedder options to the Embedder, not to embed_stage")
         emb = embedder
     cfg = {"embedder": emb.config(), "shard_size": shard_size}
-    if not force and run.is_fresh("embed", cfg, inputs_hash):
-        rec = run.record("embed")
-        assert rec is not None
-        return rec
+    model = cfg["embedder"].get("model", emb.name)
+    stage = Stage(A.EMBED_STAGE, cfg, inputs_hash, reads={A.CORPUS_STAGE: None},
+                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job))
+    return run_stage(run, stage, force)
 
+
+def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, engine: str, progress: bool,
+                      job: Job) -> Built:
+    """Encode every shard not reusable from an interrupted build, listing each in the progress file as
+    soon as it is in place; remove shards of an earlier, longer corpus."""
     parts = corpus_parts(run)
     n_docs = _count_rows(parts)
-    n_shards = -(-n_docs // shard_size)
-    run.invalidate("embed")
-    emb_dir = run.path(EMBED_DIR)
-    emb_dir.mkdir(parents=True, exist_ok=True)
-    progress_path = emb_dir / PROGRESS_FILE
-    cfg_hash = config_hash(cfg)
-    previous = None
-    if not force and progress_path.exists():
-        with contextlib.suppress(ValueError, OSError):
-            previous = load_json(progress_path)
-    done = _reusable_shards(run, previous, cfg_hash, inputs_hash, shard_size, n_docs)
-    state = {"config_hash": cfg_hash, "inputs_hash": inputs_hash, "shard_size": shard_size, "shards": done}
-    save_json(progress_path, state)
-
-    encode_kw = {"progress": False} if isinstance(emb, _Base) else {}
-    chunk_rows = min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
-    first = len(done) * shard_size
-
-    def local_shards() -> Iterator[np.ndarray]:
-        reader = _TextReader(parts, first)
-        for s in range(len(done), n_shards):
-            rows = min(shard_size, n_docs - s * shard_size)
-            shard = np.empty((rows, emb.dim), dtype=np.float16)
-            for off in range(0, rows, chunk_rows):
-                texts = reader.take(min(chunk_rows, rows - off))
-                vecs = np.asarray(emb.encode(texts, **encode_kw))
-                if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all():
-                    raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
-                                           f"values for {len(texts)} texts (expected dim {emb.dim})")
-                shard[off:off + len(texts)] = vecs
-                bar.update(len(texts))
-            yield shard
-
-    def ray_shards() -> Iterator[np.ndarray]:
-        from clusterclip.engines import ray_embed_shards
-
-        for shard in ray_embed_shards(parts, first, n_docs, shard_size, emb, batch_rows=chunk_rows):
-            bar.update(len(shard))
-            yield shard
-
-    with progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first) as bar:
-        shards = ray_shards() if engine == "ray" else local_shards()
-        for s, shard in zip(range(len(done), n_shards), shards, strict=True):
-            rel = _shard_rel(s)
+    state = _start_progress(run, job, shard_size, n_docs)
+    done = state["shards"]
+    first = len(done)
+    bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
+    shards = (_ray_shards if engine == "ray" else _local_shards)(emb, parts, first, shard_size, n_docs, bar)
+    with bar:
+        for s, shard in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
+            rel = A.embed_shard(s)
             save_npy(run.path(rel), shard)
             done.append({"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel))})
-            save_json(progress_path, state)
-
-    keep = {Path(d["file"]).name for d in done}
-    for p in emb_dir.glob("shard-*.npy"):
-        if _SHARD_RE.match(p.name) and p.name not in keep:
+            save_json(run.path(A.EMBED_PROGRESS), state)
+    files = [d["file"] for d in done]
+    for p in run.path(A.EMBED_DIR).glob(A.EMBED_SHARD_GLOB):
+        if f"{A.EMBED_DIR}/{p.name}" not in files:
             p.unlink()
-    emb_cfg = cfg["embedder"]
-    return run.write_record(
-        "embed", cfg, inputs_hash, [d["file"] for d in done], time.monotonic() - started,
-        embedder=emb.name, model=emb_cfg.get("model", emb.name), dim=emb.dim, dtype="float16", engine=engine,
-        count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done],
-    )
+    return Built(files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
+                             count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
 
 
 def _embed_shards(run: RunDir, verify: bool) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
-    rec = run.require("embed", verify=verify)
+    rec = run.require(A.EMBED_STAGE, verify=verify)
     shards = [(run.path(s["file"]), int(s["rows"])) for s in rec.get("shards", [])]
     if sum(r for _, r in shards) != rec["count"]:
-        raise ClusterClipError(f"{run.record_path('embed')}: shard rows do not add up to count; re-run `embed`")
+        raise ClusterClipError(f"{run.record_path(A.EMBED_STAGE)}: shard rows do not add up to count; re-run `embed`")
     return rec, shards
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.settings import SettingsError, one_of
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,10 @@ ENGINES = ("local", "ray")
 
 
 def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise ClusterClipError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    """``engine`` if it is one of :data:`ENGINES`, else a :class:`SettingsError`."""
+    problem = one_of(ENGINES)(engine)
+    if problem:
+        raise SettingsError("engine", problem)
     return engine
 
 
@@ -38,7 +41,7 @@ def _ray() -> Any:
         import ray
         import ray.data
     except ImportError:
-        raise ClusterClipError("--engine ray needs `pip install 'clusterclip[ray]'`") from None
+        raise SettingsError("engine", "ray needs `pip install 'clusterclip[ray]'`") from None
     return ray
 
 

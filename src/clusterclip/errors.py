@@ -1,4 +1,8 @@
-"""Exceptions that the CLI turns into one-line messages instead of tracebacks."""
+"""Exceptions that the CLI turns into one-line messages instead of tracebacks.
+
+An option with an unusable value raises :class:`clusterclip.settings.SettingsError`, a
+:class:`ClusterClipError` that names the parameter (the CLI prints its flag instead).
+"""
 
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, atomic_write, load_npy, save_json
+from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, atomic_write, save_json
 
 FORMATS = ("jsonl", "parquet")
 
@@ -37,7 +38,9 @@ class _CorpusIndex:
 
         self.parts = corpus_parts(run)
         if not self.parts:
-            raise StaleArtifactError(f"{run.path('corpus')}: no part-*.parquet files; re-run the corpus stage")
+            raise StaleArtifactError(f"{run.path(A.CORPUS_DIR)}: no {A.CORPUS_PART_GLOB} files; re-run the corpus "
+                                     "stage")
+        run.require(A.CORPUS_STAGE, only=[p.relative_to(run.root).as_posix() for p in self.parts])
         self.files = [open_parquet(p) for p in self.parts]
         self.rg_starts: list[np.ndarray] = []
         self.text_bytes = 0
@@ -83,6 +86,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     are ``part-00000.jsonl`` (or ``.parquet``) of ``shard_size`` rows, listed in ``out_dir/export.json``.
     ``memory_mb`` bounds the corpus text held at once (see the module docstring). Returns the shard paths.
     """
+    from clusterclip.cluster import load_labels
     from clusterclip.torch import load_plan, resolve_plan_path
 
     if fmt not in FORMATS:
@@ -95,15 +99,14 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     t0 = time.perf_counter()
     plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
     name = plan_path.parent.name
-    run.require(f"plans/{name}/plan")
-    run.require("corpus", verify=False)
+    run.require(A.plan_stage_name(name))
     order = load_plan(plan_path)
     corpus = _CorpusIndex(run)
     n = corpus.n
     if order.size and int(np.max(order)) >= n:
         raise StaleArtifactError(f"plan {name} refers to document {int(np.max(order))} but the corpus has {n}; "
                                  "re-run the plan stage")
-    labels = load_npy(run.path("labels.npy"), mmap=True) if run.path("labels.npy").exists() else None
+    labels = load_labels(run, mmap=True) if run.record(A.CLUSTER_STAGE) is not None else None
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,15 +125,15 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         for s in range(0, block.size, shard_size):
             shards.append(_write_shard(out, len(shards), fmt, block[s:s + shard_size],
                                        texts.take(pa.array(where[s:s + shard_size])), labels))
-    stale = re.compile(rf"part-(\d+)\.{fmt}$")
+    stale = re.compile(A.EXPORT_SHARD_RE)
     for p in out.iterdir():
         m = stale.match(p.name)
-        if m and int(m.group(1)) >= len(shards):
+        if m and m.group(2) == fmt and int(m.group(1)) >= len(shards):
             p.unlink()
     manifest = {"plan": name, "run_dir": str(run.root), "format": fmt, "rows": int(order.shape[0]),
                 "columns": ["text", "id", "index", "cluster"], "shard_size": shard_size, "shards": shards,
                 "memory_mb": memory_mb, "corpus_reads": windows, "seconds": round(time.perf_counter() - t0, 3)}
-    save_json(out / "export.json", manifest)
+    save_json(out / A.EXPORT_MANIFEST, manifest)
     return [out / sh["file"] for sh in shards]
 
 
@@ -140,7 +143,7 @@ def _write_shard(out: Path, i: int, fmt: str, idx: np.ndarray, rows: pa.Table,
                else pa.nulls(idx.size, pa.int64()))
     shard = pa.table({"text": rows.column("text"), "id": rows.column("id"), "index": pa.array(idx),
                       "cluster": cluster})
-    fname = f"part-{i:05d}.{fmt}"
+    fname = A.export_shard(i, fmt)
     if fmt == "parquet":
         with atomic_path(out / fname) as tmp:
             pq.write_table(shard, tmp)

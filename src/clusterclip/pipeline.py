@@ -16,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip import artifacts as A
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, corpus_stage
+from clusterclip.embed import DEFAULT_BATCH_SIZES, EMBEDDERS
+from clusterclip.engines import ENGINES
+from clusterclip.plan import list_plans
 from clusterclip.rundir import RunDir, load_npy, save_json
+from clusterclip.settings import Settings, at_least, is_text, optional, setting
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +32,24 @@ DEFAULT_STRATEGIES = ("clusterclip", "uniform", "random")
 
 
 @dataclass(frozen=True)
-class EmbedOptions:
-    """Options of the embed stage."""
+class EmbedOptions(Settings):
+    """Options of the embed stage; validated on construction. ``extra`` goes to the embedder's constructor."""
 
-    embedder: str = DEFAULT_EMBEDDER
-    batch_size: int = 64
-    shard_size: int = 65_536
-    device: str = "cpu"
-    engine: str = "local"
+    embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS,
+                            help="static: model2vec model distilled from all-MiniLM-L6-v2 (fast); "
+                                 "minilm: all-MiniLM-L6-v2 transformer (best quality, ~100x slower on CPU); "
+                                 "hashing: no model, hashed word n-grams with a seeded projection")
+    batch_size: int | None = setting(None, check=optional(at_least(1)),
+                                     help="documents per encoder batch (default: the embedder's own: "
+                                          + ", ".join(f"{n} {b}" for n, b in DEFAULT_BATCH_SIZES.items()) + ")")
+    shard_size: int = setting(65_536, check=at_least(1), help="embeddings per shard file")
+    device: str = setting("cpu", check=is_text, help="torch device of the minilm encoder (cpu, cuda)")
+    engine: str = setting("local", choices=ENGINES,
+                          help="where embedding and cluster assignment run: this process, or Ray Data actors "
+                               "(same results)")
+    ray_address: str | None = setting(None, check=optional(is_text),
+                                      help="address of an existing Ray cluster (default: start a local Ray "
+                                           "instance)")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -57,27 +72,26 @@ def run_pipeline(
     plans: Sequence[Any] | None = None,
     force: bool = False,
     progress: bool = True,
-    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
 
-    ``plans`` is a sequence of :class:`clusterclip.sampling.PlanConfig`; by default ClusterClip plus the
+    ``plans`` is a sequence of :class:`clusterclip.plan.PlanConfig`; by default ClusterClip plus the
     uniform and random baselines, each with a budget of one epoch. With ``embed.engine == "ray"``,
-    embedding and assignment run on Ray Data (a local instance, or the cluster at ``ray_address``).
+    embedding and assignment run on Ray Data (a local instance, or the cluster at ``embed.ray_address``).
     """
-    from clusterclip.sampling import PlanConfig, plan_stage
+    from clusterclip.plan import PlanConfig, plan_stage
 
     corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedOptions(), cluster or ClusterConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
-    with run.lock(), engine_session(embed.engine, ray_address):
+    with run.lock(), engine_session(embed.engine, embed.ray_address):
         run.clean_temp_files()
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress)
         cluster_stage(run, cluster, force=force, progress=progress, engine=embed.engine)
         for cfg in plan_configs:
             plan_stage(run, cfg, force=force)
         summary = summarize(run)
-        save_json(run.root / "summary.json", summary)
+        save_json(run.path(A.SUMMARY), summary)
     return summary
 
 
@@ -91,17 +105,17 @@ def engine_session(engine: str, ray_address: str | None = None) -> contextlib.Ab
 def summarize(run: RunDir) -> dict[str, Any]:
     """Corpus, clustering and plan statistics of a run directory, as printed by ``clusterclip run``."""
     out: dict[str, Any] = {"run_dir": str(run.root)}
-    corpus = run.record("corpus")
+    corpus = run.record(A.CORPUS_STAGE)
     if corpus:
         out["corpus"] = {"documents": corpus["count"], "tokens": corpus["tokens"], "skipped": corpus["skipped"],
                          "inputs": corpus["config"]["inputs"], "seconds": corpus["seconds"]}
-    embed = run.record("embed")
+    embed = run.record(A.EMBED_STAGE)
     if embed:
         out["embed"] = {"embedder": embed.get("embedder"), "model": embed.get("model"), "dim": embed.get("dim"),
                         "seconds": embed["seconds"]}
-    cluster = run.record("cluster")
+    cluster = run.record(A.CLUSTER_STAGE)
     if cluster:
-        sizes = load_npy(run.root / "sizes.npy")
+        sizes = load_npy(run.path(A.SIZES))
         out["cluster"] = {
             "k": cluster["k"], "objective": round(cluster["objective"], 4), "sample_size": cluster["sample_size"],
             "size_min": int(sizes.min()), "size_median": float(np.median(sizes)), "size_max": int(sizes.max()),
@@ -110,10 +124,10 @@ def summarize(run: RunDir) -> dict[str, Any]:
             "seconds": cluster["seconds"],
         }
     plans = {}
-    for rec_path in sorted((run.root / "plans").glob("*/plan.json")):
-        rec = run.record(str(rec_path.relative_to(run.root).with_suffix("")))
+    for name in list_plans(run):
+        rec = run.record(A.plan_stage_name(name))
         if rec:
-            plans[rec_path.parent.name] = {"config": rec["config"], **rec.get("stats", {})}
+            plans[name] = {"config": rec["config"], **rec.get("stats", {})}
     if plans:
         out["plans"] = plans
     return out
@@ -139,6 +153,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_audit(audit: dict[str, list[str]]) -> str:
+    """What ``clusterclip status --verify`` prints: one line per intact stage, one per problem."""
+    lines = [f"verify:   {stage}: {'ok' if not problems else f'{len(problems)} problem(s)'}"
+             for stage, problems in audit.items()]
+    lines += [f"  {problem}" for problems in audit.values() for problem in problems]
+    return "\n".join(lines or ["verify:   no finished stages"])
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3g}"
@@ -149,4 +171,4 @@ def _fmt(v: Any) -> str:
 
 def plan_dirs(run: RunDir) -> list[Path]:
     """Folders of the finished plans of a run directory."""
-    return sorted(p.parent for p in (run.root / "plans").glob("*/plan.json"))
+    return [run.path(A.plan_path(name)) for name in list_plans(run)]

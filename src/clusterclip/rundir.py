@@ -2,17 +2,16 @@
 
 Every stage of the pipeline reads the artifacts of the stage before it from one run directory and
 writes its own next to them. A stage is *finished* when its record ``<stage>.json`` exists; the record
-holds the stage's config, the hash of its inputs and the size and SHA-256 of every artifact it wrote,
-so a re-run with the same config and inputs is a no-op, a changed option re-runs the stage, and a
-truncated or edited artifact is detected before it is used. Layout (documented in
-``docs/run-directory.md``)::
+holds the stage's config, the hash of its inputs and the size, modification time and SHA-256 of every
+artifact it wrote. Two checks use it (both documented in ``docs/run-directory.md``):
 
-    corpus.json  corpus/part-*.parquet  tokens.npy
-    embed.json   embeddings/shard-*.npy
-    cluster.json centroids.npy labels.npy scores.npy sizes.npy
-    plans/<name>/plan.json plans/<name>/plan.npy ...
+* the *quick* check (``checksums=False``) compares sizes and modification times, O(files) and no
+  artifact bytes read: it decides whether a re-run is a no-op;
+* the *full* check compares SHA-256 checksums: it runs before an artifact's content is used and in
+  ``clusterclip status --verify``.
 
-Arrays are ``.npy`` loaded with ``allow_pickle=False``; metadata is JSON. Nothing is pickled.
+File names are in :mod:`clusterclip.artifacts`; the stage runner is :mod:`clusterclip.stages`. Arrays are
+``.npy`` loaded with ``allow_pickle=False``; metadata is JSON. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -27,15 +26,18 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version of the stage records: 2 adds ``mtime_ns`` to every artifact (records of version 1, without it,
+are still read; their artifacts are then checked by checksum)."""
 TMP_PREFIX = ".tmp-"
 
 
@@ -136,6 +138,11 @@ def file_digest(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def artifact_checksums(record: Mapping[str, Any]) -> dict[str, str]:
+    """``{artifact: sha256}`` of a stage record: what its outputs are, whenever they were written."""
+    return {rel: meta["sha256"] for rel, meta in record.get("artifacts", {}).items()}
+
+
 def config_hash(obj: Any) -> str:
     """Stable SHA-256 of a JSON-serialisable object (keys sorted)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
@@ -155,7 +162,7 @@ class RunDir:
         return self.root.joinpath(*parts)
 
     def record_path(self, stage: str) -> Path:
-        return self.root / f"{stage}.json"
+        return self.root / A.record(stage)
 
     def record(self, stage: str) -> dict[str, Any] | None:
         """The stage's record, or None when the stage has not finished."""
@@ -167,46 +174,88 @@ class RunDir:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StaleArtifactError(f"{p}: corrupt stage record ({exc}); re-run `{stage}`") from exc
 
-    def require(self, stage: str, verify: bool = True) -> dict[str, Any]:
-        """The record of a finished stage, with its artifacts verified; a clear error otherwise."""
+    def stages(self) -> list[str]:
+        """Names of the finished stages, upstream first: corpus, embed, cluster, then every plan."""
+        names = [s for s in A.STAGES if self.record_path(s).is_file()]
+        plans = self.root / A.PLANS_DIR
+        if plans.is_dir():
+            names += [A.plan_stage_name(p.name) for p in sorted(plans.iterdir())
+                      if (p / A.PLAN_RECORD).is_file()]
+        return names
+
+    def require(self, stage: str, verify: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
+        """The record of a finished stage, with its artifacts (or the ``only`` ones) checksum-verified.
+
+        Pass ``verify=False`` only where no artifact content is read (the record alone is used).
+        """
         rec = self.record(stage)
         if rec is None:
             raise StaleArtifactError(
                 f"{self.root}: stage `{stage}` has not run yet; run `clusterclip {_cli_of(stage)}` first"
             )
         if verify:
-            self.verify(stage, rec)
+            self.verify(stage, rec, only=only)
         return rec
 
-    def verify(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True) -> None:
-        """Check every artifact of ``stage`` against the size and SHA-256 in its record."""
+    def verify(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True,
+               only: Collection[str] | None = None) -> None:
+        """Raise :class:`StaleArtifactError` for the first artifact of ``stage`` that fails
+        :meth:`problems` (the full check, or the quick one with ``checksums=False``)."""
+        problem = next(self._problems(stage, rec, checksums, only), None)
+        if problem:
+            raise StaleArtifactError(problem)
+
+    def problems(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True,
+                 only: Collection[str] | None = None) -> list[str]:
+        """What is wrong with the artifacts of ``stage`` (those of ``only`` it lists), one message per file.
+
+        The full check compares sizes and SHA-256 checksums. The quick one (``checksums=False``) reads
+        no bytes: a file with its recorded size and modification time passes; one whose record has no
+        time (written by an older version) or whose time changed is checked by checksum instead.
+        """
+        return list(self._problems(stage, rec, checksums, only))
+
+    def _problems(self, stage: str, rec: Mapping[str, Any] | None, checksums: bool,
+                  only: Collection[str] | None) -> Iterator[str]:
         rec = rec if rec is not None else self.require(stage, verify=False)
         for rel, meta in rec.get("artifacts", {}).items():
-            p = self.root / rel
-            if not p.exists():
-                raise StaleArtifactError(f"{p}: missing artifact of stage `{stage}`; re-run `{stage}`")
-            size = p.stat().st_size
-            if size != meta["size"]:
-                raise StaleArtifactError(
-                    f"{p}: size {size} does not match the {meta['size']} bytes recorded by stage "
-                    f"`{stage}` (truncated or modified); re-run `{stage}`"
-                )
-            if checksums and file_digest(p) != meta["sha256"]:
-                raise StaleArtifactError(
-                    f"{p}: checksum does not match the one recorded by stage `{stage}` (modified); "
-                    f"re-run `{stage}`"
-                )
+            if only is None or rel in only:
+                problem = self._artifact_problem(stage, rel, meta, checksums)
+                if problem:
+                    yield problem
+
+    def audit(self) -> dict[str, list[str]]:
+        """The full check of every finished stage (``clusterclip status --verify``): ``{stage: problems}``,
+        an empty list for a stage whose artifacts all match their recorded sizes and checksums."""
+        found: dict[str, list[str]] = {}
+        for stage in self.stages():
+            try:
+                found[stage] = self.problems(stage)
+            except StaleArtifactError as exc:
+                found[stage] = [str(exc)]
+        return found
+
+    def _artifact_problem(self, stage: str, rel: str, meta: Mapping[str, Any], checksums: bool) -> str | None:
+        p = self.root / rel
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            return f"{p}: missing artifact of stage `{stage}`; re-run `{stage}`"
+        if st.st_size != meta["size"]:
+            return (f"{p}: size {st.st_size} does not match the {meta['size']} bytes recorded by stage "
+                    f"`{stage}` (truncated or modified); re-run `{stage}`")
+        if not checksums and meta.get("mtime_ns") == st.st_mtime_ns:
+            return None
+        if file_digest(p) != meta["sha256"]:
+            return f"{p}: checksum does not match the one recorded by stage `{stage}` (modified); re-run `{stage}`"
+        return None
 
     def is_fresh(self, stage: str, config: Mapping[str, Any], inputs_hash: str) -> bool:
-        """True when ``stage`` finished with this config and inputs and its artifacts are intact."""
+        """True when ``stage`` finished with this config and inputs and its artifacts pass the quick check."""
         rec = self.record(stage)
         if rec is None or rec.get("config_hash") != config_hash(config) or rec.get("inputs_hash") != inputs_hash:
             return False
-        try:
-            self.verify(stage, rec)
-        except StaleArtifactError:
-            return False
-        return True
+        return not self.problems(stage, rec, checksums=False)
 
     def invalidate(self, stage: str) -> None:
         """Forget that ``stage`` finished (its record goes; artifacts are overwritten by the re-run)."""
@@ -232,19 +281,20 @@ class RunDir:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(seconds, 3),
             **extra,
-            "artifacts": {
-                rel: {"size": (self.root / rel).stat().st_size, "sha256": file_digest(self.root / rel)}
-                for rel in artifacts
-            },
+            "artifacts": {rel: self._artifact_meta(rel) for rel in artifacts},
         }
         save_json(self.record_path(stage), rec)
         return rec
+
+    def _artifact_meta(self, rel: str) -> dict[str, Any]:
+        st = (self.root / rel).stat()
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(self.root / rel)}
 
     def output_hash(self, stage: str) -> str:
         """Hash that identifies a finished stage's outputs: the input hash of the stages after it."""
         rec = self.require(stage, verify=False)
         return config_hash({"config": rec["config_hash"], "inputs": rec["inputs_hash"],
-                            "artifacts": {k: v["sha256"] for k, v in rec["artifacts"].items()}})
+                            "artifacts": artifact_checksums(rec)})
 
     def require_current(self, stage: str, upstream: str) -> dict[str, Any]:
         """The record of ``stage``, checked to be built from the current outputs of ``upstream``.
@@ -267,7 +317,7 @@ class RunDir:
         ``wait`` is set). The lock is an ``flock`` so it is released if the holder dies.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        fh = open(self.root / ".lock", "a+")  # noqa: SIM115 - held for the whole context
+        fh = open(self.root / A.LOCK, "a+")  # noqa: SIM115 - held for the whole context
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -305,7 +355,7 @@ class RunDir:
 
 
 def _cli_of(stage: str) -> str:
-    if stage.startswith("plan"):
+    if stage.startswith(A.PLANS_DIR):
         return "plan RUN_DIR"
-    return {"corpus": "embed INPUT... --out RUN_DIR", "embed": "embed INPUT... --out RUN_DIR",
-            "cluster": "cluster RUN_DIR"}.get(stage, stage)
+    return {A.CORPUS_STAGE: "embed INPUT... --out RUN_DIR", A.EMBED_STAGE: "embed INPUT... --out RUN_DIR",
+            A.CLUSTER_STAGE: "cluster RUN_DIR"}.get(stage, stage)

@@ -38,26 +38,27 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
     A run directory must hold exactly one finished plan unless ``plan_name`` picks one.
     """
+    from clusterclip import artifacts as A
+    from clusterclip.plan import list_plans
     from clusterclip.rundir import RunDir
-    from clusterclip.sampling import list_plans
 
     p = Path(plan)
     if p.is_file():
         return p
     if not p.is_dir():
         raise PlanNotFoundError(f"{p}: no such plan file or directory")
-    if plan_name is None and (p / "plan.npy").is_file():
-        return p / "plan.npy"
+    if plan_name is None and (p / A.PLAN_ORDER).is_file():
+        return p / A.PLAN_ORDER
     names = list_plans(RunDir(p))
     if plan_name is not None:
         if plan_name not in names:
             raise PlanNotFoundError(f"{p}: no finished plan {plan_name!r}; plans here: {', '.join(names) or 'none'}")
-        return p / "plans" / plan_name / "plan.npy"
+        return p / A.plan_path(plan_name, A.PLAN_ORDER)
     if not names:
         raise PlanNotFoundError(f"{p}: no plan.npy and no finished plans/; run `clusterclip plan {p}` first")
     if len(names) > 1:
         raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with plan_name=: {', '.join(names)}")
-    return p / "plans" / names[0] / "plan.npy"
+    return p / A.plan_path(names[0], A.PLAN_ORDER)
 
 
 def load_plan(plan: Any, plan_name: str | None = None) -> np.ndarray:

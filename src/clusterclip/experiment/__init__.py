@@ -2,9 +2,21 @@
 
 Holds out a stratified evaluation split, runs the pipeline on the rest, and trains one small GPT per
 (strategy, seed) with identical data, budget, model and optimiser; only the plan differs. See
-``docs/experiment.md``.
+``docs/experiment.md``. The configuration imports without torch; ``run_experiment`` needs it.
 """
 
-from clusterclip.experiment.run import ExperimentConfig, quick_config, run_experiment
+from __future__ import annotations
 
-__all__ = ["ExperimentConfig", "quick_config", "run_experiment"]
+from typing import Any
+
+from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig, quick_config
+
+__all__ = ["ExperimentConfig", "ModelConfig", "TrainConfig", "quick_config", "run_experiment"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "run_experiment":
+        from clusterclip.experiment.run import run_experiment
+
+        return run_experiment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -144,6 +144,13 @@ def gather_stream(docs: TokenizedDocs, order: np.ndarray) -> np.ndarray:
     return docs.flat[idx]
 
 
+def select_docs(docs: TokenizedDocs, ids: np.ndarray) -> TokenizedDocs:
+    """The documents ``ids`` (in that order) as a layout of their own."""
+    lengths = docs.lengths[ids]
+    return TokenizedDocs(gather_stream(docs, ids), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                         docs.eos)
+
+
 @dataclass
 class Packed:
     """Training sequences in plan order: ``inputs``/``targets`` ``[n_seq, context]``."""

@@ -122,3 +122,23 @@ def repeats(order: np.ndarray, n_docs: int) -> dict[str, Any]:
     return {"unique_docs": int(seen.size), "unique_share": round(seen.size / n_docs, 4),
             "max": int(c.max()), "mean_seen": round(float(seen.mean()), 3),
             "p99": float(np.percentile(seen, 99))}
+
+
+def smallest_clusters(labels: np.ndarray, heldout_labels: np.ndarray, k: int, fraction: float) -> np.ndarray:
+    """The smallest ``fraction`` of clusters (by training documents) that have held-out documents."""
+    sizes = np.bincount(labels, minlength=k)
+    has_heldout = np.bincount(heldout_labels, minlength=k) > 0
+    cand = np.flatnonzero(has_heldout)
+    cand = cand[np.argsort(sizes[cand], kind="stable")]
+    return np.sort(cand[: max(1, math.ceil(fraction * k))])
+
+
+def small_shares(order: np.ndarray, lengths: np.ndarray, is_small: np.ndarray) -> dict[str, float]:
+    """Token share of the smallest clusters over the whole plan and in its last quarter (what the
+    model saw most recently: a plan that exhausts them early leaves them out of the end of training)."""
+    tok = lengths[order].astype(np.float64)
+    pos = np.cumsum(tok)
+    late = pos > 0.75 * pos[-1]
+    small = is_small[order]
+    return {"small_share": float(tok[small].sum() / tok.sum()),
+            "small_share_last_quarter": float(tok[small & late].sum() / tok[late].sum())}

@@ -8,27 +8,14 @@ presets so one training run takes minutes on two CPU cores; nothing here is spec
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from clusterclip.experiment.config import ModelConfig
 
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of the model; ``vocab_size`` comes from the tokenizer."""
-
-    vocab_size: int
-    context: int = 128
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 128
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_head:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+__all__ = ["GPT", "ModelConfig", "token_losses"]
 
 
 class _Block(nn.Module):

@@ -1,5 +1,5 @@
-"""Orchestration of the sampling experiment: split, pipeline, tokenizer, one training run per
-(strategy, seed), metrics, and the results JSON, markdown table and plots.
+"""The experiment as its steps: prepare the data, fix what every run shares, then per (strategy, seed)
+plan, train and evaluate; the results file is rewritten after every run.
 
 Layout (``OUT`` is the run directory of the *training split*, a normal clusterclip run directory)::
 
@@ -18,253 +18,96 @@ Runs are keyed ``<strategy>/<seed>``; a restart with the same configuration skip
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, atomic_write, config_hash, load_json, save_json
+from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
+from clusterclip.experiment.data import Packed, TokenizedDocs, pack, select_docs
+from clusterclip.experiment.evaluate import (
+    Evaluator,
+    mixture,
+    repeats,
+    small_shares,
+    smallest_clusters,
+    summarize_losses,
+    unigram_doc_losses,
+)
+from clusterclip.experiment.model import GPT
+from clusterclip.experiment.prepare import Prepared, Tokenized, prepare_data, tokenize
+from clusterclip.experiment.results import PRIMARY, RESULTS_VERSION, discard, reusable_results, write_results
+from clusterclip.experiment.train import train_model
+from clusterclip.plan import PlanConfig, build_plan
+from clusterclip.rundir import RunDir, config_hash
+from clusterclip.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 1
-PRIMARY = "heldout_macro_cluster"
-METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster",
-           "small_heldout", "small_train", "small_gap", "final_train_loss", "effective_clusters",
-           "effective_domains", "small_share", "small_share_last_quarter")
 SHUFFLE_SALT = 0x5EED
-UNIGRAM_MARGIN = 0.5
-RUNTIME_FIELDS = ("seeds", "strategies", "max_repeats", "device", "threads")
+
+OnRun = Callable[[str, dict[str, Any], int, int], None]
+"""Called after every finished run with its key, its record in ``results["runs"]``, runs finished, runs asked for."""
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
-    """Every option of an experiment. Fields in ``RUNTIME_FIELDS`` may change between restarts
-    (adding seeds or strategies reuses finished runs); any other change needs ``force``."""
+class Setup:
+    """What every run shares: budget and steps, model and recipe, the evaluators and the unigram floor."""
 
-    docs: int | None = 1000
-    max_words: int | None = 120
-    heldout: float = 0.2
-    split_seed: int = 0
-    text_field: str = "text"
-    group_field: str | None = "domain"
-    embedder: str = "static"
-    k: int = 24
-    passes: float = 6.0
-    strategies: tuple[str, ...] = ("random", "uniform", "temperature", "clusterclip")
-    max_repeats: tuple[int, ...] = (9, 12)
-    tau: float = 0.5
-    seeds: tuple[int, ...] = (0, 1, 2)
-    vocab_size: int = 2048
-    context: int = 128
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 128
-    batch_size: int = 8
-    lr: float = 3e-3
-    warmup_steps: int = 100
-    curve_points: int = 8
-    curve_docs: int = 100
-    small_clusters: float = 0.2
-    device: str = "cpu"
-    threads: int | None = 1
-
-    def validate(self) -> None:
-        """Reject options that cannot give a meaningful comparison, with the fix in the message."""
-        known = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
-        bad = [s for s in self.strategies if s not in known]
-        if bad or not self.strategies:
-            raise ClusterClipError(f"unknown strategies {bad}; choose from {', '.join(known)}")
-        if not self.seeds or any(s < 0 for s in self.seeds):
-            raise ClusterClipError("seeds must be a non-empty list of integers >= 0")
-        if self.passes <= 0:
-            raise ClusterClipError(f"--passes must be > 0, got {self.passes}")
-        if any(s.startswith("clusterclip") for s in self.strategies):
-            if not self.max_repeats:
-                raise ClusterClipError("clusterclip needs at least one --max-repeat value")
-            low = [r for r in self.max_repeats if r <= self.passes]
-            if low:
-                raise ClusterClipError(
-                    f"--max-repeat {low} must exceed --passes {self.passes:g}: the budget repeats every "
-                    f"document {self.passes:g} times on average, so a cap below that is infeasible and a cap "
-                    "equal to it makes ClusterClip identical to random; use caps above the number of passes "
-                    f"(e.g. {math.ceil(self.passes * 1.5)}) or lower --passes")
-        if not 0 < self.heldout < 1:
-            raise ClusterClipError(f"--heldout must be in (0, 1), got {self.heldout}")
-        if self.k < 2:
-            raise ClusterClipError(f"--k must be at least 2, got {self.k}")
-        if self.context < 8 or self.batch_size < 1 or self.vocab_size < 300:
-            raise ClusterClipError("--context must be >= 8, --batch-size >= 1 and --vocab-size >= 300 "
-                                   "(256 bytes + merges)")
-        if self.d_model % self.n_head:
-            raise ClusterClipError(f"--d-model {self.d_model} must be divisible by --heads {self.n_head}")
-
-    def fixed_hash(self) -> str:
-        """Hash of the options that change the numbers of every run (not the runtime fields)."""
-        d = asdict(self)
-        for key in RUNTIME_FIELDS:
-            d.pop(key)
-        return config_hash(d)
-
-    def strategy_specs(self) -> list[dict[str, Any]]:
-        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs."""
-        specs = []
-        for s in self.strategies:
-            if s.startswith("clusterclip"):
-                specs += [{"name": f"{s}-R{r}", "strategy": "clusterclip", "max_repeat": int(r),
-                           "order": "spread" if s.endswith("spread") else "equal-rate",
-                           "shuffle": s.endswith("shuffled")} for r in self.max_repeats]
-            elif s == "temperature":
-                specs.append({"name": f"temperature-{self.tau:g}", "strategy": s, "tau": float(self.tau)})
-            else:
-                specs.append({"name": s, "strategy": s})
-        return specs
+    model: ModelConfig
+    train: TrainConfig
+    budget: int
+    steps: int
+    heldout: Evaluator
+    curve: Evaluator
+    small_clusters: np.ndarray
+    small_heldout: np.ndarray
+    small_train: Evaluator
+    unigram: dict[str, Any]
 
 
-QUICK = dict(docs=320, max_words=60, k=6, passes=3.0, max_repeats=(5,), seeds=(0,), vocab_size=400,
-             context=64, n_layer=1, n_head=2, d_model=64, batch_size=8, curve_points=4, curve_docs=64,
-             warmup_steps=20, embedder="hashing")
+@dataclass(frozen=True)
+class PlannedRun:
+    """One (strategy, seed): its plan and the packed training sequences; ``used`` is the part trained on."""
+
+    name: str
+    seed: int
+    plan_config: PlanConfig
+    plan_stats: dict[str, Any]
+    used: np.ndarray
+    packed: Packed
 
 
-def quick_config(**overrides: Any) -> ExperimentConfig:
-    """The ``--quick`` preset (seconds per run; exercises every code path, proves nothing)."""
-    return dataclasses.replace(ExperimentConfig(), **{**QUICK, **overrides})
+@dataclass(frozen=True)
+class TrainedRun:
+    """The trained model and its loss curve."""
+
+    model: GPT
+    curve: list[dict[str, Any]]
 
 
-# ------------------------------------------------------------------------------------------- helpers
+@dataclass(frozen=True)
+class RunMetrics:
+    """Held-out losses (:func:`summarize_losses`), the smallest clusters' losses, and the plan's mixture."""
+
+    heldout: dict[str, Any]
+    small_heldout: float
+    small_train: float
+    cluster_mixture: dict[str, Any]
+    domain_mixture: dict[str, Any] | None
+    repeats: dict[str, Any]
+    small_shares: dict[str, float]
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    """Write ``text`` atomically unless the file already holds it (keeps mtimes, so stages stay fresh)."""
-    if path.exists() and path.read_text(encoding="utf-8") == text:
-        return
-    with atomic_write(path, "w") as fh:
-        fh.write(text)
-
-
-def _jsonl(ids: Sequence[str], texts: Sequence[str], domains: Sequence[str | None]) -> str:
-    return "".join(json.dumps({"id": i, "text": t, "domain": d}, ensure_ascii=False) + "\n"
-                   for i, t, d in zip(ids, texts, domains, strict=True))
-
-
-def _mean_std(values: Sequence[float]) -> dict[str, Any]:
-    v = np.asarray(values, dtype=np.float64)
-    return {"mean": round(float(v.mean()), 5), "std": round(float(v.std(ddof=1)) if v.size > 1 else 0.0, 5),
-            "n": int(v.size), "values": [round(float(x), 5) for x in v]}
-
-
-@dataclass
-class _Prepared:
-    run: RunDir
-    split_hash: str
-    train_texts: list[str]
-    heldout_texts: list[str]
-    train_domains: np.ndarray | None
-    heldout_domains: np.ndarray | None
-    labels: np.ndarray
-    heldout_labels: np.ndarray
-    data: dict[str, Any]
-
-
-def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
-                 progress: bool = False, expect_split: str | None = None, force: bool = False) -> _Prepared:
-    """Read, subset and cut the corpus, split it stratified by (cluster, domain), and run the
-    pipeline (corpus, embed, cluster) on the training split; held-out documents are assigned to the
-    training split's centroids.
-
-    The stratifying clusters come from a k-means of the whole subset with the same embedder and K;
-    the clusters used for training and metrics are the training split's own, as in real use. When
-    ``expect_split`` (the split hash of finished runs) differs from the new split, nothing is written
-    and an error explains why, unless ``force``.
-    """
-    from clusterclip.cluster import ClusterConfig, assign, cluster_stage, fit_centroids, load_labels
-    from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
-    from clusterclip.embed import embed_stage, get_embedder
-    from clusterclip.experiment.data import choose_subset, cut_words, stratified_split
-    from clusterclip.rundir import load_npy
-
-    run = RunDir(out)
-    exp = run.root / "experiment"
-    source = RunDir(exp / "source")
-    with source.lock():
-        source.clean_temp_files()
-        corpus_stage(source, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field),
-                     progress=progress)
-    texts_all = read_column(source, "text")
-    ids_all = read_column(source, "id")
-    groups_all = read_column(source, "group")
-    pick = choose_subset(len(texts_all), cfg.docs, cfg.split_seed)
-    if pick.size < 4 * cfg.k:
-        raise ClusterClipError(f"{pick.size} documents are too few for k={cfg.k} clusters and a held-out split; "
-                               "use more --docs or a smaller --k")
-    texts = [cut_words(texts_all[i], cfg.max_words) for i in pick]
-    ids = [str(ids_all[i]) for i in pick]
-    groups = [groups_all[i] for i in pick]
-    has_domains = any(g is not None for g in groups)
-    dom = [g if g is not None else "(none)" for g in groups]
-
-    embedder = get_embedder(cfg.embedder, progress=progress)
-    emb = embedder.encode(texts)
-    fit = fit_centroids(emb, cfg.k, seed=cfg.split_seed)
-    split_labels, _ = assign([emb], fit.centroids)
-    strata = np.array([f"{c}|{d}" for c, d in zip(split_labels.tolist(), dom, strict=True)])
-    held = stratified_split(strata, cfg.heldout, cfg.split_seed)
-    tr, ho = np.flatnonzero(~held), np.flatnonzero(held)
-
-    train_jsonl = _jsonl([ids[i] for i in tr], [texts[i] for i in tr], [dom[i] for i in tr])
-    heldout_jsonl = _jsonl([ids[i] for i in ho], [texts[i] for i in ho], [dom[i] for i in ho])
-    split_hash = config_hash({"train": train_jsonl, "heldout": heldout_jsonl})
-    if expect_split is not None and expect_split != split_hash and not force:
-        raise ClusterClipError(
-            f"{exp / 'results.json'}: the held-out split drawn now differs from the one its finished runs "
-            "used (the corpus, the embedder or the clustering code changed); pass --force to set those runs "
-            "aside and start again, or use another --out")
-    data_dir = exp / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    _write_if_changed(data_dir / "train.jsonl", train_jsonl)
-    _write_if_changed(data_dir / "heldout.jsonl", heldout_jsonl)
-    with run.lock():
-        run.clean_temp_files()
-        corpus_stage(run, [data_dir / "train.jsonl"], CorpusConfig(id_field="id", group_field="domain"),
-                     progress=progress)
-        embed_stage(run, embedder=cfg.embedder, progress=progress)
-        cluster_stage(run, ClusterConfig(k=cfg.k, seed=cfg.split_seed), progress=progress)
-    labels = load_labels(run).astype(np.int64)
-    centroids = load_npy(run.root / "centroids.npy")
-    heldout_labels = assign([emb[ho]], centroids)[0].astype(np.int64)
-    train_texts = read_column(run, "text")
-    train_dom = np.array(read_column(run, "group"), dtype=object).astype(str)
-    heldout_texts = [texts[i] for i in ho]
-    k = int(centroids.shape[0])
-    data = {
-        "input_documents": len(texts_all), "subset_documents": int(pick.size),
-        "train_documents": int(tr.size), "heldout_documents": int(ho.size), "k": k,
-        "train_cluster_sizes": np.bincount(labels, minlength=k).tolist(),
-        "heldout_cluster_sizes": np.bincount(heldout_labels, minlength=k).tolist(),
-    }
-    if has_domains:
-        keys, counts = np.unique(train_dom, return_counts=True)
-        hkeys, hcounts = np.unique(np.array(dom, dtype=object)[ho].astype(str), return_counts=True)
-        hc = dict(zip(hkeys.tolist(), hcounts.tolist(), strict=True))
-        data["domains"] = {k_: {"train_documents": int(c), "heldout_documents": int(hc.get(k_, 0))}
-                           for k_, c in sorted(zip(keys.tolist(), counts.tolist(), strict=True), key=lambda t: -t[1])}
-    return _Prepared(run, split_hash, train_texts, heldout_texts,
-                     train_dom if has_domains else None,
-                     np.array([dom[i] for i in ho], dtype=object).astype(str) if has_domains else None,
-                     labels, heldout_labels, data)
-
-
-# ------------------------------------------------------------------------------------------ the run
+# ------------------------------------------------------------------------------------- the run
 
 
 def run_experiment(
@@ -273,342 +116,214 @@ def run_experiment(
     config: ExperimentConfig | None = None,
     force: bool = False,
     progress: bool = False,
+    on_run: OnRun | None = None,
 ) -> dict[str, Any]:
     """Train one model per (strategy, seed) on the same data, budget and recipe; only the plan differs.
 
     Writes ``OUT/experiment/results.json`` after every run (atomically) together with the markdown
     table and plots, and skips runs already recorded there for the same configuration, so a killed
-    experiment resumes where it stopped. ``force`` discards results of a different configuration.
-    Returns the results dictionary.
+    experiment resumes where it stopped. ``force`` discards results of a different configuration;
+    ``progress`` shows the pipeline stages' progress bars; ``on_run`` is called after every finished
+    run (the command line prints a line). Returns the results dictionary.
     """
-    import torch
-
-    from clusterclip.experiment.data import encode_docs, load_tokenizer, pack, train_tokenizer
-    from clusterclip.experiment.evaluate import Evaluator, mixture, repeats, summarize_losses, unigram_doc_losses
-    from clusterclip.experiment.model import GPT, ModelConfig
-    from clusterclip.experiment.train import TrainConfig, train_model
-    from clusterclip.sampling import PlanConfig, build_plan
-
     cfg = config or ExperimentConfig()
-    cfg.validate()
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ClusterClipError("--device cuda requested but torch sees no CUDA device")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    _use_torch(cfg)
     exp_dir = Path(out) / "experiment"
-    exp = RunDir(exp_dir)
-    results_path = exp_dir / "results.json"
     t_start = time.perf_counter()
-    with exp.lock():
-        previous = load_json(results_path) if results_path.exists() else None
-        if previous is not None and not previous.get("runs"):
-            previous = None
-        if previous is not None and previous.get("config_hash") != cfg.fixed_hash():
-            previous = _discard(results_path, previous, force, "were trained with a different configuration")
-        prep = prepare_data(inputs, out, cfg, progress=progress,
-                            expect_split=(previous or {}).get("split_hash"), force=force)
-        tok_path = exp_dir / "tokenizer.json"
-        data_hash = config_hash({"cfg": cfg.fixed_hash(), "train": prep.run.output_hash("corpus")})
-        stale_split = previous is not None and previous.get("split_hash", prep.split_hash) != prep.split_hash
-        if previous is not None and (stale_split or previous.get("data_hash") != data_hash or not tok_path.exists()):
-            previous = _discard(results_path, previous, force, "were trained on other data (the corpus, the "
-                                "split or an upstream stage changed)")
-        if previous is not None:
-            tokenizer = load_tokenizer(tok_path)
-        else:
-            tokenizer = train_tokenizer(prep.train_texts, cfg.vocab_size, tok_path)
-        train = encode_docs(tokenizer, prep.train_texts)
-        heldout = encode_docs(tokenizer, prep.heldout_texts)
-        vocab = int(tokenizer.get_vocab_size())  # type: ignore[attr-defined]
-        model_cfg = ModelConfig(vocab_size=vocab, context=cfg.context, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                                d_model=cfg.d_model)
-        train_cfg = TrainConfig(batch_size=cfg.batch_size, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                                curve_points=cfg.curve_points)
-        k = prep.data["k"]
-        train_tokens = int(train.lengths.sum())
-        budget = round(cfg.passes * train_tokens)
-        steps = budget // (cfg.batch_size * cfg.context)
-        if steps < 1:
-            raise ClusterClipError(f"a budget of {budget} tokens is less than one batch; raise --passes")
-
-        evaluator = Evaluator(heldout, prep.heldout_labels, prep.heldout_domains, cfg.context, device=cfg.device)
-        rng = np.random.default_rng(cfg.split_seed)
-        curve_ids = np.sort(rng.choice(len(heldout), size=min(cfg.curve_docs, len(heldout)), replace=False))
-        curve_eval = Evaluator(_subset(heldout, curve_ids), prep.heldout_labels[curve_ids],
-                               None if prep.heldout_domains is None else prep.heldout_domains[curve_ids],
-                               cfg.context, device=cfg.device)
-        small = _smallest_clusters(prep.labels, prep.heldout_labels, k, cfg.small_clusters)
-        small_train_ids = np.flatnonzero(np.isin(prep.labels, small))
-        small_train_eval = Evaluator(_subset(train, small_train_ids), prep.labels[small_train_ids], None,
-                                     cfg.context, device=cfg.device)
-        small_held = np.isin(prep.heldout_labels, small)
-
-        uni_sums, uni_counts = unigram_doc_losses(train, heldout, vocab)
-        unigram = summarize_losses(uni_sums, uni_counts, prep.heldout_labels, prep.heldout_domains)
-        results: dict[str, Any] = {
-            "version": RESULTS_VERSION,
-            "status": "running",
-            "config": asdict(cfg),
-            "config_hash": cfg.fixed_hash(),
-            "data_hash": data_hash,
-            "split_hash": prep.split_hash,
-            "inputs": [str(p) for p in inputs],
-            "run_dir": str(prep.run.root),
-            "started_at": (previous or {}).get("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
-            "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                            "threads": torch.get_num_threads(), "device": cfg.device,
-                            "argv": sys.argv},
-            "data": {**prep.data, "vocab_size": vocab, "train_tokens": train_tokens,
-                     "heldout_tokens": int(heldout.lengths.sum()), "budget_tokens": budget, "steps": steps,
-                     "tokens_per_step": cfg.batch_size * cfg.context,
-                     "small_clusters": small.tolist(),
-                     "small_clusters_train_documents": int(small_train_ids.size),
-                     "small_clusters_heldout_documents": int(small_held.sum())},
-            "model": {**asdict(model_cfg), "parameters": GPT(model_cfg).num_params()},
-            "train": asdict(train_cfg),
-            "unigram": {key: unigram[key] for key in ("macro_cluster", "macro_domain", "micro", "per_domain")
-                        if key in unigram},
-            "runs": dict((previous or {}).get("runs", {})),
-        }
-        specs = cfg.strategy_specs()
-        wanted = [f"{spec['name']}/{seed}" for seed in cfg.seeds for spec in specs]
-        total = len(wanted)
-
-        def finished() -> int:
-            return sum(key in results["runs"] for key in wanted)
-
-        for seed in cfg.seeds:
-            for spec in specs:
-                key = f"{spec['name']}/{seed}"
-                if key in results["runs"]:
-                    continue
-                t0 = time.perf_counter()
-                plan_cfg = PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit="tokens",
-                                      max_repeat=spec.get("max_repeat"), tau=spec.get("tau", 0.5), seed=seed,
-                                      order=spec.get("order", "equal-rate"))
-                plan = build_plan(prep.labels, plan_cfg, tokens=train.lengths, n_clusters=k)
-                order = np.asarray(plan.order, dtype=np.int64)
-                if spec.get("shuffle"):
-                    order = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(order)
-                packed = pack(train, order, steps * cfg.batch_size, cfg.context)
-                log.info("experiment: %s seed %d: %d steps (%d/%d)", spec["name"], seed, steps,
-                         finished() + 1, total)
-
-                def on_curve(model: GPT, ev: Evaluator = curve_eval) -> dict[str, Any]:
-                    m = ev.evaluate(model)
-                    return {PRIMARY: round(m["macro_cluster"], 5), "heldout_micro": round(m["micro"], 5),
-                            **({"heldout_macro_domain": round(m["macro_domain"], 5)} if "macro_domain" in m else {})}
-
-                def report(step: int, loss: float, name: str = key, t0: float = t0) -> None:
-                    log.info("experiment: %s: step %d/%d, train loss %.3f, %.0fs", name, step, steps,
-                             loss, time.perf_counter() - t0)
-
-                model, curve = train_model(model_cfg, train_cfg, packed, steps, seed, cfg.device, on_curve, report)
-                final = evaluator.evaluate(model)
-                sums, counts = evaluator.losses(model)
-                small_ho = float(sums[small_held].sum() / max(counts[small_held].sum(), 1))
-                s_sums, s_counts = small_train_eval.losses(model)
-                small_tr = float(s_sums.sum() / max(s_counts.sum(), 1))
-                used = order[: np.searchsorted(np.cumsum(train.lengths[order]), packed.stream_tokens) + 1]
-                mix_c = mixture(used, train.lengths, prep.labels)
-                mix_d = mixture(used, train.lengths, prep.train_domains) if prep.train_domains is not None else None
-                results["runs"][key] = {
-                    "strategy": spec["name"], "seed": seed, "plan": plan_cfg.to_json(),
-                    "plan_stats": {k_: v for k_, v in plan.stats.items() if _scalar(v)},
-                    "heldout_macro_cluster": final["macro_cluster"], "heldout_micro": final["micro"],
-                    "heldout_macro_domain": final.get("macro_domain"),
-                    "heldout_worst10_cluster": final["worst10_cluster"],
-                    "heldout_per_cluster": final["per_cluster"], "heldout_per_domain": final.get("per_domain"),
-                    "small_heldout": small_ho, "small_train": small_tr, "small_gap": small_ho - small_tr,
-                    "final_train_loss": curve[-1]["train_loss"],
-                    "cluster_mixture": mix_c, "domain_mixture": mix_d,
-                    "effective_clusters": mix_c["effective"],
-                    "effective_domains": mix_d["effective"] if mix_d else None,
-                    "repeats": repeats(used, len(train)),
-                    **_small_shares(used, train.lengths, np.isin(prep.labels, small)),
-                    "wrapped_tokens": packed.wrapped_tokens,
-                    "curve": curve, "seconds": round(time.perf_counter() - t0, 1),
-                }
-                results["progress"] = {"finished_runs": finished(), "total_runs": total}
-                _finish(results, cfg, exp_dir, time.perf_counter() - t_start)
-                print(f"experiment: {key}: macro {final['macro_cluster']:.4f} micro {final['micro']:.4f} "
-                      f"({results['runs'][key]['seconds']:.0f}s, {finished()}/{total})",
-                      file=sys.stderr, flush=True)
+    with RunDir(exp_dir).lock():
+        previous = reusable_results(exp_dir / "results.json", cfg, force)
+        prep = prepare_data(inputs, out, cfg, progress, (previous or {}).get("split_hash"), force)
+        data_hash = config_hash({"cfg": cfg.results_hash(), "train": prep.run.output_hash("corpus")})
+        previous = _same_data(previous, exp_dir, prep.split_hash, data_hash, force)
+        tok = tokenize(prep, cfg, exp_dir / "tokenizer.json", reuse=previous is not None)
+        setup = set_up(prep, tok, cfg)
+        results = _results_header(cfg, inputs, prep, tok, setup, data_hash, previous)
+        runs = _runs(cfg)
+        wanted = [key for key, _, _ in runs]
+        for key, seed, spec in runs:
+            if key in results["runs"]:
+                continue
+            t0 = time.perf_counter()
+            planned = plan_run(spec, seed, prep, tok, setup)
+            log.info("experiment: %s seed %d: %d steps (%d/%d)", spec["name"], seed, setup.steps,
+                     _finished(results, wanted) + 1, len(wanted))
+            trained = train_run(planned, setup, cfg.device)
+            metrics = evaluate_run(planned, trained, prep, tok, setup)
+            results["runs"][key] = run_record(planned, trained, metrics, time.perf_counter() - t0)
+            _write(results, wanted, exp_dir, t_start)
+            if on_run is not None:
+                on_run(key, results["runs"][key], _finished(results, wanted), len(wanted))
         results["status"] = "complete"
-        results["progress"] = {"finished_runs": finished(), "total_runs": total}
-        _finish(results, cfg, exp_dir, time.perf_counter() - t_start)
+        _write(results, wanted, exp_dir, t_start)
     return results
 
 
-def _discard(path: Path, previous: dict[str, Any], force: bool, why: str) -> None:
-    """Refuse to mix incomparable runs; with ``force`` keep the old file aside and start afresh."""
-    n = len(previous.get("runs", {}))
-    if not force:
-        raise ClusterClipError(f"{path}: its {n} finished runs {why}; pass --force to set them aside "
-                               "(renamed to results.discarded-<time>.json) and start again, or use another --out")
-    backup = path.with_name(f"results.discarded-{time.strftime('%Y%m%dT%H%M%S')}.json")
-    os.replace(path, backup)
-    log.warning("experiment: %d finished runs %s; moved to %s", n, why, backup)
-    return None
+def _use_torch(cfg: ExperimentConfig) -> None:
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SettingsError("device", f"{cfg.device!r} requested but torch sees no CUDA device", ExperimentConfig)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+
+
+def _same_data(previous: dict[str, Any] | None, exp_dir: Path, split_hash: str, data_hash: str,
+               force: bool) -> dict[str, Any] | None:
+    """``previous`` if its runs were trained on the data just prepared, with the tokenizer still there."""
+    if previous is None:
+        return None
+    if (previous.get("split_hash", split_hash) != split_hash or previous.get("data_hash") != data_hash
+            or not (exp_dir / "tokenizer.json").exists()):
+        return discard(exp_dir / "results.json", previous, force, "were trained on other data (the corpus, "
+                       "the split or an upstream stage changed)")
+    return previous
+
+
+def _runs(cfg: ExperimentConfig) -> list[tuple[str, int, dict[str, Any]]]:
+    """(key, seed, strategy) of every run, seed-major so that a partial result compares every strategy."""
+    specs = cfg.strategy_specs()
+    return [(f"{spec['name']}/{seed}", seed, spec) for seed in cfg.seeds for spec in specs]
+
+
+def _finished(results: dict[str, Any], wanted: list[str]) -> int:
+    return sum(key in results["runs"] for key in wanted)
+
+
+def _write(results: dict[str, Any], wanted: list[str], exp_dir: Path, t_start: float) -> None:
+    results["progress"] = {"finished_runs": _finished(results, wanted), "total_runs": len(wanted)}
+    write_results(results, exp_dir, time.perf_counter() - t_start)
+
+
+# --------------------------------------------------------------------------------------- the steps
+
+
+def set_up(prep: Prepared, tok: Tokenized, cfg: ExperimentConfig) -> Setup:
+    """Budget (``passes`` x training tokens), steps, the model with the tokenizer's vocabulary, and the
+    evaluators: all held-out documents, the fixed curve subset, and the smallest clusters."""
+    model = dataclasses.replace(cfg.model, vocab_size=tok.vocab_size)
+    budget = round(cfg.passes * int(tok.train.lengths.sum()))
+    steps = budget // (cfg.train.batch_size * model.context)
+    if steps < 1:
+        raise SettingsError("passes", f"{cfg.passes:g} give a budget of {budget} tokens, less than one batch; "
+                            "raise {passes}", ExperimentConfig)
+
+    def evaluator(docs: TokenizedDocs, clusters: np.ndarray, domains: np.ndarray | None) -> Evaluator:
+        return Evaluator(docs, clusters, domains, model.context, device=cfg.device)
+
+    heldout, labels, domains = tok.heldout, prep.heldout_labels, prep.heldout_domains
+    rng = np.random.default_rng(cfg.split_seed)
+    curve_ids = np.sort(rng.choice(len(heldout), size=min(cfg.curve_docs, len(heldout)), replace=False))
+    small = smallest_clusters(prep.labels, labels, prep.data["k"], cfg.small_clusters)
+    small_train_ids = np.flatnonzero(np.isin(prep.labels, small))
+    uni_sums, uni_counts = unigram_doc_losses(tok.train, heldout, tok.vocab_size)
+    return Setup(
+        model, cfg.train, budget, steps, evaluator(heldout, labels, domains),
+        evaluator(select_docs(heldout, curve_ids), labels[curve_ids], None if domains is None else domains[curve_ids]),
+        small, np.isin(labels, small),
+        evaluator(select_docs(tok.train, small_train_ids), prep.labels[small_train_ids], None),
+        summarize_losses(uni_sums, uni_counts, labels, domains),
+    )
+
+
+def plan_run(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> PlannedRun:
+    """The strategy's plan over the training split for the token budget, packed into training sequences
+    (the diagnostic ``shuffle`` permutes the plan's draws first)."""
+    plan_cfg = PlanConfig(strategy=spec["strategy"], budget=setup.budget, budget_unit="tokens",
+                          max_repeat=spec.get("max_repeat"), tau=spec.get("tau", 0.5), seed=seed,
+                          order=spec.get("order", "equal-rate"))
+    plan = build_plan(prep.labels, plan_cfg, tokens=tok.train.lengths, n_clusters=prep.data["k"])
+    order = np.asarray(plan.order, dtype=np.int64)
+    if spec.get("shuffle"):
+        order = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(order)
+    packed = pack(tok.train, order, setup.steps * setup.train.batch_size, setup.model.context)
+    used = order[: np.searchsorted(np.cumsum(tok.train.lengths[order]), packed.stream_tokens) + 1]
+    stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
+    return PlannedRun(spec["name"], seed, plan_cfg, stats, used, packed)
+
+
+def train_run(planned: PlannedRun, setup: Setup, device: str = "cpu") -> TrainedRun:
+    """A fresh model seeded with the run's seed, trained on the packed plan in order; the loss curve
+    also scores the fixed held-out subset at every point."""
+    t0 = time.perf_counter()
+    key = f"{planned.name}/{planned.seed}"
+
+    def on_curve(model: GPT) -> dict[str, Any]:
+        m = setup.curve.evaluate(model)
+        return {PRIMARY: round(m["macro_cluster"], 5), "heldout_micro": round(m["micro"], 5),
+                **({"heldout_macro_domain": round(m["macro_domain"], 5)} if "macro_domain" in m else {})}
+
+    def report(step: int, loss: float) -> None:
+        log.info("experiment: %s: step %d/%d, train loss %.3f, %.0fs", key, step, setup.steps, loss,
+                 time.perf_counter() - t0)
+
+    model, curve = train_model(setup.model, setup.train, planned.packed, setup.steps, planned.seed, device,
+                               on_curve, report)
+    return TrainedRun(model, curve)
+
+
+def evaluate_run(planned: PlannedRun, trained: TrainedRun, prep: Prepared, tok: Tokenized,
+                 setup: Setup) -> RunMetrics:
+    """Held-out losses of the trained model, its losses on the smallest clusters (held-out and
+    training documents), and what the trained part of the plan held (mixtures, repeats)."""
+    sums, counts = setup.heldout.losses(trained.model)
+    small_ho = float(sums[setup.small_heldout].sum() / max(counts[setup.small_heldout].sum(), 1))
+    s_sums, s_counts = setup.small_train.losses(trained.model)
+    lengths = tok.train.lengths
+    return RunMetrics(
+        heldout=summarize_losses(sums, counts, prep.heldout_labels, prep.heldout_domains),
+        small_heldout=small_ho,
+        small_train=float(s_sums.sum() / max(s_counts.sum(), 1)),
+        cluster_mixture=mixture(planned.used, lengths, prep.labels),
+        domain_mixture=None if prep.train_domains is None else mixture(planned.used, lengths, prep.train_domains),
+        repeats=repeats(planned.used, len(tok.train)),
+        small_shares=small_shares(planned.used, lengths, np.isin(prep.labels, setup.small_clusters)),
+    )
+
+
+def run_record(planned: PlannedRun, trained: TrainedRun, metrics: RunMetrics, seconds: float) -> dict[str, Any]:
+    """The run's entry in ``results["runs"]``."""
+    h, mix_c, mix_d = metrics.heldout, metrics.cluster_mixture, metrics.domain_mixture
+    return {
+        "strategy": planned.name, "seed": planned.seed, "plan": planned.plan_config.to_json(),
+        "plan_stats": planned.plan_stats,
+        "heldout_macro_cluster": h["macro_cluster"], "heldout_micro": h["micro"],
+        "heldout_macro_domain": h.get("macro_domain"), "heldout_worst10_cluster": h["worst10_cluster"],
+        "heldout_per_cluster": h["per_cluster"], "heldout_per_domain": h.get("per_domain"),
+        "small_heldout": metrics.small_heldout, "small_train": metrics.small_train,
+        "small_gap": metrics.small_heldout - metrics.small_train,
+        "final_train_loss": trained.curve[-1]["train_loss"],
+        "cluster_mixture": mix_c, "domain_mixture": mix_d,
+        "effective_clusters": mix_c["effective"], "effective_domains": mix_d["effective"] if mix_d else None,
+        "repeats": metrics.repeats, **metrics.small_shares,
+        "wrapped_tokens": planned.packed.wrapped_tokens,
+        "curve": trained.curve, "seconds": round(seconds, 1),
+    }
+
+
+def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[str]], prep: Prepared,
+                    tok: Tokenized, setup: Setup, data_hash: str, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The results file before this session's runs: configuration, data, model, baseline, reused runs."""
+    uni = setup.unigram
+    return {
+        "version": RESULTS_VERSION, "status": "running",
+        "config": dataclasses.asdict(cfg), "config_hash": cfg.results_hash(), "data_hash": data_hash,
+        "split_hash": prep.split_hash, "inputs": [str(p) for p in inputs], "run_dir": str(prep.run.root),
+        "started_at": (previous or {}).get("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "threads": torch.get_num_threads(), "device": cfg.device, "argv": sys.argv},
+        "data": {**prep.data, "vocab_size": tok.vocab_size, "train_tokens": int(tok.train.lengths.sum()),
+                 "heldout_tokens": int(tok.heldout.lengths.sum()), "budget_tokens": setup.budget,
+                 "steps": setup.steps, "tokens_per_step": setup.train.batch_size * setup.model.context,
+                 "small_clusters": setup.small_clusters.tolist(),
+                 "small_clusters_train_documents": len(setup.small_train.docs),
+                 "small_clusters_heldout_documents": int(setup.small_heldout.sum())},
+        "model": {**dataclasses.asdict(setup.model), "parameters": GPT(setup.model).num_params()},
+        "train": dataclasses.asdict(setup.train),
+        "unigram": {key: uni[key] for key in ("macro_cluster", "macro_domain", "micro", "per_domain") if key in uni},
+        "runs": dict((previous or {}).get("runs", {})),
+    }
+
+
+# ------------------------------------------------------------------------------------------ helpers
 
 
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float, str, bool, np.integer, np.floating)) or v is None
-
-
-def _subset(docs: Any, ids: np.ndarray) -> Any:
-    from clusterclip.experiment.data import TokenizedDocs, gather_stream
-
-    lengths = docs.lengths[ids]
-    return TokenizedDocs(gather_stream(docs, ids), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-                         docs.eos)
-
-
-def _smallest_clusters(labels: np.ndarray, heldout_labels: np.ndarray, k: int, fraction: float) -> np.ndarray:
-    """The smallest ``fraction`` of clusters (by training documents) that have held-out documents."""
-    sizes = np.bincount(labels, minlength=k)
-    has_heldout = np.bincount(heldout_labels, minlength=k) > 0
-    cand = np.flatnonzero(has_heldout)
-    cand = cand[np.argsort(sizes[cand], kind="stable")]
-    return np.sort(cand[: max(1, math.ceil(fraction * k))])
-
-
-def _small_shares(order: np.ndarray, lengths: np.ndarray, is_small: np.ndarray) -> dict[str, float]:
-    """Token share of the smallest clusters over the whole plan and in its last quarter (what the
-    model saw most recently: a plan that exhausts them early leaves them out of the end of training)."""
-    tok = lengths[order].astype(np.float64)
-    pos = np.cumsum(tok)
-    late = pos > 0.75 * pos[-1]
-    small = is_small[order]
-    return {"small_share": float(tok[small].sum() / tok.sum()),
-            "small_share_last_quarter": float(tok[small & late].sum() / tok[late].sum())}
-
-
-def summarize_runs(results: dict[str, Any]) -> dict[str, Any]:
-    """Mean, spread and paired differences to ``random`` per strategy, from the finished runs."""
-    by: dict[str, list[dict[str, Any]]] = {}
-    for r in results["runs"].values():
-        by.setdefault(r["strategy"], []).append(r)
-    baseline = {r["seed"]: r for r in by.get("random", [])}
-    stats: dict[str, Any] = {}
-    for name, runs in by.items():
-        entry: dict[str, Any] = {"runs": len(runs)}
-        for m in METRICS:
-            vals = [r[m] for r in runs if r.get(m) is not None]
-            if vals:
-                entry[m] = _mean_std(vals)
-        paired = [(r, baseline[r["seed"]]) for r in runs if r["seed"] in baseline and name != "random"]
-        for m in ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster"):
-            diffs = [a[m] - b[m] for a, b in paired if a.get(m) is not None]
-            if diffs:
-                entry[f"{m}_minus_random"] = {**_mean_std(diffs), "wins": int(sum(d < 0 for d in diffs))}
-        per_domain: dict[str, list[float]] = {}
-        for r in runs:
-            for d, v in (r.get("heldout_per_domain") or {}).items():
-                per_domain.setdefault(d, []).append(v)
-        entry["heldout_per_domain"] = {d: _mean_std(v) for d, v in per_domain.items()}
-        entry["domain_shares"] = runs[0]["domain_mixture"]["shares"] if runs[0].get("domain_mixture") else None
-        stats[name] = entry
-    return stats
-
-
-def _flat_summary(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """One row of scalars per strategy (the report's table)."""
-    rows = {}
-    for name, e in stats.items():
-        row: dict[str, Any] = {"runs": e["runs"]}
-        for m in METRICS:
-            if m in e:
-                row[m] = e[m]["mean"]
-                if m.startswith("heldout"):
-                    row[f"{m}_std"] = e[m]["std"]
-        for m in ("heldout_macro_cluster", "heldout_micro"):
-            if f"{m}_minus_random" in e:
-                row[f"{m}_minus_random"] = e[f"{m}_minus_random"]["mean"]
-        rows[name] = row
-    return rows
-
-
-def _mean_curves(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
-    """Per strategy: the loss curves averaged over the seeds that finished."""
-    by: dict[str, list[list[dict[str, Any]]]] = {}
-    for r in results["runs"].values():
-        by.setdefault(r["strategy"], []).append(r["curve"])
-    out: dict[str, dict[str, list[float]]] = {}
-    for name, curves in by.items():
-        n = min(len(c) for c in curves)
-        entry: dict[str, list[float]] = {"step": [c["step"] for c in curves[0][:n]]}
-        for key in (PRIMARY, "heldout_micro", "heldout_macro_domain", "train_loss"):
-            rows = [[p.get(key) for p in c[:n]] for c in curves]
-            if all(v is not None for row in rows for v in row[1:]):
-                entry[key] = [None if any(row[i] is None for row in rows) else
-                              round(float(np.mean([row[i] for row in rows])), 5) for i in range(n)]
-        out[name] = entry
-    return out
-
-
-def _finish(results: dict[str, Any], cfg: ExperimentConfig, exp_dir: Path, seconds: float) -> None:
-    """Recompute aggregates, then write results.json, results.md and the plots."""
-    from clusterclip.experiment.plots import write_plots
-
-    uni = results.get("unigram", {})
-    if results["runs"] and "micro" in uni:
-        margin = min(uni["micro"] - r["heldout_micro"] for r in results["runs"].values())
-        uni["smallest_margin_micro"] = round(margin, 4)
-        if margin < UNIGRAM_MARGIN:
-            log.warning("experiment: a model is only %.2f nats/token below the unigram baseline: undertrained, "
-                        "differences between strategies mean little; raise --passes or the corpus size", margin)
-    results["stats"] = summarize_runs(results)
-    results["summary"] = _flat_summary(results["stats"])
-    results["curves"] = _mean_curves(results)
-    results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    results["seconds_this_session"] = round(seconds, 1)
-    save_json(exp_dir / "results.json", results)
-    with atomic_write(exp_dir / "results.md", "w") as fh:
-        fh.write(markdown_table(results))
-    try:
-        results["plots"] = write_plots(results, exp_dir)
-    except Exception as exc:  # plots must never lose the numbers
-        log.warning("experiment: plots failed (%s)", exc)
-    save_json(exp_dir / "results.json", results)
-
-
-def markdown_table(results: dict[str, Any]) -> str:
-    """The results as a markdown table: mean ± std over seeds, paired difference to random."""
-    stats = results.get("stats", {})
-    d = results.get("data", {})
-    uni = results.get("unigram", {})
-    lines = [
-        f"Held-out loss (nats/token), mean ± std over seeds; {d.get('train_documents')} training documents, "
-        f"K={d.get('k')}, budget {d.get('budget_tokens', 0):,} tokens "
-        f"({results['config']['passes']:g} passes, {d.get('steps')} steps), "
-        f"{results.get('model', {}).get('parameters', 0):,}-parameter model. "
-        f"Unigram baseline: macro {uni.get('macro_cluster', float('nan')):.3f}, "
-        f"micro {uni.get('micro', float('nan')):.3f}. Status: {results.get('status')} "
-        f"({results.get('progress', {}).get('finished_runs')}/{results.get('progress', {}).get('total_runs')} runs).",
-        "",
-        "| strategy | runs | macro (clusters) | Δ macro vs random (wins) | macro (domains) | micro | "
-        "Δ micro vs random | worst 10% clusters | small clusters held-out / train | eff. clusters | eff. domains |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    def ms(e: dict[str, Any], m: str) -> str:
-        return f"{e[m]['mean']:.3f} ± {e[m]['std']:.3f}" if m in e else "–"
-
-    def delta(e: dict[str, Any], m: str) -> str:
-        key = f"{m}_minus_random"
-        if key not in e:
-            return "–"
-        return f"{e[key]['mean']:+.3f} ± {e[key]['std']:.3f} ({e[key]['wins']}/{e[key]['n']})"
-
-    for name in sorted(stats, key=lambda s: (s != "random", s)):
-        e = stats[name]
-        small = (f"{e['small_heldout']['mean']:.3f} / {e['small_train']['mean']:.3f}"
-                 if "small_heldout" in e else "–")
-        eff_c = f"{e['effective_clusters']['mean']:.1f}" if "effective_clusters" in e else "–"
-        eff_d = f"{e['effective_domains']['mean']:.2f}" if "effective_domains" in e else "–"
-        lines.append(f"| {name} | {e['runs']} | {ms(e, 'heldout_macro_cluster')} | "
-                     f"{delta(e, 'heldout_macro_cluster')} | {ms(e, 'heldout_macro_domain')} | "
-                     f"{ms(e, 'heldout_micro')} | {delta(e, 'heldout_micro')} | {ms(e, 'heldout_worst10_cluster')} | "
-                     f"{small} | {eff_c} | {eff_d} |")
-    return "\n".join(lines) + "\n"

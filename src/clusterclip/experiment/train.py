@@ -11,27 +11,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from clusterclip.experiment.config import ModelConfig, TrainConfig
 from clusterclip.experiment.data import Packed
-from clusterclip.experiment.model import GPT, ModelConfig, token_losses
+from clusterclip.experiment.model import GPT, token_losses
 
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimiser recipe shared by every run of an experiment."""
-
-    batch_size: int = 8
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    curve_points: int = 12
+__all__ = ["TrainConfig", "lr_at", "train_model"]
 
 
 def lr_at(step: int, steps: int, cfg: TrainConfig) -> float:

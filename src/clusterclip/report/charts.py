@@ -154,49 +154,14 @@ def plot_mixture(
         fig = _new_figure(9.0, 4.4)
         ax = fig.add_subplot()
         if k and len(m):
-            layers = [shares[:, c] for c in order]
-            labels = [f"cluster {c} ({int(sizes[c]):,} docs)" for c in order]
-            colours = [cluster_colour(r) for r in range(len(order))]
-            rest = np.argsort(-sizes, kind="stable")[len(order) :]
-            groups = np.array_split(rest, 2) if len(rest) >= 4 else [rest]
-            names = ["other clusters, larger half", "other clusters, smaller half"] if len(groups) == 2 else ["other"]
-            for members, name, colour in zip(groups, names, (OTHER_COLOUR, SMALL_COLOUR), strict=False):
-                if len(members):
-                    layers.append(shares[:, members].sum(axis=1))
-                    labels.append(f"{name} ({len(members)}, {int(sizes[members].sum()):,} docs)")
-                    colours.append(colour)
+            layers, labels, colours = _mixture_layers(shares, sizes, order)
             if len(x) == 1:
                 x = np.array([0, max(int(window), 1)])
                 layers = [np.repeat(layer, 2) for layer in layers]
             ax.stackplot(x, np.vstack(layers), labels=labels, colors=colours, linewidth=0, alpha=0.95)
-            natural = sizes[order].sum() / max(sizes.sum(), 1.0)
-            ax.axhline(
-                natural,
-                color="black",
-                linestyle="--",
-                linewidth=1.2,
-                label=f"natural share of top {len(order)} ({natural:.0%})",
-            )
-            ax.axhline(
-                len(order) / k,
-                color="black",
-                linestyle=":",
-                linewidth=1.2,
-                label=f"balanced share of top {len(order)} ({len(order) / k:.0%})",
-            )
+            _mixture_references(ax, k, len(order), sizes[order].sum() / max(sizes.sum(), 1.0))
             if exhausted_at is not None:
-                ex = np.asarray(exhausted_at)
-                ex = ex[ex >= 0]
-                if ex.size:
-                    ax.plot(
-                        ex,
-                        np.full(ex.size, 1.0),
-                        "|",
-                        color="#b00000",
-                        markersize=9,
-                        clip_on=False,
-                        label=f"cluster exhausted ({ex.size})",
-                    )
+                _exhaustion_ticks(ax, np.asarray(exhausted_at))
             ax.set_xlim(x[0], x[-1])
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         ax.set_ylim(0, 1)
@@ -204,6 +169,50 @@ def plot_mixture(
         ax.set_ylabel("share of draws in window")
         ax.set_title(title)
         return _save(fig, path, title)
+
+
+def _mixture_layers(
+    shares: np.ndarray, sizes: np.ndarray, order: np.ndarray
+) -> tuple[list[np.ndarray], list[str], list[str]]:
+    """Stacked layers (shares per window), labels and colours: the top clusters, then the rest in two halves."""
+    layers = [shares[:, c] for c in order]
+    labels = [f"cluster {c} ({int(sizes[c]):,} docs)" for c in order]
+    colours = [cluster_colour(r) for r in range(len(order))]
+    rest = np.argsort(-sizes, kind="stable")[len(order) :]
+    groups = np.array_split(rest, 2) if len(rest) >= 4 else [rest]
+    names = ["other clusters, larger half", "other clusters, smaller half"] if len(groups) == 2 else ["other"]
+    for members, name, colour in zip(groups, names, (OTHER_COLOUR, SMALL_COLOUR), strict=False):
+        if len(members):
+            layers.append(shares[:, members].sum(axis=1))
+            labels.append(f"{name} ({len(members)}, {int(sizes[members].sum()):,} docs)")
+            colours.append(colour)
+    return layers, labels, colours
+
+
+def _mixture_references(ax: Axes, k: int, top: int, natural: float) -> None:
+    """Dashed: the natural share of the ``top`` largest clusters; dotted: their balanced share top/K."""
+    ax.axhline(
+        natural, color="black", linestyle="--", linewidth=1.2, label=f"natural share of top {top} ({natural:.0%})"
+    )
+    balanced = top / k
+    ax.axhline(
+        balanced, color="black", linestyle=":", linewidth=1.2, label=f"balanced share of top {top} ({balanced:.0%})"
+    )
+
+
+def _exhaustion_ticks(ax: Axes, exhausted_at: np.ndarray) -> None:
+    """Red ticks on the top edge at the positions where clusters were exhausted (-1: never)."""
+    ex = exhausted_at[exhausted_at >= 0]
+    if ex.size:
+        ax.plot(
+            ex,
+            np.full(ex.size, 1.0),
+            "|",
+            color="#b00000",
+            markersize=9,
+            clip_on=False,
+            label=f"cluster exhausted ({ex.size})",
+        )
 
 
 def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: str) -> Chart:

@@ -21,274 +21,28 @@ from pathlib import Path
 
 import numpy as np
 
-ENGLISH_STOPWORDS: frozenset[str] = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "almost",
-        "also",
-        "although",
-        "always",
-        "am",
-        "among",
-        "an",
-        "and",
-        "another",
-        "any",
-        "anybody",
-        "anyone",
-        "anything",
-        "anywhere",
-        "are",
-        "aren",
-        "around",
-        "as",
-        "at",
-        "back",
-        "be",
-        "became",
-        "because",
-        "become",
-        "becomes",
-        "been",
-        "before",
-        "behind",
-        "being",
-        "below",
-        "beside",
-        "besides",
-        "between",
-        "beyond",
-        "both",
-        "but",
-        "by",
-        "can",
-        "cannot",
-        "could",
-        "couldn",
-        "did",
-        "didn",
-        "do",
-        "does",
-        "doesn",
-        "doing",
-        "don",
-        "done",
-        "down",
-        "during",
-        "each",
-        "either",
-        "else",
-        "enough",
-        "etc",
-        "even",
-        "ever",
-        "every",
-        "everyone",
-        "everything",
-        "few",
-        "for",
-        "from",
-        "further",
-        "get",
-        "gets",
-        "got",
-        "had",
-        "hadn",
-        "has",
-        "hasn",
-        "have",
-        "haven",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "however",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "isn",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "last",
-        "least",
-        "less",
-        "let",
-        "like",
-        "made",
-        "make",
-        "many",
-        "may",
-        "me",
-        "might",
-        "mine",
-        "more",
-        "most",
-        "much",
-        "must",
-        "my",
-        "myself",
-        "need",
-        "neither",
-        "never",
-        "nevertheless",
-        "next",
-        "no",
-        "nobody",
-        "none",
-        "nor",
-        "not",
-        "nothing",
-        "now",
-        "of",
-        "off",
-        "often",
-        "on",
-        "once",
-        "one",
-        "only",
-        "onto",
-        "or",
-        "other",
-        "others",
-        "otherwise",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "per",
-        "perhaps",
-        "please",
-        "put",
-        "rather",
-        "re",
-        "really",
-        "same",
-        "see",
-        "seem",
-        "seemed",
-        "seems",
-        "several",
-        "shall",
-        "she",
-        "should",
-        "shouldn",
-        "since",
-        "so",
-        "some",
-        "somehow",
-        "someone",
-        "something",
-        "sometime",
-        "sometimes",
-        "somewhere",
-        "still",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "thereby",
-        "therefore",
-        "these",
-        "they",
-        "thing",
-        "things",
-        "this",
-        "those",
-        "though",
-        "through",
-        "thus",
-        "to",
-        "together",
-        "too",
-        "toward",
-        "towards",
-        "under",
-        "until",
-        "up",
-        "upon",
-        "us",
-        "use",
-        "used",
-        "using",
-        "very",
-        "via",
-        "was",
-        "wasn",
-        "we",
-        "well",
-        "were",
-        "weren",
-        "what",
-        "whatever",
-        "when",
-        "whenever",
-        "where",
-        "whereas",
-        "wherever",
-        "whether",
-        "which",
-        "while",
-        "who",
-        "whoever",
-        "whole",
-        "whom",
-        "whose",
-        "why",
-        "will",
-        "with",
-        "within",
-        "without",
-        "won",
-        "would",
-        "wouldn",
-        "yet",
-        "you",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "ll",
-        "ve",
-        "also",
-        "may",
-        "said",
-        "says",
-        "say",
-        "new",
-        "two",
-        "three",
-        "first",
-    ]
-)
-
 _WORD = re.compile(r"[^\W\d_]{3,30}")
 _SPACE = re.compile(r"\s+")
 _KEY_SHIFT = np.int64(32)
 _KEY_MASK = np.int64((1 << 32) - 1)
+
+
+_STOPWORDS_SKLEARN_LACKS = frozenset({
+    "aren", "couldn", "didn", "doesn", "don", "hadn", "hasn", "haven", "isn", "shouldn", "wasn", "weren",
+    "won", "wouldn", "anybody", "did", "does", "doing", "gets", "got", "having", "just", "let", "like",
+    "make", "need", "new", "really", "said", "say", "says", "shall", "theirs", "thing", "things", "use",
+    "used", "using",
+})
+"""Added to scikit-learn's list: contraction stems (the tokenizer splits "don't" into "don") and filler
+words of web text. Without them they surfaced as keywords of 15 of 50 minipile clusters."""
+
+
+def english_stopwords() -> frozenset[str]:
+    """scikit-learn's English stop words plus ``_STOPWORDS_SKLEARN_LACKS`` (scikit-learn is imported
+    on first use: loading it takes a second)."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return ENGLISH_STOP_WORDS | _STOPWORDS_SKLEARN_LACKS
 
 
 def tokenize(text: str) -> list[str]:
@@ -312,14 +66,14 @@ class CTfidf:
     """Streaming accumulator of (cluster, term) counts and the c-TF-IDF keywords derived from them.
 
     Feed documents with :meth:`add` (any number of calls, any batch size), then call :meth:`top`.
-    Stopwords are registered first in the vocabulary so they can be dropped by id at the end instead
-    of being tested per token.
+    Stopwords (default: :func:`english_stopwords`) are registered first in the vocabulary so they can
+    be dropped by id at the end instead of being tested per token.
     """
 
     def __init__(
         self,
         n_clusters: int,
-        stopwords: Iterable[str] = ENGLISH_STOPWORDS,
+        stopwords: Iterable[str] | None = None,
         max_chars: int = 20_000,
         consolidate_every: int = 16,
     ) -> None:
@@ -328,7 +82,7 @@ class CTfidf:
         self.n_clusters = n_clusters
         self.max_chars = max_chars
         self._vocab: dict[str, int] = {}
-        for w in stopwords:
+        for w in english_stopwords() if stopwords is None else stopwords:
             self._vocab.setdefault(w, len(self._vocab))
         self._n_stop = len(self._vocab)
         self._keys: list[np.ndarray] = []
@@ -453,7 +207,6 @@ def scan_corpus(
     scores: np.ndarray | None = None,
     n_keywords: int = 8,
     n_examples: int = 3,
-    snippet_chars: int = 200,
     batch_size: int = 4096,
     progress: bool = True,
 ) -> CorpusScan:
@@ -470,48 +223,56 @@ def scan_corpus(
     ctf = CTfidf(n_clusters)
     group_ids: dict[str, int] = {}
     pairs: list[np.ndarray] = []
-    total = _count_rows(parts)
-    bar = tqdm(total=total, desc="report: keywords", unit="doc", disable=not progress, leave=False)
-    offset = 0
+    bar = tqdm(total=_count_rows(parts), desc="report: keywords", unit="doc", disable=not progress, leave=False)
     rows = 0
     for batch in _batches(parts, ["index", "text", "group"], batch_size):
         texts = batch.get("text") or []
-        n = len(texts)
-        idx = np.asarray(batch["index"], dtype=np.int64) if "index" in batch else np.arange(offset, offset + n)
-        offset += n
-        ok = (idx >= 0) & (idx < len(labels))
-        cl = np.full(n, -1, dtype=np.int64)
-        cl[ok] = labels[idx[ok]]
+        idx = np.asarray(batch["index"], dtype=np.int64) if "index" in batch else np.arange(rows, rows + len(texts))
+        cl = _clusters_of(idx, labels)
         valid = np.flatnonzero(cl >= 0)
         ctf.add([texts[j] for j in valid], cl[valid])
         for j in valid:
             i = int(idx[j])
             if i in wanted and texts[j]:
                 s = float(scores[i]) if scores is not None else 0.0
-                examples.setdefault(wanted[i], []).append((s, snippet(texts[j], snippet_chars)))
-        groups = batch.get("group")
-        if groups is not None:
-            g = np.array(
-                [group_ids.setdefault(v, len(group_ids)) if v is not None else -1 for v in groups], dtype=np.int64
-            )
-            m = (cl >= 0) & (g >= 0)
-            if m.any():
-                pairs.append(np.stack([cl[m], g[m]]))
-        rows += n
-        bar.update(n)
+                examples.setdefault(wanted[i], []).append((s, snippet(texts[j])))
+        if batch.get("group") is not None:
+            pairs.append(_group_pairs(batch["group"], cl, group_ids))
+        rows += len(texts)
+        bar.update(len(texts))
     bar.close()
-    contingency = None
-    if group_ids and pairs:
-        both = np.concatenate(pairs, axis=1)
-        contingency = np.zeros((n_clusters, len(group_ids)), dtype=np.int64)
-        np.add.at(contingency, (both[0], both[1]), 1)
     return CorpusScan(
         keywords=ctf.top(n_keywords),
         examples={c: [t for _, t in sorted(v, key=lambda p: -p[0])] for c, v in examples.items()},
         groups=list(group_ids),
-        contingency=contingency,
+        contingency=_contingency(pairs, n_clusters, len(group_ids)),
         rows=rows,
     )
+
+
+def _clusters_of(idx: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The cluster of each document index; -1 where the index has no label."""
+    ok = (idx >= 0) & (idx < len(labels))
+    cl = np.full(len(idx), -1, dtype=np.int64)
+    cl[ok] = labels[idx[ok]]
+    return cl
+
+
+def _group_pairs(groups: list[str | None], cl: np.ndarray, group_ids: dict[str, int]) -> np.ndarray:
+    """(cluster, group id) of the labelled rows that have a group, as a [2, n] array; new groups get ids."""
+    g = np.array([group_ids.setdefault(v, len(group_ids)) if v is not None else -1 for v in groups], dtype=np.int64)
+    m = (cl >= 0) & (g >= 0)
+    return np.stack([cl[m], g[m]])
+
+
+def _contingency(pairs: list[np.ndarray], n_clusters: int, n_groups: int) -> np.ndarray | None:
+    """Documents per (cluster, group); None when no document has a group."""
+    both = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), np.int64)
+    if not n_groups or not both.shape[1]:
+        return None
+    table = np.zeros((n_clusters, n_groups), dtype=np.int64)
+    np.add.at(table, (both[0], both[1]), 1)
+    return table
 
 
 def _count_rows(parts: Sequence[Path]) -> int:

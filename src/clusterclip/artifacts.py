@@ -1,0 +1,97 @@
+"""Every file name of the run directory, in one place (the contract is ``docs/run-directory.md``).
+
+Stages, the report, the sampler and the exporters refer to artifacts only through these names, so the
+layout is written down once. Paths are relative to the run directory unless a function says otherwise.
+"""
+
+from __future__ import annotations
+
+# stage names (a stage's record is ``record(name)``)
+CORPUS_STAGE = "corpus"
+EMBED_STAGE = "embed"
+CLUSTER_STAGE = "cluster"
+STAGES = (CORPUS_STAGE, EMBED_STAGE, CLUSTER_STAGE)
+"""The stages with one record per run directory, upstream first (plans have one record each)."""
+
+
+# corpus stage
+CORPUS_DIR = "corpus"
+CORPUS_PART_GLOB = "part-*.parquet"
+CORPUS_STAGING = "corpus/.staging"
+TOKENS = "tokens.npy"
+
+
+def corpus_part(i: int) -> str:
+    """The ``i``-th corpus part (50,000 documents each, in document order)."""
+    return f"{CORPUS_DIR}/part-{i:05d}.parquet"
+
+
+def corpus_staging_part(unit: int, i: int) -> str:
+    """The ``i``-th part read from work unit ``unit`` by the Ray engine, before the final parts are cut."""
+    return f"{CORPUS_STAGING}/unit-{unit:06d}-{i:05d}.parquet"
+
+
+# embed stage
+EMBED_DIR = "embeddings"
+EMBED_PROGRESS = "embeddings/progress.json"
+"""Finished shards of an interrupted embed stage, with checksums, so a re-run reuses them."""
+EMBED_SHARD_GLOB = "shard-*.npy"
+
+
+def embed_shard(i: int) -> str:
+    """The ``i``-th embedding shard (float16, rows in document order)."""
+    return f"{EMBED_DIR}/shard-{i:05d}.npy"
+
+
+# cluster stage
+CENTROIDS = "centroids.npy"
+LABELS = "labels.npy"
+SCORES = "scores.npy"
+SIZES = "sizes.npy"
+
+# plan stage: one folder per plan under plans/
+PLANS_DIR = "plans"
+
+
+def plan_path(name: str, fname: str | None = None) -> str:
+    """The folder of plan ``name``, or its file ``fname`` (one of the ``PLAN_*`` names)."""
+    folder = f"{PLANS_DIR}/{name}"
+    return f"{folder}/{fname}" if fname else folder
+
+
+PLAN_ORDER = "plan.npy"
+PLAN_RECORD = "plan.json"
+PLAN_DRAWS = "cluster_draws.npy"
+PLAN_UNIQUE = "cluster_unique.npy"
+PLAN_MAX_REPEAT = "cluster_max_repeat.npy"
+PLAN_EXHAUSTED_AT = "cluster_exhausted_at.npy"
+PLAN_TOKENS = "cluster_tokens.npy"
+PLAN_MIXTURE = "mixture.npy"
+PLAN_REPEAT_HIST = "repeat_hist.npy"
+
+
+def plan_stage_name(name: str) -> str:
+    """The stage name of plan ``name``: its record is ``plans/<name>/plan.json``."""
+    return plan_path(name, PLAN_RECORD.removesuffix(".json"))
+
+
+# records and whole-run outputs
+SUMMARY = "summary.json"
+REPORT_DIR = "report"
+REPORT_HTML = "report.html"
+EXPERIMENT_RESULTS = "experiment/results.json"
+LOCK = ".lock"
+EXPORT_MANIFEST = "export.json"
+"""Written last by ``clusterclip export`` into its output folder (not the run directory): the shards."""
+EXPORT_SHARD_RE = r"part-(\d+)\.(jsonl|parquet)$"
+"""Names of the export's shards (``export_shard``), to find those a shorter re-export leaves stale."""
+
+
+def export_shard(i: int, fmt: str) -> str:
+    """The ``i``-th shard of ``clusterclip export`` in format ``fmt`` (``jsonl`` or ``parquet``)."""
+    return f"part-{i:05d}.{fmt}"
+
+
+def record(stage: str) -> str:
+    """The record that marks ``stage`` finished (``plans/<name>/plan`` -> ``plans/<name>/plan.json``)."""
+    return f"{stage}.json"

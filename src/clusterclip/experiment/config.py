@@ -1,0 +1,173 @@
+"""Every setting of the experiment, declared once: data and sampling here, the model's shape in
+:class:`ModelConfig`, the optimiser recipe in :class:`TrainConfig`; :class:`ExperimentConfig` nests both.
+
+Torch-free on purpose: the command line derives its options from these classes without importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from clusterclip.embed import EMBEDDERS
+from clusterclip.rundir import config_hash
+from clusterclip.settings import (
+    Settings,
+    SettingsError,
+    at_least,
+    between,
+    each,
+    finite,
+    is_text,
+    one_of,
+    optional,
+    setting,
+)
+
+STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
+RUNTIME_FIELDS = ("seeds", "strategies", "max_repeats", "device", "threads")
+"""Settings that may change between restarts of one experiment: adding seeds or strategies reuses the
+finished runs; every other setting changes the numbers of every run."""
+MIN_BPE_VOCAB = 300
+POSITIVE = between(0, math.inf)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _strs(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _count_or_all(text: str) -> int | None:
+    """Command-line count where 0 means no limit (None)."""
+    return int(text) or None
+
+
+@dataclass(frozen=True)
+class ModelConfig(Settings):
+    """Shape of the GPT. The experiment trains its byte-level BPE to ``vocab_size`` tokens and builds
+    the model with the vocabulary the tokenizer actually has."""
+
+    vocab_size: int = setting(2048, check=at_least(2), help="vocabulary size (of the byte-level BPE)")
+    context: int = setting(128, check=at_least(8), help="sequence length in tokens")
+    n_layer: int = setting(2, check=at_least(1), flag="--layers", help="transformer blocks")
+    n_head: int = setting(4, check=at_least(1), flag="--heads", help="attention heads")
+    d_model: int = setting(128, check=at_least(1), help="model width")
+    dropout: float = setting(0.0, check=between(0, 1, closed=True), help="dropout probability")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.d_model % self.n_head:
+            raise SettingsError("d_model", f"{self.d_model} is not divisible by {{n_head}} {self.n_head}", type(self))
+
+
+@dataclass(frozen=True)
+class TrainConfig(Settings):
+    """Optimiser recipe shared by every run: AdamW, linear warm-up, cosine decay, gradient clipping."""
+
+    batch_size: int = setting(8, check=at_least(1), help="sequences per step")
+    lr: float = setting(3e-3, check=POSITIVE, help="peak learning rate")
+    min_lr_ratio: float = setting(0.1, check=between(0, 1, closed=True),
+                                  help="the cosine decay ends at lr x this ratio")
+    warmup_steps: int = setting(100, check=at_least(0), help="linear warm-up steps (at most a tenth of the run)")
+    weight_decay: float = setting(0.1, check=at_least(0, integer=False), help="AdamW weight decay of the matrices")
+    grad_clip: float = setting(1.0, check=at_least(0, integer=False), help="gradient norm clip; 0: none")
+    curve_points: int = setting(8, check=at_least(1), help="points of the loss curves")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig(Settings):
+    """Every option of an experiment, validated on construction. Settings in ``RUNTIME_FIELDS`` may
+    change between restarts; a change to any other (``model`` and ``train`` included) needs ``force``."""
+
+    docs: int | None = setting(1000, check=optional(at_least(1)), parse=_count_or_all,
+                               help="documents sampled from the input, natural mixture kept; 0: all")
+    max_words: int | None = setting(120, check=optional(at_least(1)), parse=_count_or_all,
+                                    help="cut documents to this many words; 0: no cut")
+    heldout: float = setting(0.2, check=between(0, 1), help="held-out fraction per (cluster, domain) stratum")
+    split_seed: int = setting(0, check=at_least(0), help="seed of subset, split and k-means")
+    text_field: str = setting("text", check=is_text, help="field holding the text")
+    group_field: str | None = setting("domain", check=optional(is_text),
+                                      help="ground-truth field for per-domain metrics and stratification")
+    embedder: str = setting("static", choices=EMBEDDERS, help="embedder of the pipeline")
+    k: int = setting(24, check=at_least(2), help="number of clusters")
+    strategies: tuple[str, ...] = setting(
+        ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
+        help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread (the planner's "
+             "order spread), and the diagnostic clusterclip-shuffled (ClusterClip's draws in random order)")
+    passes: float = setting(6.0, check=POSITIVE,
+                            help="token budget in passes over the training split; every max-repeat must exceed it")
+    max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
+                                           flag="--max-repeat", help="clusterclip caps to sweep, comma-separated")
+    tau: float = setting(0.5, check=finite(), help="temperature strategy: cluster weight n_c**tau")
+    seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0)), parse=_ints,
+                                     help="seeds of plan and model initialisation, comma-separated")
+    curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
+    small_clusters: float = setting(0.2, check=between(0, 1),
+                                    help="fraction of clusters (the smallest) behind the small_* metrics")
+    device: str = setting("cpu", check=is_text, help="torch device (cpu, cuda)")
+    threads: int | None = setting(1, check=optional(at_least(1)), parse=_count_or_all,
+                                  help="torch CPU threads; 0: torch's default (small models gain nothing "
+                                       "from more on a shared machine)")
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model.vocab_size < MIN_BPE_VOCAB:
+            raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
+                                f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
+        if not any(s.startswith("clusterclip") for s in self.strategies):
+            return
+        if not self.max_repeats:
+            raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip strategies",
+                                type(self))
+        low = [r for r in self.max_repeats if r <= self.passes]
+        if low:
+            raise SettingsError(
+                "max_repeats",
+                f"{list(low)} must exceed {{passes}} {self.passes:g}: the budget repeats every document "
+                f"{self.passes:g} times on average, so a cap below that is infeasible and a cap equal to it makes "
+                f"ClusterClip identical to random; use caps above the number of passes "
+                f"(e.g. {math.ceil(self.passes * 1.5)}) or lower {{passes}}", type(self))
+
+    def results_hash(self) -> str:
+        """Hash of every setting that changes the numbers of a run: the whole tree, ``model`` and
+        ``train`` included, except ``RUNTIME_FIELDS``. Finished runs are reused only under the same hash."""
+        d = asdict(self)
+        for key in RUNTIME_FIELDS:
+            d.pop(key)
+        return config_hash(d)
+
+    def strategy_specs(self) -> list[dict[str, Any]]:
+        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs."""
+        specs: list[dict[str, Any]] = []
+        for s in self.strategies:
+            if s.startswith("clusterclip"):
+                specs += [{"name": f"{s}-R{r}", "strategy": "clusterclip", "max_repeat": int(r),
+                           "order": "spread" if s.endswith("spread") else "equal-rate",
+                           "shuffle": s.endswith("shuffled")} for r in self.max_repeats]
+            elif s == "temperature":
+                specs.append({"name": f"temperature-{self.tau:g}", "strategy": s, "tau": float(self.tau)})
+            else:
+                specs.append({"name": s, "strategy": s})
+        return specs
+
+
+QUICK: dict[str, Any] = dict(
+    docs=320, max_words=60, k=6, passes=3.0, max_repeats=(5,), seeds=(0,), curve_docs=64, embedder="hashing",
+    model=ModelConfig(vocab_size=400, context=64, n_layer=1, n_head=2, d_model=64),
+    train=TrainConfig(batch_size=8, warmup_steps=20, curve_points=4),
+)
+
+
+def quick_config(**overrides: Any) -> ExperimentConfig:
+    """The ``--quick`` preset (seconds per run; exercises every code path, proves nothing)."""
+    return ExperimentConfig(**{**QUICK, **overrides})

@@ -1,0 +1,197 @@
+"""Step 1 of the experiment: the data every run shares.
+
+:func:`prepare_data` draws the document subset, holds out a split stratified by (cluster, domain) and
+runs the pipeline (corpus, embed, cluster) on the training split; :func:`tokenize` trains the BPE on the
+training split and encodes both splits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.data import (
+    TokenizedDocs,
+    choose_subset,
+    cut_words,
+    encode_docs,
+    load_tokenizer,
+    stratified_split,
+    train_tokenizer,
+)
+from clusterclip.rundir import RunDir, atomic_write, config_hash
+from clusterclip.settings import SettingsError
+
+NO_DOMAIN = "(none)"
+
+
+@dataclass(frozen=True)
+class Subset:
+    """The documents drawn from the input, cut to ``max_words``; ``domains`` uses ``(none)`` for missing."""
+
+    input_documents: int
+    ids: list[str]
+    texts: list[str]
+    domains: list[str]
+    has_domains: bool
+
+    def jsonl(self, rows: np.ndarray) -> str:
+        """The given rows as the JSON lines of a split file (id, text, domain)."""
+        return "".join(json.dumps({"id": self.ids[i], "text": self.texts[i], "domain": self.domains[i]},
+                                  ensure_ascii=False) + "\n" for i in rows)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Both splits with their clusters (the training split's k-means) and domains (None without a group field)."""
+
+    run: RunDir
+    split_hash: str
+    train_texts: list[str]
+    heldout_texts: list[str]
+    train_domains: np.ndarray | None
+    heldout_domains: np.ndarray | None
+    labels: np.ndarray
+    heldout_labels: np.ndarray
+    data: dict[str, Any]
+
+
+def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
+                 progress: bool = False, expect_split: str | None = None, force: bool = False) -> Prepared:
+    """Draw and cut the subset, split it stratified by (cluster, domain), run the pipeline on the training
+    split and assign the held-out documents to its centroids.
+
+    The stratifying clusters come from a k-means of the whole subset with the same embedder and K; the
+    clusters used for training and metrics are the training split's own, as in real use. When
+    ``expect_split`` (the split hash of finished runs) differs from the new split, nothing is written
+    and an error explains why, unless ``force``.
+    """
+    from clusterclip.cluster import assign, load_labels
+    from clusterclip.corpus import read_column
+    from clusterclip.embed import get_embedder
+
+    run = RunDir(out)
+    exp = run.root / "experiment"
+    subset = _read_subset(inputs, exp / "source", cfg, progress)
+    emb = get_embedder(cfg.embedder, progress=progress).encode(subset.texts)
+    held = _heldout_mask(emb, subset.domains, cfg)
+    tr, ho = np.flatnonzero(~held), np.flatnonzero(held)
+    train_jsonl, heldout_jsonl = subset.jsonl(tr), subset.jsonl(ho)
+    split_hash = config_hash({"train": train_jsonl, "heldout": heldout_jsonl})
+    if expect_split is not None and expect_split != split_hash and not force:
+        raise SettingsError("", f"{exp / 'results.json'}: the held-out split drawn now differs from the one its "
+                            "finished runs used (the corpus, the embedder or the clustering code changed); pass "
+                            "{force} to set those runs aside and start again, or use another {out}", ExperimentConfig)
+    data_dir = exp / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(data_dir / "train.jsonl", train_jsonl)
+    _write_if_changed(data_dir / "heldout.jsonl", heldout_jsonl)
+    centroids = _train_pipeline(run, data_dir / "train.jsonl", cfg, progress)
+    labels = load_labels(run).astype(np.int64)
+    heldout_labels = assign([emb[ho]], centroids)[0].astype(np.int64)
+    train_dom = np.array(read_column(run, "group"), dtype=object).astype(str)
+    heldout_dom = np.array(subset.domains, dtype=object)[ho].astype(str)
+    data = _data_summary(subset, int(tr.size), labels, heldout_labels, int(centroids.shape[0]))
+    if subset.has_domains:
+        data["domains"] = _domain_sizes(train_dom, heldout_dom)
+    return Prepared(run, split_hash, read_column(run, "text"), [subset.texts[i] for i in ho],
+                    train_dom if subset.has_domains else None, heldout_dom if subset.has_domains else None,
+                    labels, heldout_labels, data)
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Both splits encoded by the experiment's BPE, and the vocabulary size it ended with."""
+
+    train: TokenizedDocs
+    heldout: TokenizedDocs
+    vocab_size: int
+
+
+def tokenize(prep: Prepared, cfg: ExperimentConfig, path: Path, reuse: bool) -> Tokenized:
+    """Train the byte-level BPE on the training split (or load it, ``reuse``, so that the token ids of
+    finished runs stay valid) and encode both splits."""
+    tokenizer = load_tokenizer(path) if reuse else train_tokenizer(prep.train_texts, cfg.model.vocab_size, path)
+    return Tokenized(encode_docs(tokenizer, prep.train_texts), encode_docs(tokenizer, prep.heldout_texts),
+                     int(tokenizer.get_vocab_size()))  # type: ignore[attr-defined]
+
+
+def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg: ExperimentConfig,
+                 progress: bool) -> Subset:
+    """Corpus stage on the whole input, then the seeded subset of ``docs`` documents, cut to ``max_words``."""
+    from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
+
+    source = RunDir(source_dir)
+    with source.lock():
+        source.clean_temp_files()
+        corpus_stage(source, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field),
+                     progress=progress)
+    texts = read_column(source, "text")
+    ids = read_column(source, "id")
+    groups = read_column(source, "group")
+    pick = choose_subset(len(texts), cfg.docs, cfg.split_seed)
+    if pick.size < 4 * cfg.k:
+        raise SettingsError("docs", f"gives {pick.size} documents, too few for {{k}} {cfg.k} and a held-out split "
+                            f"(at least {4 * cfg.k}); use more {{docs}} or a smaller {{k}}", ExperimentConfig)
+    picked = [groups[i] for i in pick]
+    return Subset(len(texts), [str(ids[i]) for i in pick], [cut_words(texts[i], cfg.max_words) for i in pick],
+                  [g if g is not None else NO_DOMAIN for g in picked], any(g is not None for g in picked))
+
+
+def _heldout_mask(emb: np.ndarray, domains: list[str], cfg: ExperimentConfig) -> np.ndarray:
+    """``heldout`` of every (cluster, domain) cell, the clusters a k-means of the whole subset."""
+    from clusterclip.cluster import assign, fit_centroids
+
+    fit = fit_centroids(emb, cfg.k, seed=cfg.split_seed)
+    split_labels, _ = assign([emb], fit.centroids)
+    strata = np.array([f"{c}|{d}" for c, d in zip(split_labels.tolist(), domains, strict=True)])
+    return stratified_split(strata, cfg.heldout, cfg.split_seed)
+
+
+def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progress: bool) -> np.ndarray:
+    """Corpus, embed and cluster stages on the training split (``OUT`` is its run directory); its centroids."""
+    from clusterclip.cluster import ClusterConfig, cluster_stage
+    from clusterclip.corpus import CorpusConfig, corpus_stage
+    from clusterclip.embed import embed_stage
+    from clusterclip.rundir import load_npy
+
+    with run.lock():
+        run.clean_temp_files()
+        corpus_stage(run, [train_file], CorpusConfig(id_field="id", group_field="domain"), progress=progress)
+        embed_stage(run, embedder=cfg.embedder, progress=progress)
+        cluster_stage(run, ClusterConfig(k=cfg.k, seed=cfg.split_seed), progress=progress)
+    return load_npy(run.root / "centroids.npy")
+
+
+def _data_summary(subset: Subset, train_documents: int, labels: np.ndarray, heldout_labels: np.ndarray,
+                  k: int) -> dict[str, Any]:
+    return {
+        "input_documents": subset.input_documents, "subset_documents": len(subset.texts),
+        "train_documents": train_documents, "heldout_documents": len(subset.texts) - train_documents, "k": k,
+        "train_cluster_sizes": np.bincount(labels, minlength=k).tolist(),
+        "heldout_cluster_sizes": np.bincount(heldout_labels, minlength=k).tolist(),
+    }
+
+
+def _domain_sizes(train_domains: np.ndarray, heldout_domains: np.ndarray) -> dict[str, dict[str, int]]:
+    """Training and held-out documents per domain, largest first."""
+    keys, counts = np.unique(train_domains, return_counts=True)
+    hkeys, hcounts = np.unique(heldout_domains, return_counts=True)
+    held = dict(zip(hkeys.tolist(), hcounts.tolist(), strict=True))
+    return {k: {"train_documents": int(c), "heldout_documents": int(held.get(k, 0))}
+            for k, c in sorted(zip(keys.tolist(), counts.tolist(), strict=True), key=lambda t: -t[1])}
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Write ``text`` atomically unless the file already holds it (keeps mtimes, so stages stay fresh)."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return
+    with atomic_write(path, "w") as fh:
+        fh.write(text)

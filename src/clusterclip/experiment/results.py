@@ -1,0 +1,212 @@
+"""The experiment's results file ``OUT/experiment/results.json``: which finished runs a restart may
+reuse, the aggregates over seeds (mean, spread, paired differences to ``random``), the markdown table
+and the plots written next to it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.rundir import atomic_write, load_json, save_json
+from clusterclip.settings import SettingsError
+
+log = logging.getLogger(__name__)
+
+RESULTS_VERSION = 1
+PRIMARY = "heldout_macro_cluster"
+METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster",
+           "small_heldout", "small_train", "small_gap", "final_train_loss", "effective_clusters",
+           "effective_domains", "small_share", "small_share_last_quarter")
+PAIRED = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster")
+UNIGRAM_MARGIN = 0.5
+
+
+# ------------------------------------------------------------------------------------ resuming
+
+
+def reusable_results(path: Path, cfg: ExperimentConfig, force: bool) -> dict[str, Any] | None:
+    """The results file's finished runs if ``cfg`` may extend them (same :meth:`~ExperimentConfig.results_hash`).
+
+    Finished runs of another configuration are an error, or with ``force`` set aside.
+    """
+    previous = load_json(path) if path.exists() else None
+    if not previous or not previous.get("runs"):
+        return None
+    if previous.get("config_hash") != cfg.results_hash():
+        return discard(path, previous, force, "were trained with a different configuration")
+    return previous
+
+
+def discard(path: Path, previous: dict[str, Any], force: bool, why: str) -> None:
+    """Refuse to mix incomparable runs; with ``force`` keep the old file aside and start afresh."""
+    n = len(previous.get("runs", {}))
+    if not force:
+        raise SettingsError("", f"{path}: its {n} finished runs {why}; pass {{force}} to set them aside (renamed "
+                            "to results.discarded-<time>.json) and start again, or use another {out}",
+                            ExperimentConfig)
+    backup = path.with_name(f"results.discarded-{time.strftime('%Y%m%dT%H%M%S')}.json")
+    os.replace(path, backup)
+    log.warning("experiment: %d finished runs %s; moved to %s", n, why, backup)
+    return None
+
+
+# --------------------------------------------------------------------------------- aggregates
+
+
+def _mean_std(values: Sequence[float]) -> dict[str, Any]:
+    v = np.asarray(values, dtype=np.float64)
+    return {"mean": round(float(v.mean()), 5), "std": round(float(v.std(ddof=1)) if v.size > 1 else 0.0, 5),
+            "n": int(v.size), "values": [round(float(x), 5) for x in v]}
+
+
+def _by_strategy(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in results["runs"].values():
+        by.setdefault(r["strategy"], []).append(r)
+    return by
+
+
+def _strategy_stats(name: str, runs: list[dict[str, Any]], baseline: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"runs": len(runs)}
+    for m in METRICS:
+        vals = [r[m] for r in runs if r.get(m) is not None]
+        if vals:
+            entry[m] = _mean_std(vals)
+    paired = [(r, baseline[r["seed"]]) for r in runs if r["seed"] in baseline and name != "random"]
+    for m in PAIRED:
+        diffs = [a[m] - b[m] for a, b in paired if a.get(m) is not None]
+        if diffs:
+            entry[f"{m}_minus_random"] = {**_mean_std(diffs), "wins": int(sum(d < 0 for d in diffs))}
+    per_domain: dict[str, list[float]] = {}
+    for r in runs:
+        for d, v in (r.get("heldout_per_domain") or {}).items():
+            per_domain.setdefault(d, []).append(v)
+    entry["heldout_per_domain"] = {d: _mean_std(v) for d, v in per_domain.items()}
+    entry["domain_shares"] = runs[0]["domain_mixture"]["shares"] if runs[0].get("domain_mixture") else None
+    return entry
+
+
+def summarize_runs(results: dict[str, Any]) -> dict[str, Any]:
+    """Mean, spread and paired differences to ``random`` (same seed) per strategy, from the finished runs."""
+    by = _by_strategy(results)
+    baseline = {r["seed"]: r for r in by.get("random", [])}
+    return {name: _strategy_stats(name, runs, baseline) for name, runs in by.items()}
+
+
+def _flat_summary(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One row of scalars per strategy (the report's table)."""
+    rows = {}
+    for name, e in stats.items():
+        row: dict[str, Any] = {"runs": e["runs"]}
+        for m in METRICS:
+            if m in e:
+                row[m] = e[m]["mean"]
+                if m.startswith("heldout"):
+                    row[f"{m}_std"] = e[m]["std"]
+        for m in ("heldout_macro_cluster", "heldout_micro"):
+            if f"{m}_minus_random" in e:
+                row[f"{m}_minus_random"] = e[f"{m}_minus_random"]["mean"]
+        rows[name] = row
+    return rows
+
+
+def _mean_curves(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per strategy: the loss curves averaged over the seeds that finished."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, runs in _by_strategy(results).items():
+        curves = [r["curve"] for r in runs]
+        n = min(len(c) for c in curves)
+        entry: dict[str, list[float]] = {"step": [c["step"] for c in curves[0][:n]]}
+        for key in (PRIMARY, "heldout_micro", "heldout_macro_domain", "train_loss"):
+            rows = [[p.get(key) for p in c[:n]] for c in curves]
+            if all(v is not None for row in rows for v in row[1:]):
+                entry[key] = [None if any(row[i] is None for row in rows) else
+                              round(float(np.mean([row[i] for row in rows])), 5) for i in range(n)]
+        out[name] = entry
+    return out
+
+
+def _check_unigram_margin(results: dict[str, Any]) -> None:
+    """Record how far the worst model is below the unigram floor; warn when it is barely below."""
+    uni = results.get("unigram", {})
+    if not results["runs"] or "micro" not in uni:
+        return
+    margin = min(uni["micro"] - r["heldout_micro"] for r in results["runs"].values())
+    uni["smallest_margin_micro"] = round(margin, 4)
+    if margin < UNIGRAM_MARGIN:
+        log.warning("experiment: a model is only %.2f nats/token below the unigram baseline: undertrained, "
+                    "differences between strategies mean little; raise passes or the corpus size", margin)
+
+
+def write_results(results: dict[str, Any], exp_dir: Path, seconds: float) -> None:
+    """Recompute the aggregates, then write results.json, results.md and the plots."""
+    from clusterclip.experiment.plots import write_plots
+
+    _check_unigram_margin(results)
+    results["stats"] = summarize_runs(results)
+    results["summary"] = _flat_summary(results["stats"])
+    results["curves"] = _mean_curves(results)
+    results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    results["seconds_this_session"] = round(seconds, 1)
+    save_json(exp_dir / "results.json", results)
+    with atomic_write(exp_dir / "results.md", "w") as fh:
+        fh.write(markdown_table(results))
+    try:
+        results["plots"] = write_plots(results, exp_dir)
+    except Exception as exc:  # plots must never lose the numbers
+        log.warning("experiment: plots failed (%s)", exc)
+    save_json(exp_dir / "results.json", results)
+
+
+# ------------------------------------------------------------------------------------- the table
+
+
+def _mean_pm(e: dict[str, Any], m: str) -> str:
+    return f"{e[m]['mean']:.3f} ± {e[m]['std']:.3f}" if m in e else "–"
+
+
+def _delta(e: dict[str, Any], m: str) -> str:
+    key = f"{m}_minus_random"
+    if key not in e:
+        return "–"
+    return f"{e[key]['mean']:+.3f} ± {e[key]['std']:.3f} ({e[key]['wins']}/{e[key]['n']})"
+
+
+def _table_row(name: str, e: dict[str, Any]) -> str:
+    small = f"{e['small_heldout']['mean']:.3f} / {e['small_train']['mean']:.3f}" if "small_heldout" in e else "–"
+    eff_c = f"{e['effective_clusters']['mean']:.1f}" if "effective_clusters" in e else "–"
+    eff_d = f"{e['effective_domains']['mean']:.2f}" if "effective_domains" in e else "–"
+    return (f"| {name} | {e['runs']} | {_mean_pm(e, 'heldout_macro_cluster')} | "
+            f"{_delta(e, 'heldout_macro_cluster')} | {_mean_pm(e, 'heldout_macro_domain')} | "
+            f"{_mean_pm(e, 'heldout_micro')} | {_delta(e, 'heldout_micro')} | "
+            f"{_mean_pm(e, 'heldout_worst10_cluster')} | {small} | {eff_c} | {eff_d} |")
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The results as a markdown table: mean ± std over seeds, paired difference to random."""
+    stats = results.get("stats", {})
+    d = results.get("data", {})
+    uni = results.get("unigram", {})
+    progress = results.get("progress", {})
+    lines = [
+        f"Held-out loss (nats/token), mean ± std over seeds; {d.get('train_documents')} training documents, "
+        f"K={d.get('k')}, budget {d.get('budget_tokens', 0):,} tokens "
+        f"({results['config']['passes']:g} passes, {d.get('steps')} steps), "
+        f"{results.get('model', {}).get('parameters', 0):,}-parameter model. "
+        f"Unigram baseline: macro {uni.get('macro_cluster', float('nan')):.3f}, "
+        f"micro {uni.get('micro', float('nan')):.3f}. Status: {results.get('status')} "
+        f"({progress.get('finished_runs')}/{progress.get('total_runs')} runs).",
+        "",
+        "| strategy | runs | macro (clusters) | Δ macro vs random (wins) | macro (domains) | micro | "
+        "Δ micro vs random | worst 10% clusters | small clusters held-out / train | eff. clusters | eff. domains |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_table_row(name, stats[name]) for name in sorted(stats, key=lambda s: (s != "random", s))]
+    return "\n".join(lines) + "\n"

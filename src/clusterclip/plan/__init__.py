@@ -1,0 +1,27 @@
+"""ClusterClip Sampling as pure steps: settings, quotas, passes, order, statistics, and the run stage.
+
+``build_plan(labels, PlanConfig(...))`` returns the ordered plan; ``plan_stage`` builds it in a run
+directory. The method and its guarantees are specified in ``docs/sampling.md``.
+"""
+
+from clusterclip.errors import InfeasiblePlanError
+from clusterclip.plan.build import DEFAULT_CHUNK, Plan, build_plan
+from clusterclip.plan.config import (
+    BUDGET_UNITS,
+    DEFAULT_MAX_REPEAT,
+    ORDERS,
+    STRATEGIES,
+    PlanConfig,
+    PlanConfigError,
+    load_weights,
+)
+from clusterclip.plan.quotas import round_quotas, water_fill
+from clusterclip.plan.reference import reference_order
+from clusterclip.plan.stage import PLAN_FORMAT, list_plans, plan_stage
+from clusterclip.plan.stats import N_WINDOWS
+
+__all__ = [
+    "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FORMAT", "STRATEGIES",
+    "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "build_plan", "list_plans", "load_weights",
+    "plan_stage", "reference_order", "round_quotas", "water_fill",
+]

@@ -1,0 +1,127 @@
+"""``build_plan``: ClusterClip Sampling from cluster labels to one ordered array of document indices.
+
+The method, step by step (each step a module of this package; the specification is
+``docs/sampling.md``):
+
+1. **groups** (``quotas``): the clusters, or one pseudo-cluster of every document for ``random``;
+2. **quotas** (``quotas``): water-filling ``q_c = min(lambda * w_c, R * n_c)``, ``sum(q_c) = budget``,
+   rounded by largest remainder;
+3. **passes** (``passes``): inside a group, documents in passes of fresh seeded permutations, so no
+   document exceeds the cap ``R`` and repeats are spread evenly;
+4. **order** (``order``): every draw at virtual time ``(k + u_c) * scale_c``, all merged by time;
+5. **statistics** (``stats``): closed-form per-cluster counts plus the mixture of the emitted stream.
+
+Everything is a function of the inputs and ``config.seed``: equal inputs give equal bytes, whatever
+``chunk_size``. Memory is O(N + K * 1024 + chunk_size) besides the output, which can be a
+memory-mapped ``.npy`` far larger than RAM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
+from clusterclip.plan.order import emit, virtual_scale
+from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
+from clusterclip.plan.quotas import Corpus, Groups, Quotas, check_inputs, compute_quotas, sampling_groups
+from clusterclip.plan.stats import StreamStats, default_window, per_cluster, summary
+
+DEFAULT_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A built plan: the order plus statistics (all JSON-able or int64/float64 arrays).
+
+    ``per_cluster`` arrays (length K): draws, unique, max_repeat, mean_repeat, exhausted_at (plan
+    position of the draw that used up the cluster's capacity ``R * n_c``, -1 if never), quota (draws,
+    or tokens in token mode), size and, when token counts were given, tokens. ``mixture[w, c]`` counts
+    the draws of cluster c in window w (``stats["window"]`` draws each); ``repeat_hist[r]`` counts the
+    documents drawn r times.
+    """
+
+    order: np.ndarray
+    stats: dict[str, Any]
+    per_cluster: dict[str, np.ndarray]
+    mixture: np.ndarray
+    repeat_hist: np.ndarray
+    config: PlanConfig = field(default_factory=PlanConfig)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Steps 1-3 of the method for one plan: who is sampled, how often, and the passes to draw from."""
+
+    corpus: Corpus
+    groups: Groups
+    quotas: Quotas
+    passes: Passes
+    draws: np.ndarray
+    scale: np.ndarray
+
+
+@contextlib.contextmanager
+def plan_draws(labels: Any, config: PlanConfig, tokens: Any, n_clusters: int | None,
+               chunk_size: int) -> Iterator[Draws]:
+    """Validate the inputs, compute groups and quotas, and open the passes (closed on exit)."""
+    corpus = check_inputs(labels, tokens, n_clusters)
+    groups = sampling_groups(corpus, config)
+    quotas = compute_quotas(groups, config)
+    scratch = chunk_size + 2 * groups.k + 16  # the most draws one chunk can take from the passes
+    with Passes(groups.labels, groups.sizes, passes_needed(quotas.quota, groups.unit_sizes), config.seed,
+                scratch) as passes:
+        draws = quotas.quota
+        if config.budget_unit == "tokens":
+            draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens)
+        yield Draws(corpus, groups, quotas, passes, draws, virtual_scale(config, groups, quotas, draws))
+
+
+def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None = None,
+               out: str | os.PathLike[str] | None = None, chunk_size: int = DEFAULT_CHUNK,
+               n_clusters: int | None = None) -> Plan:
+    """Build the ordered plan for ``labels`` (int [N], cluster ids) under ``config``.
+
+    ``tokens`` (int [N]) is required for ``budget_unit="tokens"`` and, when given, adds token
+    statistics. With ``out`` the order is streamed into that ``.npy`` (temp file, then atomic rename)
+    and returned as a read-only memmap; memory then stays O(N + chunk_size). ``n_clusters`` declares
+    K when trailing clusters are empty. Raises ``PlanConfigError`` for invalid inputs and
+    ``InfeasiblePlanError`` when the budget exceeds the cap.
+    """
+    t0 = time.perf_counter()
+    if not is_int(chunk_size) or chunk_size < 1:
+        raise PlanConfigError("chunk_size", f"must be an integer >= 1, got {chunk_size!r}")
+    with plan_draws(labels, config, tokens, n_clusters, chunk_size) as p:
+        length = int(p.draws.sum())
+        window = config.window if config.window is not None else default_window(length)
+        stream = StreamStats(p.corpus, length, window, p.quotas.cap, p.groups.pseudo)
+        with _output(out, length) as dest:
+            for chunk in emit(p.scale, p.quotas.u, p.quotas.rank, p.draws, p.passes, dest, chunk_size):
+                stream.add(chunk, dest)
+        per, hist = per_cluster(p.corpus, p.groups, p.quotas, p.draws, p.passes, stream)
+    order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
+    stats = summary(config, p.corpus, p.quotas, per, hist, window, stream.mixture.shape[0],
+                    time.perf_counter() - t0)
+    return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config)
+
+
+@contextlib.contextmanager
+def _output(out: str | os.PathLike[str] | None, length: int) -> Iterator[np.ndarray]:
+    """The int64 destination of the order: in memory, or a memory-mapped ``.npy`` renamed into place."""
+    if out is None:
+        yield np.empty(length, dtype=np.int64)
+        return
+    from clusterclip.rundir import atomic_path
+
+    with atomic_path(Path(out)) as tmp:
+        dest = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(length,))
+        yield dest
+        dest.flush()
+        del dest

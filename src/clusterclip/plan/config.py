@@ -1,0 +1,197 @@
+"""Plan settings: the strategy, budget, cap, order and seed of one plan, and per-cluster weight files.
+
+``PlanConfig`` is validated on construction; ``to_json()`` is its normalised form (what the plan
+stage hashes) and ``name()`` its folder under ``plans/``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterclip.settings import Settings, SettingsError, at_least, finite, optional, setting
+from clusterclip.settings import is_int as is_int
+
+STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
+BUDGET_UNITS = ("docs", "tokens")
+ORDERS = ("equal-rate", "spread")
+DEFAULT_MAX_REPEAT = 4
+
+
+class PlanConfigError(SettingsError):
+    """An invalid planning option, ``PlanConfigError(param, problem)``, or (one argument, no parameter)
+    an invalid input array or weights file."""
+
+    def __init__(self, param: str, problem: str | None = None, owner: type | None = None) -> None:
+        if problem is None:
+            param, problem = "", param
+        super().__init__(param, problem, owner)
+
+
+@dataclass(frozen=True)
+class PlanConfig(Settings):
+    """Options of one plan; validated on construction. ``name()`` is its folder under ``plans/``."""
+
+    error_class = PlanConfigError
+
+    strategy: str = setting("clusterclip", choices=STRATEGIES,
+                            help="clusterclip: balanced + repetition cap; uniform: balanced; random: epochs of "
+                                 "permutations; temperature: cluster weights n_c**tau; weights: per-cluster weights")
+    budget: int | None = setting(None, check=optional(at_least(0)),
+                                 help="draws (docs) or tokens to plan (default: one epoch: N documents or all tokens)")
+    budget_unit: str = setting("docs", choices=BUDGET_UNITS, help="unit of the budget")
+    max_repeat: int | None = setting(None, check=optional(at_least(1)),
+                                     help=f"cap on how often one document may appear (default: {DEFAULT_MAX_REPEAT} "
+                                          "for clusterclip, none otherwise)")
+    tau: float = setting(0.5, check=finite(), help="temperature: cluster weight n_c**tau (1: natural, 0: uniform)")
+    weights: tuple[tuple[int, float], ...] | None = setting(
+        None, help="(cluster, weight) pairs of strategy weights (see load_weights); 0 drops a cluster")
+    seed: int = setting(0, check=at_least(0), help="plan seed")
+    window: int | None = setting(None, check=optional(at_least(1)),
+                                 help="window (in draws) of the mixture statistics (default: budget/100)")
+    order: str = setting("equal-rate", choices=ORDERS,
+                         help="equal-rate: the paper's schedule, balanced first, clipped clusters drop out as they "
+                              "run out; spread: the same draws with each cluster's spread evenly over the whole "
+                              "run (cluster strategies only)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.order != "equal-rate" and self.strategy == "random":
+            raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
+                                  "'random' (which is epochs of permutations)", type(self))
+        if self.strategy == "weights":
+            if self.weights is None:
+                raise PlanConfigError("weights", "must be given: {strategy} 'weights' needs per-cluster weights "
+                                      "(see load_weights)", type(self))
+            object.__setattr__(self, "weights", _normalise_weights(self.weights))
+        elif self.weights is not None:
+            raise PlanConfigError("weights", f"are only used by {{strategy}} 'weights', not {self.strategy!r}",
+                                  type(self))
+
+    @property
+    def effective_max_repeat(self) -> int | None:
+        """The cap in force: ``max_repeat``, or 4 for clusterclip and no cap otherwise."""
+        if self.max_repeat is not None:
+            return int(self.max_repeat)
+        return DEFAULT_MAX_REPEAT if self.strategy == "clusterclip" else None
+
+    def to_json(self) -> dict[str, Any]:
+        """Normalised options: equal plans have equal JSON (defaults resolved, unused options None)."""
+        return {
+            "strategy": self.strategy,
+            "budget": None if self.budget is None else int(self.budget),
+            "budget_unit": self.budget_unit,
+            "max_repeat": self.effective_max_repeat,
+            "tau": float(self.tau) if self.strategy == "temperature" else None,
+            "weights": [[c, w] for c, w in self.weights] if self.weights is not None else None,
+            "seed": int(self.seed),
+            "window": None if self.window is None else int(self.window),
+            "order": self.order,
+        }
+
+    def name(self) -> str:
+        """Stable, filesystem-safe folder name, unique per option set."""
+        parts = [self.strategy]
+        if self.strategy == "temperature":
+            parts.append(f"t{float(self.tau):g}")
+        if self.weights is not None:
+            digest = hashlib.sha256(json.dumps(self.to_json()["weights"]).encode()).hexdigest()[:10]
+            parts.append(f"w{digest}")
+        cap = self.effective_max_repeat
+        parts.append(f"R{cap}" if cap is not None else "Rinf")
+        parts.append(self.budget_unit)
+        parts.append("Bepoch" if self.budget is None else f"B{int(self.budget)}")
+        parts.append(f"s{int(self.seed)}")
+        if self.window is not None:
+            parts.append(f"win{int(self.window)}")
+        if self.order != "equal-rate":
+            parts.append(self.order)
+        return "-".join(parts)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> PlanConfig:
+        weights = obj.get("weights")
+        return cls(strategy=obj.get("strategy", "clusterclip"), budget=obj.get("budget"),
+                   budget_unit=obj.get("budget_unit", "docs"), max_repeat=obj.get("max_repeat"),
+                   tau=0.5 if obj.get("tau") is None else obj["tau"],
+                   weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
+                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", "equal-rate"))
+
+
+def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
+    items = weights.items() if isinstance(weights, dict) else weights
+    out: dict[int, float] = {}
+    for item in items:
+        try:
+            c, w = item
+            c_int, w_f = int(c), float(w)
+        except (TypeError, ValueError) as exc:
+            raise PlanConfigError(f"weights must be (cluster, weight) pairs, got {item!r}") from exc
+        if c_int != float(c) or c_int < 0:
+            raise PlanConfigError(f"weights: cluster ids are integers >= 0, got {c!r}")
+        if not math.isfinite(w_f) or w_f < 0:
+            raise PlanConfigError(f"weights: cluster {c_int} has weight {w!r}; weights must be finite and >= 0")
+        if c_int in out:
+            raise PlanConfigError(f"weights: cluster {c_int} is given twice")
+        out[c_int] = w_f
+    if not out:
+        raise PlanConfigError("weights: no clusters given")
+    return tuple(sorted(out.items()))
+
+
+def load_weights(path: str | os.PathLike[str]) -> tuple[tuple[int, float], ...]:
+    """Per-cluster weights from a JSON object ``{"cluster": weight}`` or a CSV ``cluster,weight`` file.
+
+    Clusters not named keep weight 1 (as in ``uniform``); weight 0 drops a cluster. A CSV header row
+    (non-numeric first line) is skipped.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanConfigError(f"{path}: cannot read weights ({exc.strerror})") from exc
+    json_file = path.suffix.lower() == ".json" or text.lstrip().startswith("{")
+    pairs = _json_weights(text, path) if json_file else _csv_weights(text, path)
+    try:
+        return _normalise_weights(pairs)
+    except PlanConfigError as exc:
+        raise PlanConfigError(f"{path}: {exc}") from None
+
+
+def _json_weights(text: str, path: Path) -> list[tuple[int, float]]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from exc
+    if not isinstance(obj, dict):
+        raise PlanConfigError(f'{path}: expected a JSON object {{"cluster": weight, ...}}')
+    pairs = []
+    for k, v in obj.items():
+        try:
+            pairs.append((int(k), float(v)))
+        except (TypeError, ValueError) as exc:
+            raise PlanConfigError(f"{path}: entry {k!r}: {v!r} is not cluster id -> number") from exc
+    return pairs
+
+
+def _csv_weights(text: str, path: Path) -> list[tuple[int, float]]:
+    pairs: list[tuple[int, float]] = []
+    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
+        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
+            continue
+        if len(row) != 2:
+            raise PlanConfigError(f"{path}:{lineno}: expected 'cluster,weight', got {','.join(row)!r}")
+        try:
+            pairs.append((int(row[0]), float(row[1])))
+        except ValueError as exc:
+            if lineno == 1 and not pairs:
+                continue
+            raise PlanConfigError(f"{path}:{lineno}: expected 'cluster,weight' numbers, got "
+                                  f"{','.join(row)!r}") from exc
+    return pairs

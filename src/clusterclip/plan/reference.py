@@ -1,0 +1,31 @@
+"""The reference order: every draw's virtual time computed in memory, then one stable sort.
+
+This is the definition the streaming merge (``order.emit``) must reproduce byte for byte; the tests
+compare the two for every strategy, order and budget unit. It holds every draw in memory, so use it
+only on small inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clusterclip.plan.build import DEFAULT_CHUNK, plan_draws
+from clusterclip.plan.config import PlanConfig
+
+
+def reference_order(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None = None,
+                    n_clusters: int | None = None) -> np.ndarray:
+    """The plan's order for small inputs: all draws ``(k + u_c) * scale_c``, sorted stably by time.
+
+    Ties (equal times) keep group order, then draw order, as the streaming merge does.
+    """
+    with plan_draws(labels, config, tokens, n_clusters, DEFAULT_CHUNK) as p:
+        docs, times = [], []
+        for c in np.flatnonzero(p.draws > 0).tolist():
+            d, n = int(p.draws[c]), int(p.groups.sizes[c])
+            rows = [p.passes.pass_row(c, i) for i in range(-(-d // n))]
+            docs.append(np.concatenate(rows)[:d])
+            times.append((np.arange(d) + p.quotas.u[c]) * p.scale[c])
+    if not docs:
+        return np.zeros(0, np.int64)
+    return np.concatenate(docs)[np.argsort(np.concatenate(times), kind="stable")].astype(np.int64)

@@ -1,0 +1,70 @@
+"""The plan stage: build ``plans/<name>/`` in a run directory from its labels (and token counts).
+
+``plan.npy`` is the order; beside it the per-cluster statistics, the mixture over training and the
+repetition histogram, and ``plan.json`` the record (options, statistics, checksums).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from clusterclip.plan.build import build_plan
+from clusterclip.plan.config import PlanConfig
+
+if TYPE_CHECKING:
+    from clusterclip.rundir import RunDir
+
+PLAN_FORMAT = 2
+"""Version of the plan bytes: 2 draws ``random`` as passes of one pseudo-cluster (1: its own epochs).
+Part of the stage's input hash and record, so plans of another version are rebuilt rather than reused."""
+
+
+def plan_stage(run: RunDir, config: PlanConfig, force: bool = False) -> dict[str, Any]:
+    """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
+
+    Uses token counts whenever the corpus stage has written them (required for a token budget). The
+    caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``).
+    """
+    from clusterclip import artifacts as A
+    from clusterclip.rundir import config_hash, load_npy, save_npy
+    from clusterclip.stages import Built, Job, Stage, run_stage
+
+    if run.record(A.EMBED_STAGE) is not None:
+        run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
+    use_tokens = config.budget_unit == "tokens" or (run.record(A.CORPUS_STAGE) is not None
+                                                    and run.path(A.TOKENS).exists())
+    inputs = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    reads = {A.CLUSTER_STAGE: [A.LABELS, A.SIZES]}
+    if use_tokens:
+        inputs["corpus"] = run.output_hash(A.CORPUS_STAGE)
+        reads[A.CORPUS_STAGE] = [A.TOKENS]
+    name = config.name()
+
+    def build(job: Job) -> Built:
+        labels = load_npy(run.path(A.LABELS), mmap=True)
+        k = int(load_npy(run.path(A.SIZES)).shape[0]) if run.path(A.SIZES).exists() else None
+        tokens = np.asarray(load_npy(run.path(A.TOKENS), mmap=True)) if use_tokens else None
+        plan = build_plan(np.asarray(labels), config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
+                          n_clusters=k)
+        arrays = {A.PLAN_DRAWS: plan.per_cluster["draws"], A.PLAN_UNIQUE: plan.per_cluster["unique"],
+                  A.PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
+                  A.PLAN_EXHAUSTED_AT: plan.per_cluster["exhausted_at"], A.PLAN_MIXTURE: plan.mixture,
+                  A.PLAN_REPEAT_HIST: plan.repeat_hist}
+        if "tokens" in plan.per_cluster:
+            arrays[A.PLAN_TOKENS] = plan.per_cluster["tokens"]
+        for fname, arr in arrays.items():
+            save_npy(run.path(A.plan_path(name, fname)), arr)
+        return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)],
+                     dict(name=name, plan_format=PLAN_FORMAT, stats=plan.stats))
+
+    return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads), force)
+
+
+def list_plans(run: RunDir) -> list[str]:
+    """Names of the finished plans in the run directory (those with a ``plan.json`` record)."""
+    root = run.path("plans")
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "plan.json").is_file())

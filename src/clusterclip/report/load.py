@@ -1,0 +1,261 @@
+"""Read what the report shows from a run directory: stage records, cluster arrays, plans, experiment.
+
+Every piece is optional. A missing artifact is None; an unreadable or inconsistent one is None too and
+leaves a line in :attr:`Run.notes`, so the page can say what it left out instead of failing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip import artifacts as a
+from clusterclip.errors import ClusterClipError
+from clusterclip.rundir import RunDir, StaleArtifactError, load_json, load_npy
+
+STAGES = ("corpus", "embed", "cluster")
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """One plan as the report sees it: its record and the statistics the planner wrote beside the order.
+
+    ``window`` is the number of draws per row of ``mixture``; it is None only when ``mixture`` is.
+    """
+
+    name: str
+    slug: str
+    record: dict[str, Any]
+    n_draws: int | None
+    window: int | None
+    cluster_draws: np.ndarray | None
+    mixture: np.ndarray | None
+    repeat_hist: np.ndarray | None
+    exhausted_at: np.ndarray | None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The options the plan was built with."""
+        return self.record.get("config") or {}
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The statistics the planner recorded in ``plan.json``."""
+        return self.record.get("stats") or {}
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything the report reads from a run directory; missing artifacts are None."""
+
+    root: Path
+    corpus: dict[str, Any] | None
+    embed: dict[str, Any] | None
+    cluster: dict[str, Any] | None
+    tokens: np.ndarray | None
+    labels: np.ndarray | None
+    scores: np.ndarray | None
+    sizes: np.ndarray | None
+    centroids: np.ndarray | None
+    plans: tuple[PlanView, ...]
+    experiment: dict[str, Any] | None
+    notes: tuple[str, ...]
+
+    @property
+    def k(self) -> int:
+        """Number of clusters (0 without a clustering)."""
+        return 0 if self.sizes is None else len(self.sizes)
+
+    @property
+    def n_docs(self) -> int | None:
+        """Number of documents, from the corpus record or else the per-document arrays."""
+        for v in ((self.corpus or {}).get("count"), self.tokens, self.labels):
+            if isinstance(v, np.ndarray):
+                return len(v)
+            if v is not None:
+                return int(v)
+        return None
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> Run:
+    """Read the records and arrays of a run directory that the report uses."""
+    rd = RunDir(run_dir)
+    if not rd.root.is_dir():
+        raise ClusterClipError(f"{rd.root}: not a run directory (it does not exist)")
+    notes: list[str] = []
+    records = {stage: _record(rd, stage, notes) for stage in STAGES}
+    arr = {name: _array(rd.path(name), notes) for name in (a.TOKENS, a.LABELS, a.SCORES, a.SIZES, a.CENTROIDS)}
+    labels, sizes = _labels_and_sizes(arr[a.LABELS], arr[a.SIZES], notes)
+    scores, tokens = arr[a.SCORES], arr[a.TOKENS]
+    if scores is not None and labels is not None and len(scores) != len(labels):
+        notes.append("scores.npy and labels.npy differ in length; scores ignored")
+        scores = None
+    if tokens is not None and labels is not None and len(tokens) != len(labels):
+        notes.append("tokens.npy and labels.npy differ in length; token shares per cluster omitted")
+    k = 0 if sizes is None else len(sizes)
+    plans = _load_plans(rd, labels, k, notes)
+    experiment = _load_experiment(rd, notes)
+    return Run(
+        root=rd.root,
+        corpus=records["corpus"],
+        embed=records["embed"],
+        cluster=records["cluster"],
+        tokens=tokens,
+        labels=labels,
+        scores=scores,
+        sizes=sizes,
+        centroids=arr[a.CENTROIDS],
+        plans=plans,
+        experiment=experiment,
+        notes=tuple(notes),
+    )
+
+
+def _record(rd: RunDir, stage: str, notes: list[str]) -> dict[str, Any] | None:
+    try:
+        return rd.record(stage)
+    except StaleArtifactError as exc:
+        notes.append(str(exc))
+        return None
+
+
+def _array(path: Path, notes: list[str], mmap: bool = False) -> np.ndarray | None:
+    if not path.exists():
+        return None
+    try:
+        return load_npy(path, mmap=mmap)
+    except StaleArtifactError as exc:
+        notes.append(str(exc))
+        return None
+
+
+def _labels_and_sizes(
+    labels: np.ndarray | None, sizes: np.ndarray | None, notes: list[str]
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Labels as int64 and the cluster sizes (counted from the labels when ``sizes.npy`` is missing)."""
+    if labels is None:
+        return None, sizes
+    labels = np.asarray(labels, dtype=np.int64)
+    k = int(labels.max(initial=-1)) + 1
+    if sizes is None:
+        return labels, np.bincount(labels[labels >= 0], minlength=k)
+    if k > len(sizes):
+        notes.append(f"labels.npy names cluster {k - 1} but sizes.npy has only {len(sizes)} clusters")
+        return None, sizes
+    return labels, sizes
+
+
+def _slug(name: str, taken: set[str]) -> str:
+    """A file-name-safe, unique form of a plan name (for its chart files)."""
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "plan"
+    slug, i = base, 2
+    while slug in taken:
+        slug, i = f"{base}-{i}", i + 1
+    taken.add(slug)
+    return slug
+
+
+def _load_plans(rd: RunDir, labels: np.ndarray | None, k: int, notes: list[str]) -> tuple[PlanView, ...]:
+    plans: list[PlanView] = []
+    taken: set[str] = set()
+    for rec_path in sorted(rd.path(a.PLANS_DIR).glob(f"*/{a.PLAN_RECORD}")):
+        try:
+            rec = load_json(rec_path)
+        except (OSError, ValueError) as exc:
+            notes.append(f"{rec_path}: unreadable plan record ({exc}); plan skipped")
+            continue
+        folder = rec_path.parent
+        plans.append(
+            _load_plan(folder, rec if isinstance(rec, dict) else {}, _slug(folder.name, taken), labels, k, notes)
+        )
+    return tuple(plans)
+
+
+def _load_plan(
+    folder: Path, record: dict[str, Any], slug: str, labels: np.ndarray | None, k: int, notes: list[str]
+) -> PlanView:
+    """A plan's record and statistics arrays, checked against K."""
+    name = folder.name
+    order = _array(folder / a.PLAN_ORDER, notes, mmap=True)
+    stats = {
+        "cluster_draws": _array(folder / a.PLAN_DRAWS, notes),
+        "mixture": _array(folder / a.PLAN_MIXTURE, notes),
+        "repeat_hist": _array(folder / a.PLAN_REPEAT_HIST, notes),
+    }
+    exhausted_at = _array(folder / a.PLAN_EXHAUSTED_AT, notes)
+    recorded = record.get("stats") or {}
+    n_draws = len(order) if order is not None else recorded.get("length", recorded.get("draws"))
+    window = plan_window(record, stats["mixture"], n_draws)
+    if order is not None and labels is not None and len(order) and any(v is None for v in stats.values()):
+        stats = statistics_from_order(stats, order, labels, k, window)
+    if window is None:
+        notes.append(f"plan {name}: plan.json records no mixture window; mixture over training omitted")
+        stats["mixture"] = None
+    if stats["mixture"] is not None and (stats["mixture"].ndim != 2 or (k and stats["mixture"].shape[1] != k)):
+        notes.append(f"plan {name}: mixture.npy has shape {stats['mixture'].shape}, expected [W, {k}]")
+        stats["mixture"] = None
+    if stats["cluster_draws"] is not None and k and len(stats["cluster_draws"]) != k:
+        notes.append(f"plan {name}: cluster_draws.npy has {len(stats['cluster_draws'])} entries, expected {k}")
+        stats["cluster_draws"] = None
+    return PlanView(
+        name=name,
+        slug=slug,
+        record=record,
+        n_draws=n_draws,
+        window=window,
+        exhausted_at=exhausted_at,
+        **stats,
+    )
+
+
+def plan_window(record: dict[str, Any], mixture: np.ndarray | None, n_draws: int | None) -> int | None:
+    """Draws per mixture window: the one the planner recorded (``stats.window``, or the configured one).
+
+    The planner always records it; a record without one (hand-made or edited) takes it from the
+    mixture's number of rows, and without a mixture there is none.
+    """
+    window = (record.get("stats") or {}).get("window") or (record.get("config") or {}).get("window")
+    if window:
+        return int(window)
+    if mixture is not None and n_draws and len(mixture):
+        return math.ceil(n_draws / len(mixture))
+    return None
+
+
+def statistics_from_order(
+    stats: dict[str, np.ndarray | None], order: np.ndarray, labels: np.ndarray, k: int, window: int | None
+) -> dict[str, np.ndarray | None]:
+    """Fill in the per-cluster draws, mixture and repetition histogram that a plan folder lacks.
+
+    The planner always writes them; this serves folders where they are missing or unreadable, by
+    counting ``plan.npy`` against the labels (the mixture only with a known window).
+    """
+    if not (order.min() >= 0 and order.max() < len(labels)):
+        return stats
+    drawn = labels[order]
+    filled = dict(stats)
+    if filled["cluster_draws"] is None:
+        filled["cluster_draws"] = np.bincount(drawn, minlength=k)
+    if filled["mixture"] is None and k and window:
+        win = np.arange(len(order)) // window
+        filled["mixture"] = np.bincount(win * k + drawn, minlength=(int(win[-1]) + 1) * k).reshape(-1, k)
+    if filled["repeat_hist"] is None:
+        filled["repeat_hist"] = np.bincount(np.bincount(order, minlength=len(labels)))
+    return filled
+
+
+def _load_experiment(rd: RunDir, notes: list[str]) -> dict[str, Any] | None:
+    path = rd.path(a.EXPERIMENT_RESULTS)
+    if not path.exists():
+        return None
+    try:
+        return load_json(path)
+    except (OSError, ValueError) as exc:
+        notes.append(f"{path}: unreadable ({exc}); experiment section omitted")
+        return None

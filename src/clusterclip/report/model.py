@@ -1,0 +1,472 @@
+"""The report page as data: what each section shows and which charts it needs, computed from a run.
+
+:func:`page_model` turns what :mod:`clusterclip.report.load` read (plus the corpus scan) into frozen
+records, one per section; :mod:`clusterclip.report.render` only formats them. Numbers here are raw
+(shares as fractions, seconds as floats); every chart is a :class:`ChartSpec` drawn later into the
+output folder.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.report import charts
+from clusterclip.report.experiment import experiment_curves, is_scalar, summary_rows
+from clusterclip.report.keywords import CorpusScan
+from clusterclip.report.load import STAGES, PlanView, Run
+from clusterclip.report.metrics import effective_number, nmi_from_table, purity_from_table, top_share
+
+TOP_IN_MIXTURE = 8
+MAX_EXPERIMENT_CHARTS = 6
+SIZES_CHART = "sizes.png"
+EFFECTIVE_CHART = "effective-clusters.png"
+CENTROID_CHART = "centroid-map.png"
+OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment)-.+)\.png$")
+"""Names of the PNGs the report writes; a rebuild removes those it no longer makes, and nothing else."""
+
+PLAN_OPTIONS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "weights", "seed", "window")
+NOT_IN_PLAN_TABLE = ("name", "clusters_exhausted", "n_windows")
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """A chart to draw: its file name in the output folder and the function that draws it there."""
+
+    file: str
+    draw: Callable[[Path], charts.Chart]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Corpus and clustering at a glance, details, and seconds per stage (None: not recorded)."""
+
+    documents: int | None
+    tokens: int | None
+    k: int
+    embedder: str | None
+    objective: float | None
+    n_plans: int
+    details: tuple[tuple[str, object], ...]
+    timing: tuple[tuple[str, float | None], ...]
+    missing_stages: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SizeSummary:
+    """The cluster size distribution: concentration, extremes and the effective number of clusters."""
+
+    k: int
+    top1: tuple[int, float]
+    top10: tuple[int, float]
+    largest: int
+    median: int
+    smallest: int
+    empty: int
+    effective: float
+    chart: str
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """One cluster: size, shares, cohesion, the share of each plan's draws, description and examples."""
+
+    cluster: int
+    docs: int
+    share: float
+    token_share: float | None
+    mean_cos: float | None
+    draw_shares: tuple[float, ...]
+    majority: tuple[str, float] | None
+    keywords: tuple[str, ...]
+    examples: tuple[str, ...]
+    badge: str
+
+
+@dataclass(frozen=True)
+class ClusterTable:
+    """All clusters, largest first; ``draw_plans`` names the plans of ``ClusterRow.draw_shares``."""
+
+    rows: tuple[ClusterRow, ...]
+    draw_plans: tuple[str, ...]
+    with_tokens: bool
+    with_cohesion: bool
+    with_groups: bool
+    with_text: bool
+
+
+@dataclass(frozen=True)
+class PlanSection:
+    """One plan: its options, then the statistics it recorded (JSON values), and its charts (None: not drawn)."""
+
+    name: str
+    facts: tuple[tuple[str, object], ...]
+    mixture_chart: str | None
+    repeats_chart: str | None
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """How one ground-truth group spreads over the clusters."""
+
+    name: str
+    docs: int
+    share: float
+    clusters_holding: int
+    clusters_leading: int
+    share_in_led: float
+    top_cluster: int
+    top_share: float
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """Agreement of the clusters with the corpus's ground-truth groups."""
+
+    nmi: float
+    purity: float
+    labelled: int
+    labelled_share: float
+    groups: tuple[GroupRow, ...]
+
+
+@dataclass(frozen=True)
+class CentroidMap:
+    """The centroid map chart and whether it is coloured by majority group."""
+
+    chart: str
+    by_group: bool
+
+
+@dataclass(frozen=True)
+class ExperimentSection:
+    """An experiment's summary table (JSON values) and the charts of its curves."""
+
+    columns: tuple[str, ...]
+    numeric: tuple[bool, ...]
+    rows: tuple[tuple[object, ...], ...]
+    charts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Page:
+    """The whole report: one field per section (None: the section explains what is missing)."""
+
+    run_dir: Path
+    summary: Summary
+    sizes: SizeSummary | None
+    clusters: ClusterTable | None
+    plans: tuple[PlanSection, ...]
+    effective_chart: str | None
+    centroid_map: CentroidMap | None
+    ground_truth: GroundTruth | None
+    experiment: ExperimentSection | None
+    notes: tuple[str, ...]
+    charts: tuple[ChartSpec, ...]
+
+
+def page_model(run: Run, scan: CorpusScan | None) -> Page:
+    """The report of ``run`` as data; ``scan`` is the corpus pass (None without corpus text or labels)."""
+    majority = majority_groups(scan)
+    plan_charts = [_plan_charts(p, run) for p in run.plans]
+    effective = _effective_chart(run)
+    centroid_map = _centroid_map(run, majority)
+    experiment, experiment_charts = _experiment(run.experiment)
+    wanted = [_size_chart(run), *chain.from_iterable(plan_charts), effective, centroid_map, *experiment_charts]
+    return Page(
+        run_dir=run.root.resolve(),
+        summary=_summary(run),
+        sizes=_size_summary(run),
+        clusters=_cluster_table(run, scan),
+        plans=tuple(_plan_section(p, *c) for p, c in zip(run.plans, plan_charts, strict=True)),
+        effective_chart=effective.file if effective else None,
+        centroid_map=CentroidMap(centroid_map.file, majority is not None) if centroid_map else None,
+        ground_truth=_ground_truth(run, scan),
+        experiment=experiment,
+        notes=run.notes,
+        charts=tuple(c for c in wanted if c is not None),
+    )
+
+
+def _get(rec: dict[str, Any] | None, *keys: str) -> Any:
+    cur: Any = rec or {}
+    for k in keys:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+def _summary(run: Run) -> Summary:
+    tokens = _get(run.corpus, "tokens")
+    if tokens is None and run.tokens is not None:
+        tokens = int(np.asarray(run.tokens).sum())
+    model = _get(run.embed, "model") or _get(run.embed, "embedder") or _get(run.embed, "config", "embedder", "name")
+    objective = _get(run.cluster, "objective")
+    records = dict(zip(STAGES, (run.corpus, run.embed, run.cluster), strict=True))
+    timing = [(stage, rec.get("seconds")) for stage, rec in records.items() if rec]
+    timing += [(f"plan {p.name}", p.record.get("seconds")) for p in run.plans]
+    return Summary(
+        documents=run.n_docs,
+        tokens=int(tokens) if tokens is not None else None,
+        k=run.k,
+        embedder=model if isinstance(model, str) and model else None,
+        objective=objective if isinstance(objective, (int, float)) else None,
+        n_plans=len(run.plans),
+        details=tuple(_details(run, tokens, model if isinstance(model, str) else None)),
+        timing=tuple(timing),
+        missing_stages=tuple(stage for stage, rec in records.items() if not rec),
+    )
+
+
+def _details(run: Run, tokens: Any, model: str | None) -> list[tuple[str, object]]:
+    """Inputs, skipped records, embedder settings and k-means options, when recorded."""
+    n = run.n_docs
+    details: list[tuple[str, object]] = []
+    inputs = _get(run.corpus, "config", "inputs")
+    if inputs:
+        details.append(("inputs", ", ".join(map(str, inputs)) if isinstance(inputs, list) else inputs))
+    if _get(run.corpus, "skipped") is not None:
+        details.append(("records skipped", _get(run.corpus, "skipped")))
+    if n and tokens:
+        details.append(("mean tokens per document", float(tokens) / n))
+    if _get(run.embed, "dim"):
+        details.append(("embedding dimension", _get(run.embed, "dim")))
+    option = _get(run.embed, "config", "embedder")
+    if isinstance(option, dict):
+        option = ", ".join(f"{k}={v}" for k, v in option.items())
+    if option and option != model:
+        details.append(("embedder settings", option if len(str(option)) <= 240 else str(option)[:240] + "…"))
+    for key in ("seed", "niter", "nredo", "init", "points_per_centroid"):
+        if _get(run.cluster, "config", key) is not None:
+            details.append((f"k-means {key}", _get(run.cluster, "config", key)))
+    if _get(run.cluster, "iterations") is not None:
+        details.append(("k-means iterations", _get(run.cluster, "iterations")))
+    if _get(run.cluster, "sample_size") is not None:
+        details.append(("k-means training sample", _get(run.cluster, "sample_size")))
+    return details
+
+
+def _size_summary(run: Run) -> SizeSummary | None:
+    if not run.k:
+        return None
+    s = np.asarray(run.sizes)
+    return SizeSummary(
+        k=len(s),
+        top1=top_share(s, 0.01),
+        top10=top_share(s, 0.10),
+        largest=int(s.max()),
+        median=int(np.median(s)),
+        smallest=int(s.min()),
+        empty=int((s == 0).sum()),
+        effective=float(effective_number(s)),
+        chart=SIZES_CHART,
+    )
+
+
+def _size_chart(run: Run) -> ChartSpec | None:
+    return ChartSpec(SIZES_CHART, partial(charts.plot_sizes, run.sizes)) if run.k else None
+
+
+# --------------------------------------------------------------------------------------------- clusters
+
+
+def _cluster_table(run: Run, scan: CorpusScan | None) -> ClusterTable | None:
+    if not run.k:
+        return None
+    sizes = np.asarray(run.sizes, dtype=np.int64)
+    n = max(int(sizes.sum()), 1)
+    mean_cos, token_share = cluster_cohesion(run), cluster_token_shares(run)
+    drawn = [p for p in run.plans if p.cluster_draws is not None]
+    draw_shares = [p.cluster_draws / max(p.cluster_draws.sum(), 1) for p in drawn]
+    contingency = scan.contingency if scan is not None else None
+    order = np.argsort(-sizes, kind="stable")
+    badges = _badges(order)
+    rows = tuple(
+        ClusterRow(
+            cluster=c,
+            docs=int(sizes[c]),
+            share=float(sizes[c] / n),
+            token_share=None if token_share is None else float(token_share[c]),
+            mean_cos=None if mean_cos is None else float(mean_cos[c]),
+            draw_shares=tuple(float(s[c]) for s in draw_shares),
+            majority=_majority(contingency[c], scan.groups) if contingency is not None else None,
+            keywords=tuple(w for w, _ in scan.keywords[c]) if scan is not None else (),
+            examples=tuple(scan.examples.get(c, [])) if scan is not None else (),
+            badge=badges.get(c, ""),
+        )
+        for c in map(int, order)
+    )
+    return ClusterTable(
+        rows=rows,
+        draw_plans=tuple(p.name for p in drawn),
+        with_tokens=token_share is not None,
+        with_cohesion=mean_cos is not None,
+        with_groups=contingency is not None,
+        with_text=scan is not None,
+    )
+
+
+def cluster_cohesion(run: Run) -> np.ndarray | None:
+    """Mean cosine similarity of each cluster's documents to its centroid (NaN for an empty cluster)."""
+    if run.labels is None or run.scores is None:
+        return None
+    count = np.bincount(run.labels, minlength=run.k)
+    mean_cos = np.bincount(run.labels, weights=run.scores, minlength=run.k) / np.maximum(count, 1)
+    mean_cos[count == 0] = np.nan
+    return mean_cos
+
+
+def cluster_token_shares(run: Run) -> np.ndarray | None:
+    """Each cluster's share of the corpus's tokens."""
+    if run.labels is None or run.tokens is None or len(run.tokens) != len(run.labels):
+        return None
+    tokens = np.bincount(run.labels, weights=np.asarray(run.tokens, dtype=np.float64), minlength=run.k)
+    return tokens / max(tokens.sum(), 1.0)
+
+
+def _badges(order: np.ndarray) -> dict[int, str]:
+    """Badges of the top and bottom 10 % of clusters by size (at most 5 each): "largest", "smallest"."""
+    n_badge = min(5, max(1, len(order) // 10))
+    badges = {int(c): "smallest" for c in order[::-1][:n_badge]}
+    badges.update({int(c): "largest" for c in order[:n_badge]})
+    return badges
+
+
+def _majority(counts: np.ndarray, groups: list[str]) -> tuple[str, float] | None:
+    """The most frequent group among a cluster's labelled documents and its share of them."""
+    if not counts.sum():
+        return None
+    g = int(counts.argmax())
+    return groups[g], float(counts[g] / counts.sum())
+
+
+def majority_groups(scan: CorpusScan | None) -> list[str | None] | None:
+    """Each cluster's majority ground-truth group (None for clusters without labelled documents)."""
+    if scan is None or scan.contingency is None:
+        return None
+    return [m[0] if m else None for m in (_majority(row, scan.groups) for row in scan.contingency)]
+
+
+# ------------------------------------------------------------------------------------------------ plans
+
+
+def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec | None) -> PlanSection:
+    facts: list[tuple[str, object]] = []
+    for key in PLAN_OPTIONS:
+        v = plan.config.get(key)
+        v = plan.stats.get(key) if v is None else v
+        facts.append((key, plan.window if key == "window" and v is None else v))
+    exhausted = plan.stats.get("clusters_exhausted")
+    if exhausted is None and plan.exhausted_at is not None:
+        exhausted = int((np.asarray(plan.exhausted_at) >= 0).sum())
+    facts += [("draws", plan.n_draws), ("clusters exhausted", exhausted)]
+    shown = {key for key, _ in facts} | set(NOT_IN_PLAN_TABLE)
+    facts += [(key, v) for key, v in plan.stats.items() if is_scalar(v) and key not in shown]
+    return PlanSection(
+        name=plan.name,
+        facts=tuple(facts),
+        mixture_chart=mixture.file if mixture else None,
+        repeats_chart=repeats.file if repeats else None,
+    )
+
+
+def _plan_charts(plan: PlanView, run: Run) -> tuple[ChartSpec | None, ChartSpec | None]:
+    """The plan's mixture chart and repetition chart (None where it lacks the data)."""
+    mixture = repeats = None
+    if plan.mixture is not None and run.k:
+        draw = partial(
+            charts.plot_mixture,
+            plan.mixture,
+            run.sizes,
+            plan.window,
+            plan=plan.name,
+            top=TOP_IN_MIXTURE,
+            exhausted_at=plan.exhausted_at,
+        )
+        mixture = ChartSpec(f"mixture-{plan.slug}.png", draw)
+    if plan.repeat_hist is not None:
+        repeats = ChartSpec(f"repeats-{plan.slug}.png", partial(charts.plot_repeats, plan.repeat_hist, plan=plan.name))
+    return mixture, repeats
+
+
+def _effective_chart(run: Run) -> ChartSpec | None:
+    with_mixture = {p.name: (p.mixture, p.window) for p in run.plans if p.mixture is not None}
+    if not with_mixture or not run.k:
+        return None
+    return ChartSpec(EFFECTIVE_CHART, partial(charts.plot_effective_clusters, with_mixture, run.sizes))
+
+
+def _centroid_map(run: Run, majority: list[str | None] | None) -> ChartSpec | None:
+    if run.centroids is None or not run.k or len(run.centroids) != run.k:
+        return None
+    return ChartSpec(CENTROID_CHART, partial(charts.plot_centroid_map, run.centroids, run.sizes, groups=majority))
+
+
+# ----------------------------------------------------------------------------------------- ground truth
+
+
+def _ground_truth(run: Run, scan: CorpusScan | None) -> GroundTruth | None:
+    if scan is None or scan.contingency is None:
+        return None
+    t = scan.contingency
+    labelled = int(t.sum())
+    lead = np.where(t.sum(axis=1) > 0, t.argmax(axis=1), -1)
+    rows = []
+    for g, name in enumerate(scan.groups):
+        col = t[:, g]
+        docs = int(col.sum())
+        led = np.flatnonzero(lead == g)
+        top = int(col.argmax())
+        rows.append(
+            GroupRow(
+                name=name,
+                docs=docs,
+                share=docs / max(labelled, 1),
+                clusters_holding=int((col > 0).sum()),
+                clusters_leading=len(led),
+                share_in_led=float(col[led].sum() / max(docs, 1)),
+                top_cluster=top,
+                top_share=float(col[top] / max(docs, 1)),
+            )
+        )
+    return GroundTruth(
+        nmi=nmi_from_table(t),
+        purity=purity_from_table(t),
+        labelled=labelled,
+        labelled_share=labelled / max(run.n_docs or labelled, 1),
+        groups=tuple(rows),
+    )
+
+
+# ------------------------------------------------------------------------------------------- experiment
+
+
+def _experiment(results: dict[str, Any] | None) -> tuple[ExperimentSection | None, list[ChartSpec]]:
+    """The experiment section (None without ``results.json``) and the charts of its curves."""
+    if results is None:
+        return None, []
+    if not isinstance(results, dict):
+        return ExperimentSection((), (), (), ()), []
+    cols, rows = summary_rows(results.get("summary"))
+    numeric = tuple(all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) for i in range(len(cols)))
+    curves = list(experiment_curves(results).items())[:MAX_EXPERIMENT_CHARTS]
+    specs = [
+        ChartSpec(
+            f"experiment-{i}.png",
+            partial(charts.plot_curves, series, title=f"Experiment: {metric}", xlabel=xlabel, ylabel=metric),
+        )
+        for i, (metric, (xlabel, series)) in enumerate(curves)
+    ]
+    section = ExperimentSection(tuple(cols), numeric, tuple(map(tuple, rows)), tuple(s.file for s in specs))
+    return section, specs

@@ -1,0 +1,79 @@
+"""One protocol for the stages of a run directory, and the one runner that does their bookkeeping.
+
+A :class:`Stage` says *what* a stage is: its ``name`` (the record is ``<name>.json``), its ``settings``
+(the JSON-able options that change its output), its ``inputs`` (the hash of what it was built from:
+upstream stages' output hashes, or the input files' fingerprint), which upstream artifacts it ``reads``,
+and how to ``build`` them. :func:`run_stage` does the rest the same way for every stage:
+
+1. the stage is *fresh* when its record has the same settings and inputs and its artifacts pass the
+   quick check of :meth:`RunDir.problems <clusterclip.rundir.RunDir.problems>` (recorded sizes and
+   modification times; no bytes read). A fresh stage is skipped after the same quick check of the
+   upstream artifacts it reads, so a no-op re-run costs O(files) ``stat`` calls whatever the sizes;
+2. otherwise the upstream artifacts it reads are checksum-verified (their content is about to be used),
+   the old record is forgotten, the stage builds, and its record is written with every artifact's size,
+   modification time and SHA-256.
+
+An upstream artifact that fails either check is an error naming the file and the stage to re-run.
+
+The caller holds :meth:`RunDir.lock <clusterclip.rundir.RunDir.lock>`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from clusterclip.rundir import RunDir, config_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What :func:`run_stage` hands a build: the hashes its record will hold, and whether the re-run
+    was forced (a forced build reuses nothing, e.g. no resumable embedding shards)."""
+
+    config_hash: str
+    inputs_hash: str
+    force: bool
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a build wrote: its artifacts (paths relative to the run directory) and extra record fields."""
+
+    artifacts: Sequence[str]
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage of the pipeline, as :func:`run_stage` runs it.
+
+    ``reads`` maps each upstream stage to the artifacts ``build`` reads from it (``None``: all of them);
+    the runner checks them before deciding and verifies their checksums before building.
+    """
+
+    name: str
+    settings: Mapping[str, Any]
+    inputs: str
+    build: Callable[[Job], Built]
+    reads: Mapping[str, Sequence[str] | None] = field(default_factory=dict)
+
+
+def run_stage(run: RunDir, stage: Stage, force: bool = False) -> dict[str, Any]:
+    """Run ``stage`` in ``run`` unless it is fresh (or ``force``); returns its record."""
+    fresh = not force and run.is_fresh(stage.name, stage.settings, stage.inputs)
+    for upstream, rels in stage.reads.items():
+        run.verify(upstream, checksums=not fresh, only=rels)
+    if fresh:
+        log.info("%s: up to date (%s)", stage.name, run.record_path(stage.name))
+        return run.require(stage.name, verify=False)
+    run.invalidate(stage.name)
+    t0 = time.perf_counter()
+    built = stage.build(Job(config_hash(stage.settings), stage.inputs, force))
+    return run.write_record(stage.name, stage.settings, stage.inputs, built.artifacts, time.perf_counter() - t0,
+                            **built.fields)
