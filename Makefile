@@ -9,12 +9,16 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: demo test lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[all,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,test,export]'
+	# litdata requires torchvision, whose PyPI build for torch 2.13.0 is CUDA-only and fails to import next to the
+	# CPU torch; litdata's writer and reader never import it, so it goes in without its requirements (the export
+	# extra lists the others).
+	$(BIN)/pip install -q -c constraints.txt --no-deps litdata==0.2.76
 	touch $@
 
 demo: $(BIN)/.installed

@@ -6,6 +6,13 @@ embedding matrix, faiss spherical k-means with K = number of domains and K = 50 
 seeds and scored against ``domain`` with NMI and purity. Prints a Markdown table; ``--json`` saves rows.
 
     nice python benchmarks/bench_embed.py --data ../shared/data/minipile.jsonl.gz --json benchmarks/out/embed.json
+
+``--corpora A B ...`` instead compares every embedder (and ``lsa+static``) per corpus on one seeded subset,
+with docs/s on the whole corpus and, for the ``--e2e`` embedders, the time of ``clusterclip run``:
+
+    nice python benchmarks/bench_embed.py --corpora ../shared/data/minipile.jsonl.gz \\
+        benchmarks/out/corpora/debdocs.jsonl.gz benchmarks/out/corpora/glossaries.jsonl.gz \\
+        --subset 1500 --e2e lsa static --json benchmarks/out/embed-corpora.json
 """
 
 from __future__ import annotations
@@ -88,6 +95,92 @@ def run_one(name: str, make: Callable[[], Any], texts: list[str], labels: np.nda
     return row
 
 
+def _scores(x: np.ndarray, labels: np.ndarray, ks: tuple[int, int], seeds: list[int]) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for k in ks:
+        row[f"nmi_k{k}"], row[f"purity_k{k}"] = cluster_scores(x, labels, k, seeds)
+    return row
+
+
+def _timed(emb: Any, texts: list[str]) -> tuple[np.ndarray, float]:
+    emb.encode(texts[:8], progress=False)
+    t = time.perf_counter()
+    x = emb.encode(texts, progress=False)
+    return np.ascontiguousarray(x.astype(np.float16).astype(np.float32)), len(texts) / (time.perf_counter() - t)
+
+
+def corpus_rows(path: Path, subset: int, seed: int, seeds: list[int], skip_minilm: bool,
+                k2: int = 30) -> list[dict[str, Any]]:
+    """Every embedder on one corpus: NMI and purity at K = number of domains and K = ``k2`` on a seeded stratified
+    subset (the same documents for all), docs/s on the whole corpus (MiniLM: on the subset). ``lsa`` is
+    fitted on a seeded sample of the whole corpus, as the embed stage does; ``lsa+static`` concatenates the
+    two unit vectors (weights 1:1) and is L2-normalised again."""
+    from clusterclip.embed import HashingEmbedder, LsaEmbedder, MiniLMEmbedder, StaticEmbedder
+
+    texts, labels, names = load_minipile(path)
+    sub = stratified_subset(labels, min(subset, len(texts)), seed)
+    sub_texts, sub_labels = [texts[i] for i in sub], labels[sub]
+    ks = (len(names), k2)
+    rng = np.random.default_rng(seed)
+    lsa = LsaEmbedder(seed=seed, progress=False)
+    sample = rng.choice(len(texts), size=min(lsa.sample_size, len(texts)), replace=False)
+    t = time.perf_counter()
+    lsa.fit([texts[i] for i in np.sort(sample)])
+    fit_s = time.perf_counter() - t
+    vecs: dict[str, np.ndarray] = {}
+    rows = []
+    for name, emb in (("lsa", lsa), ("static", StaticEmbedder(progress=False)),
+                      ("hashing", HashingEmbedder(progress=False))):
+        x_all, rate = _timed(emb, texts)
+        vecs[name] = x_all[sub]
+        rows.append({"embedder": name, "docs_per_s": rate, **({"fit_s": fit_s} if name == "lsa" else {})})
+    if not skip_minilm:
+        vecs["minilm"], rate = _timed(MiniLMEmbedder(progress=False), sub_texts)
+        rows.append({"embedder": "minilm", "docs_per_s": rate})
+    both = np.hstack([vecs["lsa"], vecs["static"]])
+    vecs["lsa+static"] = both / np.linalg.norm(both, axis=1, keepdims=True)
+    rows.append({"embedder": "lsa+static", "docs_per_s": 1 / (1 / rows[0]["docs_per_s"] + 1 / rows[1]["docs_per_s"])})
+    for row in rows:
+        row.update(corpus=path.name.split(".")[0], docs=len(texts), subset=len(sub), ks=list(ks),
+                   **_scores(vecs[row["embedder"]], sub_labels, ks, seeds))
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def end_to_end(path: Path, embedder: str) -> float:
+    """Seconds of ``clusterclip run`` on the whole corpus into a fresh run directory (default options)."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "clusterclip", "run", str(path), "--out", f"{tmp}/run",
+                        "--embedder", embedder, "-q"], check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t
+
+
+def multi_corpus(args: argparse.Namespace) -> None:
+    """``--corpora``: the per-corpus table (and ``--e2e`` embedders through ``clusterclip run``)."""
+    seeds = list(range(args.kmeans_seeds))
+    rows = [r for path in args.corpora
+            for r in corpus_rows(path, args.subset, args.seed, seeds, args.skip_minilm, args.k)]
+    e2e = {(p.name.split(".")[0], e): end_to_end(p, e) for p in args.corpora for e in args.e2e}
+    print(f"\nk-means seeds {seeds}; subset {args.subset} stratified docs per corpus (seed {args.seed})\n")
+    print(f"| corpus | embedder | docs/s | NMI K=domains | purity K=domains | NMI K={args.k} | purity K={args.k} "
+          "| `run` s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        k = r["ks"][0]
+        run_s = e2e.get((r["corpus"], r["embedder"]))
+        scores = " | ".join(f"{r[f'{m}_k{kk}']:.3f}" for kk in (k, args.k) for m in ("nmi", "purity"))
+        print(f"| {r['corpus']} ({r['docs']:,} docs, K={k}) | {r['embedder']} | {r['docs_per_s']:,.0f} | {scores} | "
+              f"{f'{run_s:.0f}' if run_s else ''} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"rows": rows, "e2e": [[c, e, s] for (c, e), s in e2e.items()]},
+                                        indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("../shared/data/minipile.jsonl.gz"))
@@ -96,7 +189,14 @@ def main() -> None:
     ap.add_argument("--kmeans-seeds", type=int, default=3)
     ap.add_argument("--skip-minilm", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--corpora", type=Path, nargs="+", help="the multi-corpus table instead (JSON lines with "
+                    "`domain`; see benchmarks/build_corpora.py)")
+    ap.add_argument("--k", type=int, default=30, help="with --corpora: the second K (the first: number of domains)")
+    ap.add_argument("--e2e", nargs="*", default=[], help="with --corpora: embedders timed through `clusterclip run`")
     args = ap.parse_args()
+    if args.corpora:
+        multi_corpus(args)
+        return
 
     from clusterclip.embed import HashingEmbedder, MiniLMEmbedder, StaticEmbedder, distill_static_model
 

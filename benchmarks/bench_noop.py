@@ -1,7 +1,7 @@
 """Cost of a no-op re-run: ``clusterclip plan RUN ...`` when the plan is already built.
 
     .venv/bin/python benchmarks/bench_noop.py                                      # this checkout
-    PYTHONPATH=/work/before/src .venv/bin/python benchmarks/bench_noop.py          # another checkout
+    PYTHONPATH=../before/src .venv/bin/python benchmarks/bench_noop.py          # another checkout
 
 Builds a run directory under ``--tmp`` (deleted afterwards unless ``--keep``): ``--docs`` labels in
 ``--k`` clusters and a ``cluster`` record (written with the checkout's own ``RunDir.write_record``), then

@@ -76,7 +76,7 @@ def main() -> None:
                       f"torch {torch.__version__}, batch 256, num_workers 0.", "", *lines])
     print(text)
     if a.write:
-        cmd = "    " + " ".join(["cd /work/main && .venv/bin/python", *sys.argv])
+        cmd = "    " + " ".join([".venv/bin/python", *sys.argv])
         _write_section("\n".join([START, "## Sampler overhead: `benchmarks/bench_sampler.py`", "", cmd, "", text, "",
                                   END]), START, END)
 

@@ -1,4 +1,5 @@
-"""Kill ``clusterclip run`` (SIGKILL) inside every stage, re-run it, and get the same bytes.
+"""Kill ``clusterclip run`` (SIGKILL) inside every stage, or ``clusterclip add`` at every step, re-run it, and
+get the same bytes.
 
 Kills are placed with the ``CLUSTERCLIP_FAULT`` hook of :mod:`clusterclip.rundir`: just before an
 artifact's temp file is renamed into place, or just after. The re-run must finish, reuse what was
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,3 +85,64 @@ def test_killed_run_resumes_to_identical_artifacts(tmp_path, reference, stage, f
         assert done_shards, "no finished shard to reuse"
         for name, mtime in done_shards.items():
             assert (out / "embeddings" / name).stat().st_mtime_ns == mtime, f"{name} was recomputed"
+
+
+ADDED = {"sailing": 40, "cooking": 30}
+
+
+def clusterclip_add(out: Path, new: Path, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    if fault:
+        env[FAULT_ENV] = fault
+    return subprocess.run([sys.executable, "-m", "clusterclip", "add", str(out), str(new), "-q"], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def added_reference(tmp_path_factory, reference):
+    """A finished run (its stages as in ``reference``), the new documents, and the bytes after adding them."""
+    corpus, _ = reference
+    root = tmp_path_factory.mktemp("crash-add")
+    base = root / "base"
+    assert clusterclip_run(corpus, base).returncode == 0
+    new = make_corpus(root / "new.jsonl", ADDED, seed=3)
+    new.write_text(new.read_text().replace('"id": "', '"id": "new-'))
+    done = root / "done"
+    shutil.copytree(base, done)
+    proc = clusterclip_add(done, new)
+    assert proc.returncode == 0, proc.stderr
+    return base, new, {**artifacts(done), "drift.json": (done / "drift.json").read_bytes()}
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "part-00001.parquet:after",   # new corpus part written, nothing else
+        "add-journal.json:after",     # journal written, no existing artifact changed yet
+        "tokens.npy:after",           # tokens grown, embeddings not yet
+        "shard-00006.npy:before",     # first new shard written, killed inside the last one
+        "sizes.npy:after",            # every array grown, records still the old ones
+        "corpus.json:after",          # corpus record grown, embed and cluster records not yet
+        "drift.json:after",           # everything written but the journal not yet removed
+    ],
+)
+def test_killed_add_resumes_to_identical_artifacts(tmp_path, added_reference, fault):
+    base, new, expected = added_reference
+    out = tmp_path / "run"
+    shutil.copytree(base, out)
+    killed = clusterclip_add(out, new, fault)
+    assert killed.returncode == -signal.SIGKILL, f"the fault {fault} did not fire: {killed.stderr[-500:]}"
+
+    resumed = clusterclip_add(out, new)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already added" not in resumed.stdout
+    assert not list(out.rglob(TMP_PREFIX + "*")), "temp files left behind"
+    assert not (out / "add-journal.json").exists()
+    assert {**artifacts(out), "drift.json": (out / "drift.json").read_bytes()} == expected
+    run = RunDir(out)
+    assert [stage for stage, problems in run.audit().items() if problems] == []
+    assert json.loads((out / "corpus.json").read_text())["count"] == 300 + sum(ADDED.values())
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    again = clusterclip_add(out, new)
+    assert again.returncode == 0 and "already added" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == mtimes

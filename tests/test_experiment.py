@@ -261,7 +261,7 @@ def test_every_model_and_training_setting_invalidates_finished_runs(section: str
 def test_only_runtime_settings_leave_the_results_hash_alone() -> None:
     base = ExperimentConfig()
     runtime = dict(seeds=(0, 1, 2, 3), strategies=("random", "clusterclip-spread"), max_repeats=(9, 12, 18),
-                   device="cuda", threads=2)
+                   device="cuda", threads=2, split_seeds=(0, 1, 2, 3))
     assert set(runtime) == set(RUNTIME_FIELDS)
     assert dataclasses.replace(base, **runtime).results_hash() == base.results_hash()
     changed = dict(docs=500, max_words=60, heldout=0.3, split_seed=1, text_field="body", group_field="source",

@@ -54,8 +54,9 @@ def test_export_writes_the_planned_stream(tmp_path, fmt):
     assert all(r["text"] == f"text of doc {r['index']} ünï" and r["id"] == f"f.jsonl:{r['index']}" for r in rows)
     assert [r["cluster"] for r in rows] == labels[plan].tolist()
     manifest = json.loads((out / "export.json").read_text())
-    assert manifest["rows"] == 130 and sum(s["rows"] for s in manifest["shards"]) == 130
-    assert not list(out.glob(".tmp-*"))
+    assert manifest["rows"] == 130 and manifest["files"] == [p.name for p in shards]
+    assert manifest["identity"]["plan"] == cfg.name() and manifest["identity"]["format"] == fmt
+    assert not (out / ".partial").exists()
 
 
 def test_reexport_removes_stale_shards_and_defaults_to_only_plan(tmp_path):
@@ -80,7 +81,7 @@ def test_export_in_windows_when_the_corpus_exceeds_the_memory_limit(tmp_path, fm
 
 def test_export_errors(tmp_path):
     run, cfg, _ = _run(tmp_path)
-    with pytest.raises(ClusterClipError, match="'jsonl' or 'parquet'"):
+    with pytest.raises(ClusterClipError, match="must be one of"):
         export_plan(run, cfg.name(), tmp_path / "o", fmt="csv")
     with pytest.raises(ClusterClipError, match="shard_size"):
         export_plan(run, cfg.name(), tmp_path / "o", shard_size=0)

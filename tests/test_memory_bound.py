@@ -32,7 +32,7 @@ from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.embed import embed_stage
 from clusterclip.rundir import RunDir
 run = RunDir(sys.argv[1])
-embed_stage(run, "hashing", shard_size=int(sys.argv[2]), progress=False)
+embed_stage(run, sys.argv[3], shard_size=int(sys.argv[2]), progress=False, **json.loads(sys.argv[4]))
 clusterclip.cluster.ASSIGN_BATCH = int(sys.argv[2])
 cluster_stage(run, ClusterConfig(k=8, points_per_centroid=64), progress=False)
 print(json.dumps({"peak_anon_kib": watch.read()}))
@@ -47,13 +47,14 @@ def write_corpus(path, n: int) -> None:
             fh.write(json.dumps({"text": " ".join(vocab[rng.integers(0, 5000, 400)]), "id": i}) + "\n")
 
 
-def peak_mib(tmp_path, n: int) -> float:
+def peak_mib(tmp_path, n: int, embedder: str = "hashing", **options) -> float:
     corpus = tmp_path / f"c{n}.jsonl"
-    write_corpus(corpus, n)
-    run = RunDir(tmp_path / f"run{n}")
+    if not corpus.exists():
+        write_corpus(corpus, n)
+    run = RunDir(tmp_path / f"run{n}-{embedder}")
     corpus_stage(run, [corpus], progress=False)
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(run.root), str(SHARD)], capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(run.root), str(SHARD), embedder, json.dumps(options)],
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return out["peak_anon_kib"] / 1024
@@ -63,6 +64,15 @@ def peak_mib(tmp_path, n: int) -> float:
 def test_peak_memory_does_not_grow_with_corpus(tmp_path):
     small = peak_mib(tmp_path, SHARD)
     large = peak_mib(tmp_path, 10 * SHARD)
+    assert large - small < BOUND_MIB, f"peak anonymous memory grew {large - small:.0f} MiB ({small:.0f} -> {large:.0f})"
+
+
+@pytest.mark.slow
+def test_lsa_peak_memory_is_bounded_by_its_fit_sample(tmp_path):
+    """``lsa`` holds its fit sample (``sample_size`` documents) besides one shard: with the sample no larger
+    than the small corpus, ten times the corpus must not need more memory."""
+    small = peak_mib(tmp_path, SHARD, "lsa", sample_size=SHARD)
+    large = peak_mib(tmp_path, 10 * SHARD, "lsa", sample_size=SHARD)
     assert large - small < BOUND_MIB, f"peak anonymous memory grew {large - small:.0f} MiB ({small:.0f} -> {large:.0f})"
 
 
@@ -104,3 +114,56 @@ def test_reading_a_parquet_input_streams(tmp_path):
     small = parquet_growth_mib(tmp_path, 20)
     large = parquet_growth_mib(tmp_path, 60)
     assert large - small < BOUND_MIB, f"reading grew memory by {small:.0f} MiB, then {large:.0f} MiB for 3x the file"
+
+
+ADD = """
+import json, sys
+from clusterclip.memwatch import AnonPeak
+watch = AnonPeak()
+from clusterclip.add import add_documents
+from clusterclip.rundir import RunDir
+run = RunDir(sys.argv[1])
+base = watch.read()
+with run.lock():
+    add_documents(run, [sys.argv[2]], progress=False)
+print(json.dumps({"grew_kib": watch.read() - base}))
+"""
+ADD_BOUND_MIB = 8
+
+
+def short_corpus(path, n: int, prefix: str) -> None:
+    rng = np.random.default_rng(n)
+    vocab = np.array([f"w{i}" for i in range(2000)])
+    words = vocab[rng.integers(0, 2000, (n, 8))]
+    with open(path, "w") as fh:
+        fh.writelines(json.dumps({"text": " ".join(w), "id": f"{prefix}{i:07d}"}) + "\n" for i, w in enumerate(words))
+
+
+def add_growth_mib(tmp_path, n_old: int, new) -> float:
+    """Growth of peak anonymous memory while ``clusterclip add`` appends ``new`` to a run of ``n_old`` documents."""
+    from clusterclip.cluster import ClusterConfig, cluster_stage
+    from clusterclip.corpus import CorpusConfig
+    from clusterclip.embed import embed_stage
+
+    corpus = tmp_path / f"old{n_old}.jsonl"
+    short_corpus(corpus, n_old, "old-")
+    run = RunDir(tmp_path / f"run{n_old}")
+    corpus_stage(run, [corpus], CorpusConfig(id_field="id"), progress=False)
+    embed_stage(run, "hashing", shard_size=65_536, progress=False, dim=16)
+    cluster_stage(run, ClusterConfig(k=8, points_per_centroid=64), progress=False)
+    proc = subprocess.run([sys.executable, "-c", ADD, str(run.root), str(new)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])["grew_kib"] / 1024
+
+
+@pytest.mark.slow
+def test_add_memory_is_bounded_by_the_new_documents(tmp_path):
+    """Adding the same 5,000 documents to a run of 20,000 and to one of 200,000: old ids, tokens, labels and
+    scores are streamed, so peak memory barely differs (holding the old ids alone would take ~14 MiB more,
+    the old labels, scores and tokens ~3 MiB)."""
+    new = tmp_path / "new.jsonl"
+    short_corpus(new, 5000, "new-")
+    small = add_growth_mib(tmp_path, 20_000, new)
+    large = add_growth_mib(tmp_path, 200_000, new)
+    assert large - small < ADD_BOUND_MIB, f"add grew memory by {small:.1f} MiB, then {large:.1f} MiB for 10x the run"

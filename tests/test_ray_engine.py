@@ -39,6 +39,17 @@ def test_ray_engine_matches_local(tmp_path, ray_local):
     np.testing.assert_allclose(load_npy(local / "scores.npy"), load_npy(remote / "scores.npy"), atol=1e-6)
 
 
+def test_ray_engine_matches_local_with_the_fitted_lsa_model(tmp_path, ray_local):
+    corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 120, "astronomy": 50, "finance": 30})
+    common = ["--embedder", "lsa", "--shard-size", "80", "-q"]
+    local, remote = tmp_path / "local", tmp_path / "ray"
+    assert main(["embed", str(corpus), "--out", str(local), *common]) == 0
+    assert main(["embed", str(corpus), "--out", str(remote), *common, "--engine", "ray"]) == 0
+    sums = artifact_checksums(RunDir(remote).record("embed"))
+    assert artifact_checksums(RunDir(local).record("embed")) == sums
+    assert any(rel.startswith("embeddings/lsa/") for rel in sums)
+
+
 def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypatch):
     import clusterclip.corpus
     from clusterclip.corpus import corpus_stage

@@ -591,3 +591,11 @@ def test_passes_are_fresh_permutations_in_rounds(chunk):
             assert np.array_equal(np.sort(row), members)
         if n > 7:
             assert not np.array_equal(rows[0], rows[1]) and not np.array_equal(rows[1], rows[2])
+
+
+def test_budget_equal_to_the_capacity_survives_rounding():
+    """Water level ``cap / w * w`` can round below ``cap``; a budget of exactly the capacity is feasible."""
+    labels, tokens = np.array([0], np.int32), np.array([28])
+    plan = build_plan(labels, PlanConfig(strategy="temperature", budget=56, budget_unit="tokens", max_repeat=2),
+                      tokens=tokens)
+    assert plan.order.tolist() == [0, 0]

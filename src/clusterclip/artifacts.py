@@ -22,7 +22,7 @@ TOKENS = "tokens.npy"
 
 
 def corpus_part(i: int) -> str:
-    """The ``i``-th corpus part (50,000 documents each, in document order)."""
+    """The ``i``-th corpus part (50,000 documents each, in document order; each ``add`` starts new parts)."""
     return f"{CORPUS_DIR}/part-{i:05d}.parquet"
 
 
@@ -38,6 +38,12 @@ EMBED_PROGRESS = "embeddings/progress.json"
 EMBED_SHARD_GLOB = "shard-*.npy"
 
 
+LSA_DIR = "embeddings/lsa"
+"""The ``lsa`` embedder's model fitted by the embed stage (listed with checksums in its record)."""
+LSA_FILES = ("lsa.json", "vocabulary.json", "idf.npy", "components.npy")
+"""Files of ``LSA_DIR``: options, vocabulary (column order), IDF per column, SVD components ``[dim, vocab]``."""
+
+
 def embed_shard(i: int) -> str:
     """The ``i``-th embedding shard (float16, rows in document order)."""
     return f"{EMBED_DIR}/shard-{i:05d}.npy"
@@ -48,6 +54,13 @@ CENTROIDS = "centroids.npy"
 LABELS = "labels.npy"
 SCORES = "scores.npy"
 SIZES = "sizes.npy"
+
+# clusterclip add: documents appended to a finished run
+ADD_JOURNAL = "add-journal.json"
+"""Written before ``clusterclip add`` changes anything: the records it started from and its inputs, so a
+killed add is finished by re-running it; removed once the grown records are written."""
+DRIFT_REPORT = "drift.json"
+"""The drift report of the latest ``clusterclip add`` (share of new documents far from every centroid)."""
 
 # plan stage: one folder per plan under plans/
 PLANS_DIR = "plans"
@@ -80,11 +93,17 @@ SUMMARY = "summary.json"
 REPORT_DIR = "report"
 REPORT_HTML = "report.html"
 EXPERIMENT_RESULTS = "experiment/results.json"
+TUNE_DIR = "tune"
+"""``clusterclip tune``'s work: ``splits/<seed>/`` run directories, ``runs/<hash>.json`` proxy runs."""
+TUNE_RESULTS = "tune/results.json"
+TUNE_RUNS = "tune/runs"
 LOCK = ".lock"
 EXPORT_MANIFEST = "export.json"
-"""Written last by ``clusterclip export`` into its output folder (not the run directory): the shards."""
-EXPORT_SHARD_RE = r"part-(\d+)\.(jsonl|parquet)$"
-"""Names of the export's shards (``export_shard``), to find those a shorter re-export leaves stale."""
+"""Written last by ``clusterclip export`` into its output folder (not the run directory): identity and files."""
+EXPORT_STAGING = ".partial"
+"""Where ``clusterclip export`` writes before moving the files into its output folder (a killed export's)."""
+EXPORT_IDENTITY = "identity.json"
+"""In ``EXPORT_STAGING``: the identity (plan, hash, format, tokenizer) of the export being written."""
 
 
 def export_shard(i: int, fmt: str) -> str:

@@ -12,8 +12,9 @@ from typing import Any
 
 from clusterclip import __version__
 from clusterclip import artifacts as A
+from clusterclip.add import READ_FIELDS, AddConfig
 from clusterclip.cluster import ClusterConfig
-from clusterclip.corpus import CorpusConfig
+from clusterclip.corpus import CorpusConfig, ReadOptions
 from clusterclip.errors import ClusterClipError
 from clusterclip.pipeline import DEFAULT_STRATEGIES, EmbedOptions
 from clusterclip.plan import STRATEGIES, PlanConfig, load_weights
@@ -34,6 +35,7 @@ examples:
   clusterclip cluster runs/web --k 500
   clusterclip plan runs/web --strategy clusterclip --max-repeat 4 --budget 2000000 --budget-unit tokens
   clusterclip plan runs/web --strategy clusterclip --order spread
+  clusterclip plan runs/web --continue clusterclip-R4-docs-Bepoch-s0 --consumed 300000 --max-repeat 2
   clusterclip report runs/web
 """
 
@@ -50,8 +52,9 @@ EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
 PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window")
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--force", action="store_true", help="re-run stages even when their outputs are up to date")
+def _add_common(p: argparse.ArgumentParser, force: bool = True) -> None:
+    if force:
+        p.add_argument("--force", action="store_true", help="re-run stages even when their outputs are up to date")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or log messages")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
@@ -137,12 +140,35 @@ def _add_stage_commands(sub: Any) -> None:
                  "Fit centroids on a sample and assign every document: centroids.npy, labels.npy, scores.npy, "
                  "sizes.npy.", run_dir="run directory with embeddings")
     _add_cluster(p, standalone=True)
+    p.add_argument("--refit", action="store_true",
+                   help="fit new centroids over all documents (after `clusterclip add`; the default k follows "
+                        "the new count); plans built on the old clusters become stale")
     _add_common(p)
+
+    p = _command(sub, "add", cmd_add, "append new documents to a finished run",
+                 "Append NEW_INPUT documents after the corpus: new corpus parts, embeddings of the new documents "
+                 "only, assignment to the existing (frozen) centroids, and a drift report (drift.json) that "
+                 "recommends `cluster --refit` when many new documents are far from every centroid. Killed, "
+                 "re-run it to finish; re-run after it finished, it changes nothing.",
+                 run_dir="finished run directory (corpus, embed and cluster stages)")
+    p.add_argument("new_inputs", nargs="+", metavar="NEW_INPUT", help="files or folders to add (formats as for run)")
+    g = p.add_argument_group("reader options (default: those the corpus stage recorded)")
+    add_arguments(g, ReadOptions, READ_FIELDS, unset=True)
+    add_arguments(p, AddConfig)
+    _add_engine(p.add_argument_group("engine"))
+    _add_common(p, force=False)
 
     p = _command(sub, "plan", cmd_plan, "build a sampling plan from the clusters",
                  "Write plans/<name>/plan.npy (int64 document indices in training order) and its statistics.",
                  run_dir="run directory with clusters")
     _add_plan(p, multi=False)
+    g = p.add_argument_group("continuing a plan mid-training (docs/workflows.md)")
+    g.add_argument("--continue", dest="continue_plan", metavar="PLAN", default=None,
+                   help="plan name under plans/ to continue: plan the rest of the run under the options given "
+                        "here, counting the parent's first --consumed draws against the cap; --budget is the "
+                        "continuation's own length (default: what remains of the parent)")
+    g.add_argument("--consumed", type=int, default=None, metavar="N",
+                   help="positions of the --continue plan already trained on (e.g. step x global batch size)")
     _add_common(p)
 
 
@@ -152,15 +178,14 @@ def _add_output_commands(sub: Any) -> None:
                  run_dir="run directory with clusters (and plans)")
     _add_common(p)
 
-    p = _command(sub, "export", cmd_export, "write the planned stream as JSONL or Parquet shards",
-                 "Write the documents in plan order (repeats expanded) as shards.",
-                 run_dir="run directory with at least one plan")
+    from clusterclip.export import ExportConfig
+
+    p = _command(sub, "export", cmd_export, "write the planned stream for a trainer (JSONL, Parquet, hf, litdata, "
+                 "Megatron)", "Write the documents in plan order (repeats expanded) in a trainer's format; see "
+                 "docs/export.md.", run_dir="run directory with at least one plan")
     p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
-    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="shard format")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--shard-size", type=int, default=100_000, help="documents per shard")
-    p.add_argument("--memory-mb", type=int, default=4096,
-                   help="corpus text held at once; a larger corpus is read once per window of the plan")
+    add_arguments(p, ExportConfig, overrides={"append_eos": {"action": "store_true"}})
     _add_common(p)
 
     p = _command(sub, "status", cmd_status, "which stages of a run directory are finished",
@@ -224,21 +249,43 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
     run = RunDir(a.run_dir)
     with run.lock(), engine_session(a.engine, a.ray_address):
-        rec = cluster_stage(run, _cluster_config(a), force=a.force, progress=not a.quiet, engine=a.engine)
+        rec = cluster_stage(run, _cluster_config(a), force=a.force, progress=not a.quiet, engine=a.engine,
+                            refit=a.refit)
     print(f"{run.root}: k={rec['k']} clusters (sizes {rec['size_min']}..{rec['size_max']}), "
           f"mean cosine {rec['objective']:.4f}, trained on {rec['sample_size']:,} documents")
     return 0
 
 
+def cmd_add(a: argparse.Namespace) -> int:
+    from clusterclip.add import add_documents, format_drift
+    from clusterclip.rundir import RunDir
+
+    run = RunDir(a.run_dir)
+    with run.lock():
+        run.clean_temp_files()
+        recorded = run.require(A.CORPUS_STAGE, verify=False)["config"]
+        read = from_args(ReadOptions, a, READ_FIELDS, base=ReadOptions(**{f: recorded[f] for f in READ_FIELDS}))
+        report = add_documents(run, a.new_inputs, read, from_args(AddConfig, a), progress=not a.quiet,
+                               engine=a.engine)
+    print(format_drift(report, run))
+    return 0
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
-    from clusterclip.plan import plan_stage
+    from clusterclip.plan import continuation, plan_stage
     from clusterclip.rundir import RunDir
 
     run = RunDir(a.run_dir)
     (cfg,) = _plan_configs(a, [a.strategy])
+    if (a.continue_plan is None) != (a.consumed is None):
+        raise ClusterClipError("--continue PLAN and --consumed N go together: continue PLAN after N positions")
     with run.lock():
-        rec = plan_stage(run, cfg, force=a.force)
-    print(run.path(A.plan_path(cfg.name(), A.PLAN_ORDER)))
+        if a.continue_plan is None:
+            rec = plan_stage(run, cfg, force=a.force)
+        else:
+            cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed)
+            rec = plan_stage(run, cfg, force=a.force, continues=parent)
+    print(run.path(A.plan_path(rec["name"], A.PLAN_ORDER)))
     print(json.dumps(rec.get("stats", {}), indent=2, default=str))
     return 0
 
@@ -251,11 +298,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from clusterclip.export import export_plan
+    from clusterclip.export import ExportConfig, export_plan
     from clusterclip.rundir import RunDir
 
-    written = export_plan(RunDir(a.run_dir), a.plan, a.out, fmt=a.format, shard_size=a.shard_size,
-                          memory_mb=a.memory_mb)
+    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a))
     for path in written:
         print(path)
     return 0

@@ -191,13 +191,17 @@ def compact_labels(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarra
 
 
 def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool = False,
-                  progress: bool = True, engine: str = "local") -> dict[str, Any]:
+                  progress: bool = True, engine: str = "local", refit: bool = False) -> dict[str, Any]:
     """Fit centroids on a sample of the run's embeddings and assign every document.
 
     Writes ``centroids.npy``, ``labels.npy`` (int32), ``scores.npy`` (cosine to own centroid),
     ``sizes.npy`` and the ``cluster.json`` record. Skipped when fresh. Centroids are always trained on
     the driver; ``engine="ray"`` runs the assignment on Ray Data with identical labels. The caller
     holds the lock.
+
+    After ``clusterclip add`` the record keeps the centroids fitted on the first ``fit_count`` documents
+    (the default k stays the one derived from them, so the stage stays fresh); ``refit`` fits new centroids
+    over all documents (the default k from their count), which makes every plan stale.
     """
     from clusterclip.corpus import check_inputs_unchanged
     from clusterclip.engines import check_engine
@@ -208,11 +212,13 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     if run.record(A.CORPUS_STAGE) is not None:
         check_inputs_unchanged(run)
         run.require_current(A.EMBED_STAGE, A.CORPUS_STAGE)
-    k = config.effective_k(int(embed_rec["count"]))
+    previous = run.record(A.CLUSTER_STAGE) or {}
+    kept_fit = not refit and config.k is None and previous.get("inputs_hash") == run.output_hash(A.EMBED_STAGE)
+    k = config.effective_k(int(previous.get("fit_count", embed_rec["count"]) if kept_fit else embed_rec["count"]))
     stage = Stage(A.CLUSTER_STAGE, {**asdict(config), "k": k}, run.output_hash(A.EMBED_STAGE),
                   reads={A.EMBED_STAGE: None},
                   build=lambda job: _build_clusters(run, config, k, embed_rec, progress, engine))
-    return run_stage(run, stage, force)
+    return run_stage(run, stage, force or refit)
 
 
 def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed_rec: dict[str, Any], progress: bool,

@@ -753,11 +753,13 @@ def write_part(path: Path, table: pa.Table) -> None:
 
 class PartWriter:
     """Writes documents into parts ``name(0), name(1), ...`` of exactly ``part_rows`` rows (the last one
-    fewer), indexed from 0, and keeps what the stage record needs: token counts, id hashes, groups."""
+    fewer), indexed from ``first_index`` (``clusterclip add`` continues after the corpus), and keeps what
+    the stage record needs: token counts, id hashes, groups."""
 
     def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
-                 part_rows: int) -> None:
+                 part_rows: int, first_index: int = 0) -> None:
         self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
+        self.first_index = first_index
         self.parts: list[str] = []
         self.part_sizes: list[int] = []
         self.tokens: list[np.ndarray] = []
@@ -769,7 +771,8 @@ class PartWriter:
 
     def add(self, batch: DocBatch) -> None:
         tokens = self.count_tokens(batch.texts)
-        rb = pa.record_batch([pa.array(np.arange(self.n, self.n + len(batch), dtype=np.int64)),
+        start = self.first_index + self.n
+        rb = pa.record_batch([pa.array(np.arange(start, start + len(batch), dtype=np.int64)),
                               pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
                               pa.array(tokens), pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA)
         self.tokens.append(tokens)

@@ -1,6 +1,6 @@
 """Document embedders and the ``embed`` stage.
 
-Three embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
+Four embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
 norm, plus a ``config()`` that names everything that changes the output, so the stage record can tell
 when embeddings must be recomputed.
 
@@ -11,6 +11,9 @@ when embeddings must be recomputed.
   quality here, but ~100x slower on CPU; use it with a GPU or for small corpora.
 * ``hashing`` -- no model at all: hashed word uni+bigrams without stop words, sublinear TF, and a
   seeded sparse random projection. Stateless and dependency-light.
+* ``lsa``     -- the default: TF-IDF over a vocabulary fitted on a seeded sample of the corpus, truncated
+  SVD to 256 dims; the fitted model is stored in the run directory (``embeddings/lsa``) and recorded
+  with checksums, so later processes apply the same transform. Best clusters on the benchmark corpora.
 
 The stage streams the corpus parts, embeds in fixed chunks and writes ``embeddings/shard-*.npy``
 (float16) one shard at a time; ``embeddings/progress.json`` lists finished shards so a killed run
@@ -55,21 +58,28 @@ from clusterclip.stages import Built, Job, Stage, run_stage
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
+    "DEFAULT_EMBEDDER",
     "EMBEDDERS",
     "Embedder",
     "HashingEmbedder",
+    "LsaEmbedder",
     "MiniLMEmbedder",
     "StaticEmbedder",
     "distill_static_model",
     "embed_stage",
+    "encode_texts",
     "get_embedder",
     "iter_embeddings",
     "load_embeddings",
     "minilm_path",
+    "run_embedder",
     "static_cache_dir",
 ]
 
-EMBEDDERS = ("static", "minilm", "hashing")
+EMBEDDERS = ("static", "minilm", "hashing", "lsa")
+DEFAULT_EMBEDDER = "lsa"
+"""Chosen by the multi-corpus benchmark (``docs/embedders.md``): the only CPU embedder at MiniLM's level on
+every corpus there."""
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 STATIC_RECIPE = 1
 CHUNKS_PER_CALL = 16
@@ -548,8 +558,141 @@ class HashingEmbedder(_Base):
             yield slice(start, start + x.shape[0]), np.asarray((x @ proj).toarray(), dtype=np.float32)
 
 
+class LsaEmbedder(_Base):
+    """Latent semantic analysis fitted on the corpus: TF-IDF over a fitted vocabulary, truncated SVD to ``dim``.
+
+    :meth:`fit` learns, from a seeded sample of the corpus (the embed stage draws ``sample_size``
+    documents), a vocabulary of at most ``max_features`` words (lowercase runs of 2+ word characters,
+    English stop words dropped, in at least ``min_df`` and at most ``max_df`` of the sample's documents),
+    their IDF, and the top ``dim`` right singular vectors of the sublinear-TF-IDF matrix (randomized SVD
+    seeded by ``seed``, signs fixed). A document is then its L2-normalised TF-IDF row projected on those
+    vectors (``U S`` of the SVD), L2-normalised: each document on its own, so the stage streams. The
+    fitted model is saved into the run directory as JSON and ``.npy`` (:meth:`save`, :meth:`load`),
+    listed with checksums in the embed record, so later processes and Ray actors apply the same transform.
+    Words the corpus' own vocabulary has are what separates its topics: on corpora unlike the data a
+    pretrained model saw, this beats MiniLM (``docs/embedders.md``).
+    """
+
+    name = "lsa"
+    TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+    def __init__(self, *, dim: int = 256, seed: int = 0, sample_size: int = 20_000, min_df: int = 2,
+                 max_df: float = 0.5, max_features: int = 32_768, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
+                 progress: bool = True) -> None:
+        super().__init__(batch_size, progress)
+        if dim < 1 or sample_size < 2 or min_df < 1 or not 0 < max_df <= 1 or max_features < 1:
+            raise ClusterClipError("lsa embedder: dim, min_df, max_features >= 1, sample_size >= 2, "
+                                   "0 < max_df <= 1 required")
+        self.dim, self.seed, self.sample_size = dim, seed, sample_size
+        self.min_df, self.max_df, self.max_features = min_df, max_df, max_features
+        self.vocabulary: list[str] | None = None
+        self.idf: np.ndarray | None = None
+        self.components: np.ndarray | None = None
+        self._counter: Any = None
+
+    def config(self) -> dict[str, Any]:
+        """Every option of the fit and the transform (the fitted arrays are outputs of the embed stage)."""
+        return {"name": self.name, "dim": self.dim, "seed": self.seed, "sample_size": self.sample_size,
+                "min_df": self.min_df, "max_df": self.max_df, "max_features": self.max_features,
+                "token_pattern": self.TOKEN_PATTERN, "lowercase": True, "stop_words": "sklearn-english",
+                "tf": "1+log", "norm": "l2", "svd": "randomized, n_iter 5", "recipe": 1}
+
+    @property
+    def fitted(self) -> bool:
+        return self.components is not None
+
+    def fit(self, texts: Sequence[str]) -> LsaEmbedder:
+        """Learn vocabulary, IDF and SVD components from ``texts`` (deterministic for a seed); returns self."""
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.utils.extmath import randomized_svd
+
+        texts = list(texts)
+        vec = TfidfVectorizer(lowercase=True, token_pattern=self.TOKEN_PATTERN, stop_words="english",
+                              min_df=min(self.min_df, len(texts)), max_df=self.max_df,
+                              max_features=self.max_features, sublinear_tf=True, dtype=np.float32)
+        try:
+            x = vec.fit_transform(texts)
+        except ValueError:
+            vec.set_params(max_df=1.0, min_df=1)
+            x = vec.fit_transform(texts)
+        k = min(self.dim, *x.shape)
+        _, _, vt = randomized_svd(x, n_components=k, n_iter=5, random_state=self.seed)
+        components = np.zeros((self.dim, x.shape[1]), dtype=np.float32)
+        components[:k] = vt
+        self.vocabulary = [str(t) for t in vec.get_feature_names_out()]
+        self.idf = np.asarray(vec.idf_, dtype=np.float32)
+        self.components = components
+        self._counter = None
+        return self
+
+    def save(self, folder: str | os.PathLike[str]) -> list[Path]:
+        """Write the fitted model into ``folder`` (atomic files; see :data:`clusterclip.artifacts.LSA_FILES`)."""
+        if not self.fitted:
+            raise ClusterClipError("lsa embedder: nothing to save, the model is not fitted")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / f for f in A.LSA_FILES]
+        save_json(paths[0], {"config": self.config(), "vocabulary_size": len(self.vocabulary or [])})
+        save_json(paths[1], self.vocabulary)
+        save_npy(paths[2], self.idf)
+        save_npy(paths[3], self.components)
+        return paths
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], *, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
+             progress: bool = True) -> LsaEmbedder:
+        """The embedder saved in ``folder``; a missing or inconsistent file is a :class:`ClusterClipError`."""
+        folder = Path(folder)
+        paths = [folder / f for f in A.LSA_FILES]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ClusterClipError(f"fitted lsa model missing ({', '.join(missing)}); re-run `clusterclip embed "
+                                   "--force`")
+        try:
+            meta, vocab = load_json(paths[0]), load_json(paths[1])
+            opts = {k: meta["config"][k] for k in ("dim", "seed", "sample_size", "min_df", "max_df", "max_features")}
+            emb = cls(**opts, batch_size=batch_size, progress=progress)
+            idf, comps = load_npy(paths[2]), load_npy(paths[3])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ClusterClipError(f"{folder}: unreadable fitted lsa model ({exc}); re-run `clusterclip embed "
+                                   "--force`") from None
+        if not isinstance(vocab, list) or idf.shape != (len(vocab),) or comps.shape != (emb.dim, len(vocab)) \
+                or not (np.isfinite(idf).all() and np.isfinite(comps).all()):
+            raise ClusterClipError(f"{folder}: fitted lsa model files do not fit together; re-run `clusterclip "
+                                   "embed --force`")
+        emb.vocabulary, emb.idf, emb.components = [str(t) for t in vocab], idf.astype(np.float32), comps
+        return emb
+
+    def _counts(self, texts: Sequence[str]) -> Any:
+        if self._counter is None:
+            from sklearn.feature_extraction.text import CountVectorizer
+
+            self._counter = CountVectorizer(lowercase=True, token_pattern=self.TOKEN_PATTERN,
+                                            vocabulary={t: i for i, t in enumerate(self.vocabulary or [])},
+                                            dtype=np.float32)
+        return self._counter.transform(texts).tocsr()
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        if not self.fitted:
+            raise ClusterClipError("lsa embedder is not fitted: fit() it on a sample of the corpus, or load a "
+                                   "run's model with run_embedder()")
+        from sklearn.preprocessing import normalize
+
+        comps_t = np.ascontiguousarray(self.components.T)  # type: ignore[union-attr]
+        for start in range(0, len(texts), self.batch_size):
+            x = self._counts(texts[start:start + self.batch_size])
+            np.log(x.data, out=x.data)
+            x.data += 1.0
+            x.data *= self.idf[x.indices]  # type: ignore[index]
+            x = normalize(x, copy=False)
+            yield slice(start, start + x.shape[0]), np.asarray(x @ comps_t, dtype=np.float32)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_counter": None}
+
+
 DEFAULT_BATCH_SIZES = {"static": StaticEmbedder.DEFAULT_BATCH_SIZE, "minilm": MiniLMEmbedder.DEFAULT_BATCH_SIZE,
-                       "hashing": HashingEmbedder.DEFAULT_BATCH_SIZE}
+                       "hashing": HashingEmbedder.DEFAULT_BATCH_SIZE, "lsa": LsaEmbedder.DEFAULT_BATCH_SIZE}
 """Texts per encoder call when no batch size is given, by embedder name."""
 
 
@@ -558,7 +701,8 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
     """Build an embedder by name (one of :data:`EMBEDDERS`); models load lazily, on first use.
 
     ``batch_size=None`` takes the embedder's own ``DEFAULT_BATCH_SIZE`` (:data:`DEFAULT_BATCH_SIZES`).
-    ``seed`` only matters for ``hashing`` (its projection); ``device`` for ``minilm`` and for the static
+    ``seed`` only matters for ``hashing`` (its projection) and ``lsa`` (its sample and SVD); ``device`` for
+    ``minilm`` and for the static
     model's one-time distillation. Other keywords go to the embedder's constructor (e.g. ``dim``,
     ``vocab_limit``, ``cache_dir``, ``max_length``).
     """
@@ -570,6 +714,7 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
         "minilm": lambda: MiniLMEmbedder(device=device, **common, **kw),
         "static": lambda: StaticEmbedder(device=device, **common, **kw),
         "hashing": lambda: HashingEmbedder(seed=seed, **common, **kw),
+        "lsa": lambda: LsaEmbedder(seed=seed, **common, **kw),
     }
     if key not in factories:
         raise ClusterClipError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
@@ -577,6 +722,16 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
         return factories[key]()
     except TypeError as exc:
         raise ClusterClipError(f"embedder {key!r}: {exc}") from exc
+
+
+def encode_texts(name: str, texts: Sequence[str], *, seed: int = 0, progress: bool = True, **kw: Any) -> np.ndarray:
+    """Embed a list of texts outside a run directory with embedder ``name``; ``lsa`` is first fitted on a
+    seeded sample of ``texts`` itself (as the embed stage fits it on the corpus)."""
+    emb = get_embedder(name, seed=seed, progress=progress, **kw)
+    if isinstance(emb, LsaEmbedder):
+        pick = np.random.default_rng(seed).choice(len(texts), size=min(emb.sample_size, len(texts)), replace=False)
+        emb.fit([texts[i] for i in np.sort(pick)])
+    return emb.encode(texts)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -658,6 +813,8 @@ def _start_progress(run: RunDir, job: Job, shard_size: int, n_docs: int) -> dict
             previous = load_json(path)
     state = {"config_hash": job.config_hash, "inputs_hash": job.inputs_hash, "shard_size": shard_size,
              "shards": _reusable_shards(run, previous, job, shard_size, n_docs)}
+    if state["shards"] and isinstance(previous, dict) and isinstance(previous.get("model"), dict):
+        state["model"] = previous["model"]
     save_json(path, state)
     return state
 
@@ -703,7 +860,7 @@ def _ray_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_si
 
 def embed_stage(
     run: RunDir,
-    embedder: str | Embedder = "static",
+    embedder: str | Embedder = DEFAULT_EMBEDDER,
     batch_size: int | None = None,
     shard_size: int = 65536,
     force: bool = False,
@@ -749,6 +906,7 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     parts = corpus_parts(run)
     n_docs = _count_rows(parts)
     state = _start_progress(run, job, shard_size, n_docs)
+    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, LsaEmbedder) else []
     done = state["shards"]
     first = len(done)
     bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
@@ -763,8 +921,72 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     for p in run.path(A.EMBED_DIR).glob(A.EMBED_SHARD_GLOB):
         if f"{A.EMBED_DIR}/{p.name}" not in files:
             p.unlink()
-    return Built(files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
+    if not model_files:
+        shutil.rmtree(run.path(A.LSA_DIR), ignore_errors=True)
+    return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
                              count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
+
+
+def _sample_texts(parts: Sequence[Path], n_docs: int, size: int, seed: int) -> list[str]:
+    """The texts of a seeded uniform sample of ``min(size, n_docs)`` documents, read in one streaming pass."""
+    rows = np.sort(np.random.default_rng(seed).choice(n_docs, size=min(size, n_docs), replace=False))
+    reader, out, pos = _TextReader(parts), [], 0
+    for start in range(0, n_docs, 8192):
+        texts = reader.take(min(8192, n_docs - start))
+        hi = int(np.searchsorted(rows, start + len(texts)))
+        out.extend(texts[int(r) - start] for r in rows[pos:hi])
+        pos = hi
+    return out
+
+
+def _fit_model(run: RunDir, emb: LsaEmbedder, parts: Sequence[Path], n_docs: int, state: dict[str, Any]) -> list[str]:
+    """Fit ``emb`` on a seeded sample of the corpus and save it under ``embeddings/lsa`` (or, when resuming,
+    load the model the reused shards were made with); returns the model's files for the stage record."""
+    rels = [f"{A.LSA_DIR}/{f}" for f in A.LSA_FILES]
+    kept = state.get("model")
+    if isinstance(kept, dict) and set(kept) == set(rels) and all(
+            run.path(r).is_file() and file_digest(run.path(r)) == kept[r] for r in rels):
+        fitted = LsaEmbedder.load(run.path(A.LSA_DIR))
+        emb.vocabulary, emb.idf, emb.components, emb._counter = fitted.vocabulary, fitted.idf, fitted.components, None
+        return rels
+    if n_docs < 2:
+        raise ClusterClipError(f"the lsa embedder needs at least 2 documents to fit, the corpus has {n_docs}")
+    emb.fit(_sample_texts(parts, n_docs, emb.sample_size, emb.seed))
+    emb.save(run.path(A.LSA_DIR))
+    state["shards"] = []
+    state["model"] = {r: file_digest(run.path(r)) for r in rels}
+    save_json(run.path(A.EMBED_PROGRESS), state)
+    return rels
+
+
+def run_embedder(run: RunDir, *, batch_size: int | None = None, device: str = "cpu",
+                 progress: bool = False) -> Embedder:
+    """The embedder a finished embed stage used, ready to embed new documents the same way (``add``).
+
+    Built from the record's config; for ``lsa`` the fitted model is loaded from the run directory after
+    its checksums are verified, so a missing or edited model is a clear error instead of other vectors.
+    """
+    rec = run.require(A.EMBED_STAGE, verify=False)
+    cfg = dict(rec["config"]["embedder"])
+    name = cfg.pop("name", rec.get("embedder"))
+    if name == "lsa":
+        rels = [f"{A.LSA_DIR}/{f}" for f in A.LSA_FILES]
+        missing = [r for r in rels if r not in rec.get("artifacts", {}) or not run.path(r).is_file()]
+        if missing:
+            raise ClusterClipError(f"{run.root}: fitted lsa model missing ({', '.join(missing)}); re-run "
+                                   "`clusterclip embed --force`")
+        run.verify(A.EMBED_STAGE, rec, only=rels)
+        emb = LsaEmbedder.load(run.path(A.LSA_DIR), batch_size=batch_size or LsaEmbedder.DEFAULT_BATCH_SIZE,
+                               progress=progress)
+        if emb.config() != rec["config"]["embedder"]:
+            raise ClusterClipError(f"{run.path(A.LSA_DIR)}: fitted model options differ from the embed record")
+        return emb
+    keys = {"static": ("dim", "max_length", "vocab_limit"), "hashing": ("dim", "seed", "n_features"),
+            "minilm": ("max_seq_length",)}.get(str(name), ())
+    opts = {k: cfg[k] for k in keys if k in cfg}
+    if name == "minilm":
+        batch_size = batch_size or cfg.get("batch_size")
+    return get_embedder(str(name), batch_size=batch_size, device=device, progress=progress, **opts)
 
 
 def _embed_shards(run: RunDir, verify: bool) -> tuple[dict[str, Any], list[tuple[Path, int]]]:

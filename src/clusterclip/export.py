@@ -1,33 +1,118 @@
-"""Export a plan as the training stream itself: JSONL or Parquet shards of (text, id, index, cluster).
+"""Export a plan as the training stream itself, in the format a trainer reads (``--format``).
 
-The plan is cut into windows of whole shards whose documents' text fits ``memory_mb`` (estimated from
-the corpus parts' metadata). For each window the distinct documents it draws are read from the corpus,
-only the row groups that hold them, and its shards are gathered from them with ``Table.take``. A
-corpus whose text fits the limit is therefore read once; a larger one once per window, so memory stays
-bounded by the limit plus one corpus part, whatever the corpus size and plan length. (For very large
-corpora, training from the plan with ``clusterclip.torch.ClusterClipSampler`` over a map-style dataset
-avoids the copy altogether.) Every shard is written to a temporary file and renamed into place;
-``export.json`` (written last) lists the shards.
+Policy, once for every format: rows follow the plan order with repeats expanded; the plan is cut into
+windows of whole shards whose documents' text fits ``memory_mb`` (estimated from the corpus parts'
+metadata), and for each window the distinct documents it draws are read from the corpus (only the row
+groups that hold them), optionally tokenized (``tokenizer``, ``append_eos``) and packed into samples of
+``seq_len`` tokens, then handed to the format's writer (:mod:`clusterclip.export_writers`) in batches of
+``shard_size`` rows. Memory stays bounded by the limit plus one corpus part, whatever the corpus size
+and plan length.
+
+Everything is written into ``OUT/.partial/`` with the export's identity (plan name and SHA-256, format,
+tokenizer, EOS, sequence length) recorded first; at the end the files are moved into ``OUT`` and
+``export.json`` (identity, files, counts) is written last. A killed export leaves ``.partial/``, which
+the re-run deletes before writing everything again, so its data files are byte-identical to an
+uninterrupted export. A folder holding an export of another identity, or files that are no export, is
+refused.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
-import re
+import shutil
 import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, atomic_write, save_json
+from clusterclip.export_writers import WRITERS
+from clusterclip.rundir import RunDir, StaleArtifactError, file_digest, load_json, save_json
+from clusterclip.settings import Settings, at_least, optional, setting
 
-FORMATS = ("jsonl", "parquet")
+FORMATS = tuple(WRITERS)
+_EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
+
+
+@dataclass(frozen=True)
+class ExportConfig(Settings):
+    """How ``clusterclip export`` writes a plan (``--format``, ``--tokenizer`` ...)."""
+
+    fmt: str = setting("jsonl", choices=FORMATS, flag="--format",
+                       help="output format: jsonl, parquet, hf (datasets.save_to_disk), litdata, megatron (.bin/.idx)")
+    shard_size: int = setting(100_000, check=at_least(1),
+                              help="rows (documents, or samples with --seq-len) per shard or batch")
+    memory_mb: int = setting(4096, check=at_least(1),
+                             help="corpus text held at once; a larger corpus is read once per window of the plan")
+    tokenizer: str | None = setting(None, help="Hugging Face tokenizer name, folder or tokenizer.json: write token "
+                                               "ids instead of text (required for megatron)")
+    append_eos: bool = setting(False, help="end each document with the tokenizer's EOS token",
+                               check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}")
+    seq_len: int | None = setting(None, check=optional(at_least(1)),
+                                  help="pack the token stream into samples of this many tokens (documents run on "
+                                       "across samples; the last partial sample is dropped)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        needs = {"append_eos": self.append_eos, "seq_len": self.seq_len is not None,
+                 "fmt": self.fmt == "megatron"}
+        for name, used in needs.items():
+            if used and self.tokenizer is None:
+                raise self.error_class(name, "needs {tokenizer} (token ids)", type(self))
+
+
+class _Tokenizer:
+    """A fast Hugging Face tokenizer: ids without special tokens, plus the EOS id when ``append_eos``."""
+
+    def __init__(self, name: str, append_eos: bool) -> None:
+        from tokenizers import Tokenizer
+
+        path = Path(name)
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if file.is_file():
+            self.tok = Tokenizer.from_file(str(file))
+            eos = next((t for t in _EOS_TOKENS if self.tok.token_to_id(t) is not None), None)
+        else:
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(name)
+            self.tok = hf.backend_tokenizer
+            eos = hf.eos_token or hf.sep_token
+        # Saved tokenizers often carry a model's truncation and padding (MiniLM's: 128 tokens); an export
+        # wants every token of every document.
+        self.tok.no_truncation()
+        self.tok.no_padding()
+        self.eos = self.tok.token_to_id(eos) if eos is not None else None
+        if append_eos and self.eos is None:
+            raise ClusterClipError(f"tokenizer {name!r} has no EOS token ({', '.join(_EOS_TOKENS)}); drop --append-eos")
+        self.append_eos = append_eos
+        vocab = self.tok.get_vocab_size(with_added_tokens=True)
+        self.dtype = np.dtype(np.uint16 if vocab <= 2**16 else np.int32)
+        digest = hashlib.sha256(self.tok.to_str().encode()).hexdigest()
+        self.identity = {"name": name, "sha256": digest, "vocab_size": vocab,
+                         "eos_id": self.eos if append_eos else None, "dtype": self.dtype.name}
+
+    def encode(self, texts: pa.ChunkedArray, batch: int = 1024) -> pa.ChunkedArray:
+        """Token ids of ``texts`` as a ``list<uint16|int32>`` array, encoded ``batch`` texts at a time so that
+        Python lists of ids never hold more than one batch."""
+        return pa.chunked_array([self._encode(texts.slice(i, batch).to_pylist())
+                                 for i in range(0, len(texts), batch)], pa.list_(pa.from_numpy_dtype(self.dtype)))
+
+    def _encode(self, texts: list[str]) -> pa.Array:
+        ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        if self.append_eos:
+            ids = [[*i, self.eos] for i in ids]
+        lengths = np.fromiter((len(i) for i in ids), np.int64, len(ids))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        flat = np.fromiter((t for i in ids for t in i), self.dtype, int(offsets[-1]))
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
 class _CorpusIndex:
@@ -78,23 +163,128 @@ class _CorpusIndex:
         return pa.concat_tables(tables)
 
 
+def _windows(order: np.ndarray, corpus: _CorpusIndex, labels: np.ndarray | None, window: int,
+             tokenizer: _Tokenizer | None) -> Iterator[pa.Table]:
+    """The planned stream, one window at a time: ``text`` (or ``tokens``), ``id``, ``index``, ``cluster``."""
+    for w in range(0, order.shape[0], window):
+        block = np.asarray(order[w:w + window], dtype=np.int64)
+        docs, where = np.unique(block, return_inverse=True)
+        rows = corpus.gather(docs)
+        take = pa.array(where)
+        if tokenizer is None:
+            body = {"text": rows.column("text").take(take)}
+        else:
+            body = {"tokens": tokenizer.encode(rows.column("text")).take(take)}
+        cluster = (pa.array(np.asarray(labels[block], dtype=np.int64)) if labels is not None
+                   else pa.nulls(block.size, pa.int64()))
+        yield pa.table({**body, "id": rows.column("id").take(take), "index": pa.array(block), "cluster": cluster})
+
+
+class _Packer:
+    """Cuts the concatenated token stream into samples of ``seq_len`` tokens, in stream order.
+
+    A document that does not end at a sample boundary continues at the start of the next sample; the
+    tokens left after the last full sample are dropped (``dropped``).
+    """
+
+    def __init__(self, seq_len: int) -> None:
+        self.seq_len = seq_len
+        self.carry = np.zeros(0, np.int64)
+        self.dropped = 0
+
+    def pack(self, batch: pa.Table) -> pa.Table:
+        flat = pc.list_flatten(batch.column("tokens")).to_numpy()
+        stream = np.concatenate([self.carry.astype(flat.dtype), flat])
+        n = stream.size // self.seq_len
+        self.carry = stream[n * self.seq_len:]
+        self.dropped = int(self.carry.size)
+        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * self.seq_len)
+        return pa.table({"tokens": pa.ListArray.from_arrays(offsets, pa.array(stream[:n * self.seq_len]))})
+
+
+def _rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """Batches of exactly ``size`` rows (the last may be shorter), whatever the windows' sizes."""
+    pending: list[pa.Table] = []
+    held = 0
+    for table in tables:
+        pending.append(table)
+        held += table.num_rows
+        while held >= size:
+            joined = pa.concat_tables(pending).combine_chunks()
+            yield joined.slice(0, size)
+            pending, held = [joined.slice(size)], held - size
+    if held:
+        yield pa.concat_tables(pending).combine_chunks()
+
+
+def _window_rows(corpus: _CorpusIndex, n_rows: int, cfg: ExportConfig) -> int:
+    """Plan rows per window: all when the corpus text fits ``memory_mb``, else whole shards that fit it."""
+    limit = cfg.memory_mb * 2**20
+    if corpus.text_bytes <= limit:
+        return max(n_rows, 1)
+    return max(1, int(limit / (corpus.text_bytes / corpus.n)) // cfg.shard_size) * cfg.shard_size
+
+
+# ------------------------------------------------------------------------------------ identity, staging
+
+def _recorded_identity(out: Path) -> dict[str, Any] | None:
+    """The identity of what ``out`` holds (finished or being written); None when ``out`` is empty or new."""
+    for path in (out / A.EXPORT_MANIFEST, out / A.EXPORT_STAGING / A.EXPORT_IDENTITY):
+        if path.is_file():
+            found = load_json(path)
+            if "identity" not in found:
+                raise ClusterClipError(f"{out}: written by an older clusterclip export without a plan identity; "
+                                       "delete the folder or choose another --out")
+            return found["identity"]
+    if out.is_dir() and any(out.iterdir()):
+        raise ClusterClipError(f"{out}: not empty and not a clusterclip export; choose another --out")
+    return None
+
+
+def _claim(out: Path, identity: dict[str, Any]) -> Path:
+    """Check ``out`` against ``identity`` and return a fresh staging folder that records it."""
+    found = _recorded_identity(out)
+    if found is not None and found != identity:
+        diff = ", ".join(f"{k}: {found.get(k)!r} here, {v!r} now" for k, v in identity.items() if found.get(k) != v)
+        raise ClusterClipError(f"{out} holds an export of another plan or setting ({diff}); refusing to mix "
+                               "them: delete the folder or choose another --out")
+    staging = out / A.EXPORT_STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging.parent / (staging.name + ".arrow")).unlink(missing_ok=True)
+    staging.mkdir(parents=True)
+    save_json(staging / A.EXPORT_IDENTITY, {"identity": identity})
+    return staging
+
+
+def _publish(out: Path, staging: Path, manifest: dict[str, Any]) -> list[Path]:
+    """Move the staged files into ``out`` (removing an earlier export's files first), then write the manifest."""
+    files = sorted(rel for p in staging.rglob("*")
+                   if p.is_file() and (rel := p.relative_to(staging).as_posix()) != A.EXPORT_IDENTITY)
+    old = out / A.EXPORT_MANIFEST
+    if old.is_file():
+        for rel in set(load_json(old).get("files", [])) - set(files):
+            (out / rel).unlink(missing_ok=True)
+    for rel in files:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging / rel, out / rel)
+    save_json(out / A.EXPORT_MANIFEST, {**manifest, "files": files})
+    shutil.rmtree(staging)
+    return [out / rel for rel in files]
+
+
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
-                fmt: str = "jsonl", shard_size: int = 100_000, memory_mb: int = 4096) -> list[Path]:
+                config: ExportConfig | None = None, **options: Any) -> list[Path]:
     """Write the planned stream of ``plans/<plan_name>`` (the only plan when None) into ``out_dir``.
 
-    Rows follow the plan order (repeats expanded) with columns ``text, id, index, cluster``; shards
-    are ``part-00000.jsonl`` (or ``.parquet``) of ``shard_size`` rows, listed in ``out_dir/export.json``.
-    ``memory_mb`` bounds the corpus text held at once (see the module docstring). Returns the shard paths.
+    ``config`` (or its fields as keyword arguments: ``fmt``, ``shard_size``, ``memory_mb``, ``tokenizer``,
+    ``append_eos``, ``seq_len``) chooses the format; see the module docstring for the policy and
+    ``docs/export.md`` for each format's layout. Returns the written files; ``out_dir/export.json``
+    records the plan's identity, the files and the counts.
     """
     from clusterclip.cluster import load_labels
     from clusterclip.torch import load_plan, resolve_plan_path
 
-    if fmt not in FORMATS:
-        raise ClusterClipError(f"unknown export format {fmt!r}; choose 'jsonl' or 'parquet'")
-    if not isinstance(shard_size, int) or shard_size < 1:
-        raise ClusterClipError(f"shard_size must be an integer >= 1, got {shard_size!r}")
-    if not isinstance(memory_mb, int) or memory_mb < 1:
-        raise ClusterClipError(f"memory_mb must be an integer >= 1, got {memory_mb!r}")
+    cfg = config if config is not None else ExportConfig(**options)
     run = run if isinstance(run, RunDir) else RunDir(run)
     t0 = time.perf_counter()
     plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
@@ -102,54 +292,39 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     run.require(A.plan_stage_name(name))
     order = load_plan(plan_path)
     corpus = _CorpusIndex(run)
-    n = corpus.n
-    if order.size and int(np.max(order)) >= n:
-        raise StaleArtifactError(f"plan {name} refers to document {int(np.max(order))} but the corpus has {n}; "
-                                 "re-run the plan stage")
+    if order.size and int(np.max(order)) >= corpus.n:
+        raise StaleArtifactError(f"plan {name} refers to document {int(np.max(order))} but the corpus has "
+                                 f"{corpus.n}; re-run the plan stage")
     labels = load_labels(run, mmap=True) if run.record(A.CLUSTER_STAGE) is not None else None
-
+    tokenizer = _Tokenizer(cfg.tokenizer, cfg.append_eos) if cfg.tokenizer is not None else None
+    identity = {"plan": name, "plan_sha256": file_digest(plan_path), "format": cfg.fmt,
+                "tokenizer": tokenizer.identity if tokenizer is not None else None,
+                "append_eos": cfg.append_eos, "seq_len": cfg.seq_len}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    shards: list[dict[str, Any]] = []
-    limit = memory_mb * 2**20
-    if corpus.text_bytes <= limit:
-        window = max(order.shape[0], 1)
-    else:
-        window = max(1, int(limit / (corpus.text_bytes / n)) // shard_size) * shard_size
-    windows = 0
-    for w in range(0, order.shape[0], window):
-        block = np.asarray(order[w:w + window], dtype=np.int64)
-        docs, where = np.unique(block, return_inverse=True)
-        texts = corpus.gather(docs)
-        windows += 1
-        for s in range(0, block.size, shard_size):
-            shards.append(_write_shard(out, len(shards), fmt, block[s:s + shard_size],
-                                       texts.take(pa.array(where[s:s + shard_size])), labels))
-    stale = re.compile(A.EXPORT_SHARD_RE)
-    for p in out.iterdir():
-        m = stale.match(p.name)
-        if m and m.group(2) == fmt and int(m.group(1)) >= len(shards):
-            p.unlink()
-    manifest = {"plan": name, "run_dir": str(run.root), "format": fmt, "rows": int(order.shape[0]),
-                "columns": ["text", "id", "index", "cluster"], "shard_size": shard_size, "shards": shards,
-                "memory_mb": memory_mb, "corpus_reads": windows, "seconds": round(time.perf_counter() - t0, 3)}
-    save_json(out / A.EXPORT_MANIFEST, manifest)
-    return [out / sh["file"] for sh in shards]
+    staging = _claim(out, identity)
+    writer = WRITERS[cfg.fmt](staging, tokenizer.dtype if tokenizer is not None else np.dtype(np.int32))
+    window = _window_rows(corpus, order.shape[0], cfg)
+    stream: Iterator[pa.Table] = _windows(order, corpus, labels, window, tokenizer)
+    packer = _Packer(cfg.seq_len) if cfg.seq_len is not None else None
+    if packer is not None:
+        stream = (packer.pack(t) for t in stream)
+    rows = 0
+    for batch in _rebatch(stream, cfg.shard_size):
+        writer.write(batch)
+        rows += batch.num_rows
+    writer.close()
+    manifest = {"identity": identity, "run_dir": str(run.root), "documents": int(order.shape[0]), "rows": rows,
+                "columns": _columns(cfg), "dropped_tokens": packer.dropped if packer is not None else 0,
+                "config": asdict(cfg), "corpus_reads": -(-order.shape[0] // window) if order.size else 0,
+                "seconds": round(time.perf_counter() - t0, 3)}
+    return _publish(out, staging, manifest)
 
 
-def _write_shard(out: Path, i: int, fmt: str, idx: np.ndarray, rows: pa.Table,
-                 labels: np.ndarray | None) -> dict[str, Any]:
-    cluster = (pa.array(np.asarray(labels[idx], dtype=np.int64)) if labels is not None
-               else pa.nulls(idx.size, pa.int64()))
-    shard = pa.table({"text": rows.column("text"), "id": rows.column("id"), "index": pa.array(idx),
-                      "cluster": cluster})
-    fname = A.export_shard(i, fmt)
-    if fmt == "parquet":
-        with atomic_path(out / fname) as tmp:
-            pq.write_table(shard, tmp)
-    else:
-        with atomic_write(out / fname, "w") as fh:
-            for rec in shard.to_pylist():
-                fh.write(json.dumps(rec, ensure_ascii=False))
-                fh.write("\n")
-    return {"file": fname, "rows": int(idx.size)}
+def _columns(cfg: ExportConfig) -> list[str]:
+    if cfg.seq_len is not None:
+        return ["tokens"]
+    first = "tokens" if cfg.tokenizer is not None else "text"
+    return [first] if cfg.fmt == "megatron" else [first, "id", "index", "cluster"]
+
+
+__all__ = ["FORMATS", "ExportConfig", "export_plan"]

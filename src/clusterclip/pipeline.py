@@ -19,7 +19,7 @@ import numpy as np
 from clusterclip import artifacts as A
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, corpus_stage
-from clusterclip.embed import DEFAULT_BATCH_SIZES, EMBEDDERS
+from clusterclip.embed import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.engines import ENGINES
 from clusterclip.plan import list_plans
 from clusterclip.rundir import RunDir, load_npy, save_json
@@ -27,7 +27,6 @@ from clusterclip.settings import Settings, at_least, is_text, optional, setting
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EMBEDDER = "static"
 DEFAULT_STRATEGIES = ("clusterclip", "uniform", "random")
 
 
@@ -36,8 +35,10 @@ class EmbedOptions(Settings):
     """Options of the embed stage; validated on construction. ``extra`` goes to the embedder's constructor."""
 
     embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS,
-                            help="static: model2vec model distilled from all-MiniLM-L6-v2 (fast); "
-                                 "minilm: all-MiniLM-L6-v2 transformer (best quality, ~100x slower on CPU); "
+                            help="lsa: TF-IDF and truncated SVD fitted on a sample of the corpus, stored in the run "
+                                 "(fast, best clusters on the benchmark corpora); "
+                                 "static: model2vec model distilled from all-MiniLM-L6-v2 (fast); "
+                                 "minilm: all-MiniLM-L6-v2 transformer (~100x slower on CPU); "
                                  "hashing: no model, hashed word n-grams with a seeded projection")
     batch_size: int | None = setting(None, check=optional(at_least(1)),
                                      help="documents per encoder batch (default: the embedder's own: "

@@ -269,9 +269,14 @@ class RunDir:
         inputs_hash: str,
         artifacts: Sequence[str],
         seconds: float,
+        known: Mapping[str, Mapping[str, Any]] | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """Write the record that marks ``stage`` finished; artifacts are paths relative to the root."""
+        """Write the record that marks ``stage`` finished; artifacts are paths relative to the root.
+
+        ``known`` holds recorded metadata of artifacts left untouched (``clusterclip add`` appends to a
+        large corpus): an entry whose size and modification time still match is kept, not re-hashed.
+        """
         rec: dict[str, Any] = {
             "stage": stage,
             "format_version": FORMAT_VERSION,
@@ -281,13 +286,15 @@ class RunDir:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "seconds": round(seconds, 3),
             **extra,
-            "artifacts": {rel: self._artifact_meta(rel) for rel in artifacts},
+            "artifacts": {rel: self._artifact_meta(rel, (known or {}).get(rel)) for rel in artifacts},
         }
         save_json(self.record_path(stage), rec)
         return rec
 
-    def _artifact_meta(self, rel: str) -> dict[str, Any]:
+    def _artifact_meta(self, rel: str, known: Mapping[str, Any] | None = None) -> dict[str, Any]:
         st = (self.root / rel).stat()
+        if known is not None and known.get("size") == st.st_size and known.get("mtime_ns") == st.st_mtime_ns:
+            return dict(known)
         return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(self.root / rel)}
 
     def output_hash(self, stage: str) -> str:

@@ -15,8 +15,10 @@ Trainer the *global* plan with ``world_size=1``)::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,45 @@ def load_plan(plan: Any, plan_name: str | None = None) -> np.ndarray:
     return arr
 
 
+@dataclass(frozen=True)
+class PlanInfo:
+    """Who a plan is: its ``name`` (folder under ``plans/``), ``identity`` (content hash of the order;
+    ``None`` when it must be computed from the order) and, for a continuation, ``continues``: the parent's
+    ``name``, ``identity`` and the position ``consumed`` where training switches."""
+
+    name: str | None = None
+    identity: str | None = None
+    continues: Mapping[str, Any] | None = None
+
+    def describe(self, identity: str | None = None) -> str:
+        """``name (hash)`` for messages."""
+        from clusterclip.plan.identity import short
+
+        return f"{self.name or 'unnamed plan'} ({short(identity or self.identity)})"
+
+
+def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
+    """The name, identity and parent of a plan given as ``load_plan`` takes it (read from ``plan.json``).
+
+    A path without a record, or an array, has no name and its identity is computed from the order
+    (``clusterclip.plan.identity_of``) when first needed.
+    """
+    from clusterclip import artifacts as A
+    from clusterclip.plan.identity import record_identity
+
+    if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
+        return PlanInfo(plan.config.name(), plan.identity or None)
+    if not isinstance(plan, (str, os.PathLike)):
+        return PlanInfo()
+    path = resolve_plan_path(plan, plan_name)
+    record = path.parent / A.PLAN_RECORD
+    if not record.is_file():
+        return PlanInfo()
+    rec = json.loads(record.read_text(encoding="utf-8"))
+    name = str(rec.get("name") or path.parent.name)
+    return PlanInfo(name, record_identity(rec, A.plan_path(name, A.PLAN_ORDER)), rec.get("continues"))
+
+
 def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     initialised = torch.distributed.is_available() and torch.distributed.is_initialized()
     if world_size is None:
@@ -104,6 +145,11 @@ class ClusterClipSampler(Sampler[int]):
     ``plan``: an int array, a ``Plan``, a ``plan.npy`` path, a plan folder or a run directory with
     exactly one plan (else pass ``plan_name``). Paths are memory-mapped lazily, so the sampler pickles
     cheaply (e.g. into ``DataLoader`` workers).
+
+    The state names the plan (``plan``, ``plan_identity``: a content hash of the order), and
+    ``load_state_dict`` refuses a state from another plan, except the state of the plan this one
+    continues (``clusterclip plan --continue``) taken at the switch position: training then continues at
+    position 0 of this plan (see ``docs/workflows.md``).
     """
 
     def __init__(self, plan: Any, rank: int | None = None, world_size: int | None = None,
@@ -116,6 +162,7 @@ class ClusterClipSampler(Sampler[int]):
             self._path = None
             self._array = load_plan(plan)
             self.total = int(self._array.shape[0])
+        self.info = plan_info(plan, plan_name)
         self.rank, self.world_size = _dist_defaults(rank, world_size)
         self.drop_last = bool(drop_last)
         self._consumed = 0
@@ -140,6 +187,16 @@ class ClusterClipSampler(Sampler[int]):
         return -(-remaining // self.world_size)
 
     @property
+    def identity(self) -> str:
+        """The plan's identity (content hash of its order; computed once from the order if unrecorded)."""
+        if self.info.identity is None:
+            from clusterclip.plan.identity import identity_of
+
+            self.info = PlanInfo(self.info.name, identity_of(self._plan), self.info.continues)
+        assert self.info.identity is not None
+        return self.info.identity
+
+    @property
     def consumed(self) -> int:
         """Samples consumed globally (the position in the plan where the next iteration starts)."""
         return self._consumed
@@ -151,15 +208,39 @@ class ClusterClipSampler(Sampler[int]):
             raise ClusterClipError(f"consumed must be in 0..{self.total} (the plan length), got {global_samples}")
         self._consumed = g
 
-    def state_dict(self) -> dict[str, int]:
-        return {"consumed": self._consumed, "plan_length": self.total, "world_size": self.world_size}
+    def state_dict(self) -> dict[str, Any]:
+        return {"consumed": self._consumed, "plan_length": self.total, "world_size": self.world_size,
+                "plan": self.info.name, "plan_identity": self.identity}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume where ``state`` was taken; refuses a state of another plan (see the class docstring).
+
+        States without ``plan_identity`` (older versions) are checked by plan length only.
+        """
+        theirs = state.get("plan_identity")
+        if theirs is not None and theirs != self.identity:
+            self.set_consumed(self._switch_position(state))
+            return
         length = state.get("plan_length")
         if length is not None and int(length) != self.total:
             raise ClusterClipError(
                 f"state is for a plan of {length} samples but this plan has {self.total}; wrong plan?")
         self.set_consumed(int(state["consumed"]))
+
+    def _switch_position(self, state: Mapping[str, Any]) -> int:
+        """0 when ``state`` is the parent's at the switch position; otherwise the refusal."""
+        parent = self.info.continues
+        other = PlanInfo(state.get("plan")).describe(state["plan_identity"])
+        mine = self.info.describe(self.identity)
+        if parent is None or parent.get("identity") != state["plan_identity"]:
+            raise ClusterClipError(f"state is from plan {other}, but this sampler replays plan {mine}; load the "
+                                   "state into the plan it was saved from (or a plan that continues it)")
+        at, consumed = int(parent["consumed"]), int(state["consumed"])
+        if consumed != at:
+            raise ClusterClipError(
+                f"state is from plan {other} at position {consumed}, but this plan {mine} continues it at position "
+                f"{at}; resume the parent plan until position {at}, or build a continuation with --consumed {consumed}")
+        return 0
 
     def __iter__(self) -> Iterator[int]:
         start, ws, total = self._consumed, self.world_size, self.total

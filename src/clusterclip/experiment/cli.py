@@ -8,13 +8,14 @@ defaults, checks and help are declared once. Also runnable alone as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig, quick_config
+from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.settings import SettingsError, add_arguments, flag_of, from_args
 
 HELP = "train a small GPT per sampling strategy and compare held-out losses"
@@ -29,8 +30,13 @@ examples:
   clusterclip experiment data/minipile.jsonl.gz --out runs/exp
   clusterclip experiment data.jsonl --out runs/exp-k48 --k 48 --max-repeat 9,12,18 --seeds 0,1,2,3
   clusterclip experiment data.jsonl --out /tmp/exp --quick
+  clusterclip experiment data.jsonl --out runs/exp --split-seeds 0,1,2,3,4 --seeds 0,1
+  clusterclip experiment data/minipile.jsonl.gz --out runs/skewed --preset skewed
+
+Every strategy is compared with random over (split, seed) pairs: the mean paired difference, its 95 %
+bootstrap interval and a verdict (better / worse / inconclusive: does the interval exclude zero?).
 """
-DATA = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seed", "embedder", "k")
+DATA = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder", "k")
 SAMPLING = ("strategies", "passes", "max_repeats", "tau", "seeds")
 MEASURING = ("curve_docs", "small_clusters", "device", "threads")
 SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
@@ -41,9 +47,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="*", metavar="INPUT",
                    help="corpus files or folders (as for `clusterclip run`); none: the embedded default corpus")
     p.add_argument("--out", required=True, help="run directory of the training split; results go to OUT/experiment/")
-    p.add_argument("--quick", action="store_true",
-                   help="tiny preset (320 docs, 1-layer model, one seed, hashing embedder): checks the whole path "
-                        "in seconds, proves nothing")
+    add_preset_arguments(p)
     add_arguments(p.add_argument_group("data"), ExperimentConfig, DATA, unset=True)
     add_arguments(p.add_argument_group("sampling"), ExperimentConfig, SAMPLING, unset=True)
     add_arguments(p.add_argument_group("model"), ModelConfig, unset=True)
@@ -54,18 +58,34 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
+def add_preset_arguments(p: argparse.ArgumentParser) -> None:
+    """``--preset`` and its shorthand ``--quick``."""
+    p.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="starting values of every option: default (3 splits x 3 seeds), quick (320 docs, 1-layer "
+                        "model, one split and seed, hashing embedder: checks the whole path in seconds, proves "
+                        "nothing), skewed (6,000 docs, K=96: skewed cluster sizes where the cap binds)")
+    p.add_argument("--quick", action="store_true", help="same as --preset quick")
+
+
 def add_experiment_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``experiment`` subcommand to ``clusterclip``'s subparsers."""
+    """Add the ``experiment`` subcommand (and ``tune``, which shares its options) to ``clusterclip``'s subparsers."""
+    from clusterclip.experiment.tune_cli import add_tune_parser
+
     p = subparsers.add_parser("experiment", help=HELP, description=DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     _configure(p)
     p.set_defaults(func=cmd_experiment)
+    add_tune_parser(subparsers)
     return p
 
 
 def config_from_args(a: argparse.Namespace) -> ExperimentConfig:
-    """The preset (default or quick) with every option the user set applied over it."""
-    base = quick_config() if a.quick else ExperimentConfig()
+    """The preset (``--preset``, ``--quick`` or the default) with every option the user set applied over it;
+    ``--split-seed`` alone means that one split."""
+    name = a.preset or ("quick" if a.quick else "default")
+    base = preset_config(name)
+    if getattr(a, "split_seed", None) is not None and getattr(a, "split_seeds", None) is None:
+        base = dataclasses.replace(base, split_seeds=())
     return from_args(ExperimentConfig, a, base=base, model=from_args(ModelConfig, a, base=base.model),
                      train=from_args(TrainConfig, a, base=base.train))
 

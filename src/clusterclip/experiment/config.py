@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clusterclip.embed import EMBEDDERS
+from clusterclip.embed import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.rundir import config_hash
 from clusterclip.settings import (
     Settings,
@@ -27,9 +28,9 @@ from clusterclip.settings import (
 )
 
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
-RUNTIME_FIELDS = ("seeds", "strategies", "max_repeats", "device", "threads")
-"""Settings that may change between restarts of one experiment: adding seeds or strategies reuses the
-finished runs; every other setting changes the numbers of every run."""
+RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "device", "threads")
+"""Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
+reuses the finished runs; every other setting changes the numbers of every run."""
 MIN_BPE_VOCAB = 300
 POSITIVE = between(0, math.inf)
 
@@ -43,6 +44,13 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _strs(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def torch_device(value: object) -> str | None:
+    """A torch device name this code supports (cpu, cuda, cuda:N), else the problem."""
+    if isinstance(value, str) and re.fullmatch(r"cpu|cuda(:\d+)?", value):
+        return None
+    return f"must be cpu, cuda or cuda:N, got {value!r}"
 
 
 def _count_or_all(text: str) -> int | None:
@@ -92,11 +100,15 @@ class ExperimentConfig(Settings):
     max_words: int | None = setting(120, check=optional(at_least(1)), parse=_count_or_all,
                                     help="cut documents to this many words; 0: no cut")
     heldout: float = setting(0.2, check=between(0, 1), help="held-out fraction per (cluster, domain) stratum")
-    split_seed: int = setting(0, check=at_least(0), help="seed of subset, split and k-means")
+    split_seed: int = setting(0, check=at_least(0), help="seed of subset, split and k-means (one split)")
+    split_seeds: tuple[int, ...] = setting(
+        (0, 1, 2), check=each(at_least(0), nonempty=False), parse=_ints,
+        help="held-out splits, comma-separated: each draws its own subset, split and k-means and trains every "
+             "(strategy, seed) on it; empty: the one --split-seed")
     text_field: str = setting("text", check=is_text, help="field holding the text")
     group_field: str | None = setting("domain", check=optional(is_text),
                                       help="ground-truth field for per-domain metrics and stratification")
-    embedder: str = setting("static", choices=EMBEDDERS, help="embedder of the pipeline")
+    embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS, help="embedder of the pipeline")
     k: int = setting(24, check=at_least(2), help="number of clusters")
     strategies: tuple[str, ...] = setting(
         ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
@@ -112,7 +124,7 @@ class ExperimentConfig(Settings):
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
     small_clusters: float = setting(0.2, check=between(0, 1),
                                     help="fraction of clusters (the smallest) behind the small_* metrics")
-    device: str = setting("cpu", check=is_text, help="torch device (cpu, cuda)")
+    device: str = setting("cpu", check=torch_device, help="torch device: cpu, cuda or cuda:N (a GPU)")
     threads: int | None = setting(1, check=optional(at_least(1)), parse=_count_or_all,
                                   help="torch CPU threads; 0: torch's default (small models gain nothing "
                                        "from more on a shared machine)")
@@ -138,6 +150,10 @@ class ExperimentConfig(Settings):
                 f"ClusterClip identical to random; use caps above the number of passes "
                 f"(e.g. {math.ceil(self.passes * 1.5)}) or lower {{passes}}", type(self))
 
+    def splits(self) -> tuple[int, ...]:
+        """The split seeds trained on: ``split_seeds``, or ``split_seed`` alone when that is empty."""
+        return tuple(dict.fromkeys(self.split_seeds)) or (self.split_seed,)
+
     def results_hash(self) -> str:
         """Hash of every setting that changes the numbers of a run: the whole tree, ``model`` and
         ``train`` included, except ``RUNTIME_FIELDS``. Finished runs are reused only under the same hash."""
@@ -162,12 +178,30 @@ class ExperimentConfig(Settings):
 
 
 QUICK: dict[str, Any] = dict(
-    docs=320, max_words=60, k=6, passes=3.0, max_repeats=(5,), seeds=(0,), curve_docs=64, embedder="hashing",
+    docs=320, split_seeds=(), max_words=60, k=6, passes=3.0, max_repeats=(5,), seeds=(0,), curve_docs=64,
+    embedder="hashing",
     model=ModelConfig(vocab_size=400, context=64, n_layer=1, n_head=2, d_model=64),
     train=TrainConfig(batch_size=8, warmup_steps=20, curve_points=4),
 )
 
 
+SKEWED: dict[str, Any] = dict(
+    docs=3000, k=128, max_words=60, passes=3.0, max_repeats=(4, 6),
+    strategies=(*ExperimentConfig().strategies, "clusterclip-spread"),
+)
+"""A regime where the clip matters: K=128 on 3,000 documents gives strongly skewed cluster sizes, so
+uniform repeats its smallest clusters about passes x (mean size / smallest size) times while the caps
+bind (``benchmarks/skewed_regime.py`` measures it)."""
+PRESETS: dict[str, dict[str, Any]] = {"default": {}, "quick": QUICK, "skewed": SKEWED}
+
+
 def quick_config(**overrides: Any) -> ExperimentConfig:
     """The ``--quick`` preset (seconds per run; exercises every code path, proves nothing)."""
     return ExperimentConfig(**{**QUICK, **overrides})
+
+
+def preset_config(name: str, **overrides: Any) -> ExperimentConfig:
+    """A named preset of :data:`PRESETS` with ``overrides`` applied."""
+    if name not in PRESETS:
+        raise SettingsError("preset", f"unknown preset {name!r}; choose from {', '.join(PRESETS)}", ExperimentConfig)
+    return ExperimentConfig(**{**PRESETS[name], **overrides})

@@ -20,7 +20,8 @@ def _save(fig: Any, path: Path) -> str:
 
 
 def write_plots(results: dict[str, Any], out_dir: Path) -> list[str]:
-    """Write ``loss-curves.png``, ``per-domain.png`` and ``domain-mixture.png``; returns file names."""
+    """Write ``loss-curves.png``, ``differences.png``, ``per-domain.png`` and ``domain-mixture.png``;
+    returns file names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,11 +32,43 @@ def write_plots(results: dict[str, Any], out_dir: Path) -> list[str]:
     written = []
     if results.get("curves"):
         written.append(_save(_loss_curves(results), out_dir / "loss-curves.png"))
+    if any(f"{m}_minus_random" in e for e in stats.values() for m in DIFFERENCES):
+        written.append(_save(_differences(stats, strategies), out_dir / "differences.png"))
     if domains and stats:
         written.append(_save(_per_domain(results, strategies, domains), out_dir / "per-domain.png"))
         if shares:
             written.append(_save(_domain_mixture(shares, domains), out_dir / "domain-mixture.png"))
     return written
+
+
+DIFFERENCES = {"heldout_macro_cluster": "macro over clusters", "heldout_macro_domain": "macro over domains",
+               "heldout_micro": "micro"}
+VERDICT_COLOURS = {"better": "tab:green", "worse": "tab:red", "inconclusive": "tab:grey"}
+
+
+def _differences(stats: dict[str, Any], strategies: list[str]) -> Any:
+    """Per metric: each strategy's mean paired difference to random with its 95 % bootstrap interval,
+    coloured by verdict (green better, red worse, grey inconclusive)."""
+    import matplotlib.pyplot as plt
+
+    names = [n for n in strategies if n != "random"]
+    metrics = [m for m in DIFFERENCES if any(f"{m}_minus_random" in stats[n] for n in names)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 0.45 * len(names) + 1.8), sharey=True,
+                             squeeze=False)
+    y = np.arange(len(names))
+    for ax, m in zip(axes[0], metrics, strict=True):
+        for i, n in enumerate(names):
+            d = stats[n].get(f"{m}_minus_random")
+            if d:
+                ax.errorbar(d["mean"], i, xerr=[[d["mean"] - d["low"]], [d["high"] - d["mean"]]], fmt="o",
+                            capsize=3, color=VERDICT_COLOURS[d["verdict"]])
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set(title=f"{DIFFERENCES[m]} - random", xlabel="nats/token (lower: better)")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(y, names)
+    fig.suptitle("paired difference to random over (split, seed) pairs, 95 % bootstrap interval", fontsize=9,
+                 y=1.04)
+    return fig
 
 
 def _ordered(names: Any) -> list[str]:

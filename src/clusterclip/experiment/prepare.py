@@ -64,23 +64,25 @@ class Prepared:
 
 
 def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
-                 progress: bool = False, expect_split: str | None = None, force: bool = False) -> Prepared:
+                 progress: bool = False, expect_split: str | None = None, force: bool = False,
+                 source_dir: Path | None = None) -> Prepared:
     """Draw and cut the subset, split it stratified by (cluster, domain), run the pipeline on the training
     split and assign the held-out documents to its centroids.
 
     The stratifying clusters come from a k-means of the whole subset with the same embedder and K; the
     clusters used for training and metrics are the training split's own, as in real use. When
     ``expect_split`` (the split hash of finished runs) differs from the new split, nothing is written
-    and an error explains why, unless ``force``.
+    and an error explains why, unless ``force``. ``source_dir`` holds the corpus stage on the whole
+    input (default ``OUT/experiment/source``); several splits share one.
     """
     from clusterclip.cluster import assign, load_labels
     from clusterclip.corpus import read_column
-    from clusterclip.embed import get_embedder
+    from clusterclip.embed import encode_texts
 
     run = RunDir(out)
     exp = run.root / "experiment"
-    subset = _read_subset(inputs, exp / "source", cfg, progress)
-    emb = get_embedder(cfg.embedder, progress=progress).encode(subset.texts)
+    subset = _read_subset(inputs, source_dir or exp / "source", cfg, progress)
+    emb = encode_texts(cfg.embedder, subset.texts, progress=progress)
     held = _heldout_mask(emb, subset.domains, cfg)
     tr, ho = np.flatnonzero(~held), np.flatnonzero(held)
     train_jsonl, heldout_jsonl = subset.jsonl(tr), subset.jsonl(ho)

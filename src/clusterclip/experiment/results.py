@@ -14,17 +14,19 @@ from typing import Any
 import numpy as np
 
 from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.stats import format_interval, paired_interval
 from clusterclip.rundir import atomic_write, load_json, save_json
 from clusterclip.settings import SettingsError
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2
 PRIMARY = "heldout_macro_cluster"
 METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster",
            "small_heldout", "small_train", "small_gap", "final_train_loss", "effective_clusters",
            "effective_domains", "small_share", "small_share_last_quarter")
 PAIRED = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_worst10_cluster")
+VERDICT_METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro")
 UNIGRAM_MARGIN = 0.5
 
 
@@ -73,17 +75,23 @@ def _by_strategy(results: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return by
 
 
-def _strategy_stats(name: str, runs: list[dict[str, Any]], baseline: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def pair_key(run: dict[str, Any]) -> tuple[Any, int]:
+    """(split, seed) of a run: the unit that pairs a strategy with ``random``."""
+    return run.get("split"), int(run["seed"])
+
+
+def _strategy_stats(name: str, runs: list[dict[str, Any]], baseline: dict[tuple[Any, int], dict[str, Any]],
+                    ) -> dict[str, Any]:
     entry: dict[str, Any] = {"runs": len(runs)}
     for m in METRICS:
         vals = [r[m] for r in runs if r.get(m) is not None]
         if vals:
             entry[m] = _mean_std(vals)
-    paired = [(r, baseline[r["seed"]]) for r in runs if r["seed"] in baseline and name != "random"]
+    paired = [(r, baseline[pair_key(r)]) for r in runs if pair_key(r) in baseline and name != "random"]
     for m in PAIRED:
-        diffs = [a[m] - b[m] for a, b in paired if a.get(m) is not None]
+        diffs = [a[m] - b[m] for a, b in paired if a.get(m) is not None and b.get(m) is not None]
         if diffs:
-            entry[f"{m}_minus_random"] = {**_mean_std(diffs), "wins": int(sum(d < 0 for d in diffs))}
+            entry[f"{m}_minus_random"] = {**_mean_std(diffs), **paired_interval(diffs)}
     per_domain: dict[str, list[float]] = {}
     for r in runs:
         for d, v in (r.get("heldout_per_domain") or {}).items():
@@ -94,9 +102,10 @@ def _strategy_stats(name: str, runs: list[dict[str, Any]], baseline: dict[int, d
 
 
 def summarize_runs(results: dict[str, Any]) -> dict[str, Any]:
-    """Mean, spread and paired differences to ``random`` (same seed) per strategy, from the finished runs."""
+    """Mean, spread and paired differences to ``random`` (same split and seed) per strategy, with their
+    95 % bootstrap intervals and verdicts, from the finished runs."""
     by = _by_strategy(results)
-    baseline = {r["seed"]: r for r in by.get("random", [])}
+    baseline = {pair_key(r): r for r in by.get("random", [])}
     return {name: _strategy_stats(name, runs, baseline) for name, runs in by.items()}
 
 
@@ -110,9 +119,11 @@ def _flat_summary(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 row[m] = e[m]["mean"]
                 if m.startswith("heldout"):
                     row[f"{m}_std"] = e[m]["std"]
-        for m in ("heldout_macro_cluster", "heldout_micro"):
-            if f"{m}_minus_random" in e:
-                row[f"{m}_minus_random"] = e[f"{m}_minus_random"]["mean"]
+        for m in VERDICT_METRICS:
+            d = e.get(f"{m}_minus_random")
+            if d:
+                row.update({f"{m}_minus_random": d["mean"], f"{m}_minus_random_low": d["low"],
+                            f"{m}_minus_random_high": d["high"], f"{m}_verdict": d["verdict"]})
         rows[name] = row
     return rows
 
@@ -173,10 +184,7 @@ def _mean_pm(e: dict[str, Any], m: str) -> str:
 
 
 def _delta(e: dict[str, Any], m: str) -> str:
-    key = f"{m}_minus_random"
-    if key not in e:
-        return "–"
-    return f"{e[key]['mean']:+.3f} ± {e[key]['std']:.3f} ({e[key]['wins']}/{e[key]['n']})"
+    return format_interval(e.get(f"{m}_minus_random"))
 
 
 def _table_row(name: str, e: dict[str, Any]) -> str:
@@ -185,18 +193,23 @@ def _table_row(name: str, e: dict[str, Any]) -> str:
     eff_d = f"{e['effective_domains']['mean']:.2f}" if "effective_domains" in e else "–"
     return (f"| {name} | {e['runs']} | {_mean_pm(e, 'heldout_macro_cluster')} | "
             f"{_delta(e, 'heldout_macro_cluster')} | {_mean_pm(e, 'heldout_macro_domain')} | "
+            f"{_delta(e, 'heldout_macro_domain')} | "
             f"{_mean_pm(e, 'heldout_micro')} | {_delta(e, 'heldout_micro')} | "
             f"{_mean_pm(e, 'heldout_worst10_cluster')} | {small} | {eff_c} | {eff_d} |")
 
 
 def markdown_table(results: dict[str, Any]) -> str:
-    """The results as a markdown table: mean ± std over seeds, paired difference to random."""
+    """The results as a markdown table: mean ± std over (split, seed) runs, paired difference to random
+    with its 95 % bootstrap interval and verdict."""
     stats = results.get("stats", {})
     d = results.get("data", {})
     uni = results.get("unigram", {})
     progress = results.get("progress", {})
     lines = [
-        f"Held-out loss (nats/token), mean ± std over seeds; {d.get('train_documents')} training documents, "
+        f"Held-out loss (nats/token), mean ± std over runs ({len(results.get('splits') or [0])} held-out split(s) x "
+        f"{len(results['config'].get('seeds', ()))} seed(s)); Δ: mean paired difference to random over (split, "
+        "seed) pairs [95 % bootstrap interval] verdict (wins/pairs). "
+        f"First split: {d.get('train_documents')} training documents, "
         f"K={d.get('k')}, budget {d.get('budget_tokens', 0):,} tokens "
         f"({results['config']['passes']:g} passes, {d.get('steps')} steps), "
         f"{results.get('model', {}).get('parameters', 0):,}-parameter model. "
@@ -204,9 +217,10 @@ def markdown_table(results: dict[str, Any]) -> str:
         f"micro {uni.get('micro', float('nan')):.3f}. Status: {results.get('status')} "
         f"({progress.get('finished_runs')}/{progress.get('total_runs')} runs).",
         "",
-        "| strategy | runs | macro (clusters) | Δ macro vs random (wins) | macro (domains) | micro | "
-        "Δ micro vs random | worst 10% clusters | small clusters held-out / train | eff. clusters | eff. domains |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | runs | macro (clusters) | Δ macro clusters vs random | macro (domains) | "
+        "Δ macro domains vs random | micro | Δ micro vs random | worst 10% clusters | "
+        "small clusters held-out / train | eff. clusters | eff. domains |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_table_row(name, stats[name]) for name in sorted(stats, key=lambda s: (s != "random", s))]
     return "\n".join(lines) + "\n"

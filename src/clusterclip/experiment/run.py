@@ -12,7 +12,10 @@ Layout (``OUT`` is the run directory of the *training split*, a normal clustercl
     OUT/experiment/results.md         the markdown table
     OUT/experiment/*.png              loss curves, per-domain bars, mixtures
 
-Runs are keyed ``<strategy>/<seed>``; a restart with the same configuration skips finished runs.
+With several split seeds, the splits after the first live in ``OUT/experiment/splits/<seed>/`` (each a run
+directory with its own ``experiment/data`` and tokenizer). Runs are keyed ``<strategy>/<seed>`` on the
+first split and ``<strategy>/<seed>/split-<split>`` on the others; a restart with the same configuration
+skips finished runs.
 """
 
 from __future__ import annotations
@@ -118,38 +121,38 @@ def run_experiment(
     progress: bool = False,
     on_run: OnRun | None = None,
 ) -> dict[str, Any]:
-    """Train one model per (strategy, seed) on the same data, budget and recipe; only the plan differs.
+    """Train one model per (split, strategy, seed) on the same data, budget and recipe; only the plan differs.
 
-    Writes ``OUT/experiment/results.json`` after every run (atomically) together with the markdown
-    table and plots, and skips runs already recorded there for the same configuration, so a killed
-    experiment resumes where it stopped. ``force`` discards results of a different configuration;
-    ``progress`` shows the pipeline stages' progress bars; ``on_run`` is called after every finished
-    run (the command line prints a line). Returns the results dictionary.
+    Every split seed of ``config.splits()`` draws its own subset, held-out split and clustering; the
+    first is trained in ``OUT`` itself, the others in ``OUT/experiment/splits/<seed>/``. Writes
+    ``OUT/experiment/results.json`` after every run (atomically) together with the markdown table and
+    plots, and skips runs already recorded there for the same configuration, so a killed experiment
+    resumes where it stopped. ``force`` discards results of a different configuration; ``progress``
+    shows the pipeline stages' progress bars; ``on_run`` is called after every finished run (the
+    command line prints a line). Returns the results dictionary.
     """
     cfg = config or ExperimentConfig()
-    _use_torch(cfg)
+    use_torch(cfg)
     exp_dir = Path(out) / "experiment"
     t_start = time.perf_counter()
     with RunDir(exp_dir).lock():
         previous = reusable_results(exp_dir / "results.json", cfg, force)
-        prep = prepare_data(inputs, out, cfg, progress, (previous or {}).get("split_hash"), force)
-        data_hash = config_hash({"cfg": cfg.results_hash(), "train": prep.run.output_hash("corpus")})
-        previous = _same_data(previous, exp_dir, prep.split_hash, data_hash, force)
-        tok = tokenize(prep, cfg, exp_dir / "tokenizer.json", reuse=previous is not None)
-        setup = set_up(prep, tok, cfg)
-        results = _results_header(cfg, inputs, prep, tok, setup, data_hash, previous)
+        splits: list[SplitData] = []
+        for split in cfg.splits():
+            data, previous = prepare_split(inputs, out, cfg, split, progress, previous, force)
+            splits.append(data)
+        results = _results_header(cfg, inputs, splits, previous)
         runs = _runs(cfg)
-        wanted = [key for key, _, _ in runs]
-        for key, seed, spec in runs:
+        wanted = [key for key, _, _, _ in runs]
+        by_split = {d.split: d for d in splits}
+        for key, split, seed, spec in runs:
             if key in results["runs"]:
                 continue
             t0 = time.perf_counter()
-            planned = plan_run(spec, seed, prep, tok, setup)
-            log.info("experiment: %s seed %d: %d steps (%d/%d)", spec["name"], seed, setup.steps,
+            d = by_split[split]
+            log.info("experiment: %s seed %d split %d: %d steps (%d/%d)", spec["name"], seed, split, d.setup.steps,
                      _finished(results, wanted) + 1, len(wanted))
-            trained = train_run(planned, setup, cfg.device)
-            metrics = evaluate_run(planned, trained, prep, tok, setup)
-            results["runs"][key] = run_record(planned, trained, metrics, time.perf_counter() - t0)
+            results["runs"][key] = proxy_run(d, spec, seed, cfg.device, time.perf_counter() - t0)
             _write(results, wanted, exp_dir, t_start)
             if on_run is not None:
                 on_run(key, results["runs"][key], _finished(results, wanted), len(wanted))
@@ -158,29 +161,93 @@ def run_experiment(
     return results
 
 
-def _use_torch(cfg: ExperimentConfig) -> None:
+@dataclass(frozen=True)
+class SplitData:
+    """One held-out split ready to train on: its configuration, data, tokens, shared setup and data hash."""
+
+    split: int
+    cfg: ExperimentConfig
+    prep: Prepared
+    tok: Tokenized
+    setup: Setup
+    data_hash: str
+
+
+def split_root(out: str | os.PathLike[str], split: int, primary: int) -> Path:
+    """Run directory of a split's training documents: ``OUT`` for the first split, else a folder under it."""
+    return Path(out) if split == primary else Path(out) / "experiment" / "splits" / str(split)
+
+
+def prepare_split(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
+                  split: int, progress: bool = False, previous: dict[str, Any] | None = None,
+                  force: bool = False, root: Path | None = None) -> tuple[SplitData, dict[str, Any] | None]:
+    """Prepare, tokenize and set up one split (the corpus stage of the input, ``OUT/experiment/source``,
+    is shared by all splits); ``root`` overrides the split's run directory (:func:`split_root`).
+
+    ``previous`` (finished results) is returned unchanged when its runs of this split were trained on the
+    same data, else set aside (``force``) or refused; its tokenizer is reused so token ids stay valid.
+    """
+    primary = cfg.splits()[0]
+    scfg = dataclasses.replace(cfg, split_seed=split, split_seeds=())
+    root = root or split_root(out, split, primary)
+    info = _previous_split(previous, split, primary)
+    prep = prepare_data(inputs, root, scfg, progress, info.get("split_hash"), force,
+                        source_dir=Path(out) / "experiment" / "source")
+    data_hash = config_hash({"cfg": scfg.results_hash(), "train": prep.run.output_hash("corpus")})
+    tok_path = root / "experiment" / "tokenizer.json"
+    if info:
+        previous = _same_data(previous, info, Path(out) / "experiment" / "results.json", tok_path, prep.split_hash,
+                              data_hash, force)
+    tok = tokenize(prep, scfg, tok_path, reuse=bool(info) and previous is not None)
+    return SplitData(split, scfg, prep, tok, set_up(prep, tok, scfg), data_hash), previous
+
+
+def proxy_run(d: SplitData, spec: dict[str, Any], seed: int, device: str = "cpu",
+              seconds_before: float = 0.0) -> dict[str, Any]:
+    """Plan, train and evaluate one (strategy, seed) on a prepared split; its record for ``results["runs"]``."""
+    t0 = time.perf_counter()
+    planned = plan_run(spec, seed, d.prep, d.tok, d.setup)
+    trained = train_run(planned, d.setup, device)
+    metrics = evaluate_run(planned, trained, d.prep, d.tok, d.setup)
+    return {**run_record(planned, trained, metrics, seconds_before + time.perf_counter() - t0), "split": d.split}
+
+
+def use_torch(cfg: ExperimentConfig) -> None:
+    """Check the device and set torch's CPU threads."""
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise SettingsError("device", f"{cfg.device!r} requested but torch sees no CUDA device", ExperimentConfig)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
 
 
-def _same_data(previous: dict[str, Any] | None, exp_dir: Path, split_hash: str, data_hash: str,
-               force: bool) -> dict[str, Any] | None:
+def _previous_split(previous: dict[str, Any] | None, split: int, primary: int) -> dict[str, Any]:
+    """What finished results recorded about a split's data ({} when they hold no run of it)."""
+    if previous is None:
+        return {}
+    if split == primary:
+        return {k: previous[k] for k in ("split_hash", "data_hash") if k in previous}
+    return dict(previous.get("splits", {}).get(str(split), {}))
+
+
+def _same_data(previous: dict[str, Any] | None, info: dict[str, Any], path: Path, tokenizer: Path, split_hash: str,
+               data_hash: str, force: bool) -> dict[str, Any] | None:
     """``previous`` if its runs were trained on the data just prepared, with the tokenizer still there."""
     if previous is None:
         return None
-    if (previous.get("split_hash", split_hash) != split_hash or previous.get("data_hash") != data_hash
-            or not (exp_dir / "tokenizer.json").exists()):
-        return discard(exp_dir / "results.json", previous, force, "were trained on other data (the corpus, "
-                       "the split or an upstream stage changed)")
+    if (info.get("split_hash", split_hash) != split_hash or info.get("data_hash") != data_hash
+            or not tokenizer.exists()):
+        return discard(path, previous, force, "were trained on other data (the corpus, the split or an upstream "
+                       "stage changed)")
     return previous
 
 
-def _runs(cfg: ExperimentConfig) -> list[tuple[str, int, dict[str, Any]]]:
-    """(key, seed, strategy) of every run, seed-major so that a partial result compares every strategy."""
+def _runs(cfg: ExperimentConfig) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """(key, split, seed, strategy) of every run, split- then seed-major so that a partial result compares
+    every strategy; the first split's keys are ``<strategy>/<seed>``, the others' add ``/split-<seed>``."""
     specs = cfg.strategy_specs()
-    return [(f"{spec['name']}/{seed}", seed, spec) for seed in cfg.seeds for spec in specs]
+    primary = cfg.splits()[0]
+    return [(f"{spec['name']}/{seed}" + ("" if split == primary else f"/split-{split}"), split, seed, spec)
+            for split in cfg.splits() for seed in cfg.seeds for spec in specs]
 
 
 def _finished(results: dict[str, Any], wanted: list[str]) -> int:
@@ -298,13 +365,16 @@ def run_record(planned: PlannedRun, trained: TrainedRun, metrics: RunMetrics, se
     }
 
 
-def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[str]], prep: Prepared,
-                    tok: Tokenized, setup: Setup, data_hash: str, previous: dict[str, Any] | None) -> dict[str, Any]:
-    """The results file before this session's runs: configuration, data, model, baseline, reused runs."""
+def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[str]], splits: list[SplitData],
+                    previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The results file before this session's runs: configuration, data (the first split's, and every
+    split's sizes and hashes), model, baseline, reused runs."""
+    first = splits[0]
+    prep, tok, setup = first.prep, first.tok, first.setup
     uni = setup.unigram
     return {
         "version": RESULTS_VERSION, "status": "running",
-        "config": dataclasses.asdict(cfg), "config_hash": cfg.results_hash(), "data_hash": data_hash,
+        "config": dataclasses.asdict(cfg), "config_hash": cfg.results_hash(), "data_hash": first.data_hash,
         "split_hash": prep.split_hash, "inputs": [str(p) for p in inputs], "run_dir": str(prep.run.root),
         "started_at": (previous or {}).get("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -315,6 +385,12 @@ def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[st
                  "small_clusters": setup.small_clusters.tolist(),
                  "small_clusters_train_documents": len(setup.small_train.docs),
                  "small_clusters_heldout_documents": int(setup.small_heldout.sum())},
+        "splits": {str(d.split): {"split_hash": d.prep.split_hash, "data_hash": d.data_hash,
+                                  "run_dir": str(d.prep.run.root), "steps": d.setup.steps,
+                                  "train_documents": d.prep.data["train_documents"],
+                                  "heldout_documents": d.prep.data["heldout_documents"],
+                                  "train_cluster_sizes": d.prep.data["train_cluster_sizes"],
+                                  "unigram_micro": d.setup.unigram["micro"]} for d in splits},
         "model": {**dataclasses.asdict(setup.model), "parameters": GPT(setup.model).num_params()},
         "train": dataclasses.asdict(setup.train),
         "unigram": {key: uni[key] for key in ("macro_cluster", "macro_domain", "micro", "per_domain") if key in uni},

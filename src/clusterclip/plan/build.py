@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.plan import identity
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
 from clusterclip.plan.order import emit, virtual_scale
 from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
+from clusterclip.plan.prior import PriorPasses, counted_stats, group_levels
 from clusterclip.plan.quotas import Corpus, Groups, Quotas, check_inputs, compute_quotas, sampling_groups
 from clusterclip.plan.stats import StreamStats, default_window, per_cluster, summary
 
@@ -45,7 +47,7 @@ class Plan:
     position of the draw that used up the cluster's capacity ``R * n_c``, -1 if never), quota (draws,
     or tokens in token mode), size and, when token counts were given, tokens. ``mixture[w, c]`` counts
     the draws of cluster c in window w (``stats["window"]`` draws each); ``repeat_hist[r]`` counts the
-    documents drawn r times.
+    documents drawn r times. ``identity`` is the content hash of the order (``plan.identity``).
     """
 
     order: np.ndarray
@@ -54,11 +56,15 @@ class Plan:
     mixture: np.ndarray
     repeat_hist: np.ndarray
     config: PlanConfig = field(default_factory=PlanConfig)
+    identity: str = ""
 
 
 @dataclass(frozen=True)
 class Draws:
-    """Steps 1-3 of the method for one plan: who is sampled, how often, and the passes to draw from."""
+    """Steps 1-3 of the method for one plan: who is sampled, how often, and the passes to draw from.
+
+    A continuation also holds the ``prior`` counts per document and each group's remaining ``capacity``.
+    """
 
     corpus: Corpus
     groups: Groups
@@ -66,50 +72,86 @@ class Draws:
     passes: Passes
     draws: np.ndarray
     scale: np.ndarray
+    prior: np.ndarray | None = None
+    capacity: np.ndarray | None = None
 
 
 @contextlib.contextmanager
 def plan_draws(labels: Any, config: PlanConfig, tokens: Any, n_clusters: int | None,
-               chunk_size: int) -> Iterator[Draws]:
-    """Validate the inputs, compute groups and quotas, and open the passes (closed on exit)."""
+               chunk_size: int, prior: Any = None) -> Iterator[Draws]:
+    """Validate the inputs, compute groups and quotas, and open the passes (closed on exit).
+
+    ``prior`` (int [N]): draws each document already had in a parent plan's prefix (a continuation).
+    """
     corpus = check_inputs(labels, tokens, n_clusters)
     groups = sampling_groups(corpus, config)
-    quotas = compute_quotas(groups, config)
+    capacity = None
+    if prior is not None:
+        prior = _check_prior(prior, corpus, config)
+        capacity = group_levels(groups, prior, config.effective_max_repeat)[1]
+    quotas = compute_quotas(groups, config, capacity)
     scratch = chunk_size + 2 * groups.k + 16  # the most draws one chunk can take from the passes
-    with Passes(groups.labels, groups.sizes, passes_needed(quotas.quota, groups.unit_sizes), config.seed,
-                scratch) as passes:
+    passes = (Passes(groups.labels, groups.sizes, passes_needed(quotas.quota, groups.unit_sizes), config.seed,
+                     scratch) if prior is None else
+              PriorPasses(groups, prior, quotas.cap, quotas.quota, config.seed, scratch))
+    with passes:
         draws = quotas.quota
         if config.budget_unit == "tokens":
             draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens)
-        yield Draws(corpus, groups, quotas, passes, draws, virtual_scale(config, groups, quotas, draws))
+        yield Draws(corpus, groups, quotas, passes, draws, virtual_scale(config, groups, quotas, draws), prior,
+                    capacity)
+
+
+def _check_prior(prior: Any, corpus: Corpus, config: PlanConfig) -> np.ndarray:
+    arr = np.asarray(prior)
+    if arr.shape != (corpus.n,) or not np.issubdtype(arr.dtype, np.integer) or (arr.size and int(arr.min()) < 0):
+        raise PlanConfigError(f"prior must hold one count >= 0 per document ({corpus.n}), got {arr.dtype} {arr.shape}")
+    if config.budget_unit != "docs":
+        raise PlanConfigError("budget_unit", "must be 'docs' for a continuation (its budget is plan positions)")
+    return arr.astype(np.int64, copy=False)
 
 
 def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None = None,
                out: str | os.PathLike[str] | None = None, chunk_size: int = DEFAULT_CHUNK,
-               n_clusters: int | None = None) -> Plan:
+               n_clusters: int | None = None, prior: np.ndarray | None = None) -> Plan:
     """Build the ordered plan for ``labels`` (int [N], cluster ids) under ``config``.
 
     ``tokens`` (int [N]) is required for ``budget_unit="tokens"`` and, when given, adds token
     statistics. With ``out`` the order is streamed into that ``.npy`` (temp file, then atomic rename)
     and returned as a read-only memmap; memory then stays O(N + chunk_size). ``n_clusters`` declares
-    K when trailing clusters are empty. Raises ``PlanConfigError`` for invalid inputs and
+    K when trailing clusters are empty. ``prior`` (int [N]) makes a continuation: document ``i`` was
+    drawn ``prior[i]`` times already, so it is drawn at most ``max_repeat - prior[i]`` times more (the
+    least-drawn first; see ``plan.prior``). Raises ``PlanConfigError`` for invalid inputs and
     ``InfeasiblePlanError`` when the budget exceeds the cap.
     """
     t0 = time.perf_counter()
     if not is_int(chunk_size) or chunk_size < 1:
         raise PlanConfigError("chunk_size", f"must be an integer >= 1, got {chunk_size!r}")
-    with plan_draws(labels, config, tokens, n_clusters, chunk_size) as p:
+    digest = identity.OrderHash()
+    with plan_draws(labels, config, tokens, n_clusters, chunk_size, prior) as p:
         length = int(p.draws.sum())
         window = config.window if config.window is not None else default_window(length)
-        stream = StreamStats(p.corpus, length, window, p.quotas.cap, p.groups.pseudo)
+        stream = StreamStats(p.corpus, length, window, p.quotas.cap if p.prior is None else None, p.groups.pseudo)
         with _output(out, length) as dest:
             for chunk in emit(p.scale, p.quotas.u, p.quotas.rank, p.draws, p.passes, dest, chunk_size):
                 stream.add(chunk, dest)
-        per, hist = per_cluster(p.corpus, p.groups, p.quotas, p.draws, p.passes, stream)
+                digest.add(dest[chunk.pos:chunk.pos + chunk.count])
+        per, hist = _statistics(p, stream)
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, p.corpus, p.quotas, per, hist, window, stream.mixture.shape[0],
                     time.perf_counter() - t0)
-    return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config)
+    return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
+                identity=digest.hexdigest())
+
+
+def _statistics(p: Draws, stream: StreamStats) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-cluster statistics: closed form for a plan, counted per document for a continuation."""
+    if p.prior is None or p.capacity is None:
+        return per_cluster(p.corpus, p.groups, p.quotas, p.draws, p.passes, stream)
+    assert isinstance(p.passes, PriorPasses)
+    counts = p.passes.new_counts(p.draws)
+    return counted_stats(p.corpus, p.quotas, p.draws, counts, p.prior, p.capacity, stream.exhausted_at,
+                         p.groups.pseudo)
 
 
 @contextlib.contextmanager

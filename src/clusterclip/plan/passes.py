@@ -123,6 +123,12 @@ class Passes:
         self.make_block(self._rngs[0], c, p // bp, out)
         return out.reshape(bp, -1)[p % bp]
 
+    def sequence(self, c: int, d: int) -> np.ndarray:
+        """The first ``d`` draws of cluster ``c``, pass by pass (for the reference order; small inputs)."""
+        n = int(self.sizes[c])
+        rows = [self.pass_row(c, i) for i in range(-(-d // n))] if d > 0 else []
+        return np.concatenate(rows)[:d] if rows else np.zeros(0, np.int64)
+
     def starts(self, cl: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Offsets in ``buf`` where draws ``a..b-1`` of each cluster in ``cl`` lie contiguously.
 

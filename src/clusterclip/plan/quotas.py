@@ -147,8 +147,12 @@ def _user_weights(config: PlanConfig, k: int) -> np.ndarray:
     return w
 
 
-def compute_quotas(groups: Groups, config: PlanConfig) -> Quotas:
-    """Integer quotas (budget units) per group by water-filling under the cap and largest remainder."""
+def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | None = None) -> Quotas:
+    """Integer quotas (budget units) per group by water-filling under the cap and largest remainder.
+
+    ``capacity`` (draws per group) replaces ``cap * n_c`` for a continuation, whose documents have
+    already used part of the cap.
+    """
     total = int(groups.unit_sizes.sum())
     budget = total if config.budget is None else int(config.budget)
     cap = config.effective_max_repeat
@@ -156,7 +160,15 @@ def compute_quotas(groups: Groups, config: PlanConfig) -> Quotas:
     rank = np.argsort(u, kind="stable")
     weights = group_weights(config, groups)
     caps = np.full(groups.k, np.inf) if cap is None else (cap * groups.unit_sizes).astype(np.float64)
-    if cap is not None:
+    if capacity is not None:
+        caps = capacity
+        left = float(capacity[weights > 0].sum())
+        if budget > left:
+            raise InfeasiblePlanError(
+                f"budget of {budget} documents is infeasible for this continuation: under max_repeat={cap} the "
+                f"documents have {left:.0f} draws left after the parent's prefix; lower the budget to {left:.0f} "
+                "or raise max_repeat")
+    elif cap is not None:
         active = int(groups.unit_sizes[weights > 0].sum())
         if budget > cap * active:
             what = {"random": "all documents", "weights": "the clusters with positive weight"}
@@ -195,6 +207,7 @@ def water_fill(weights: np.ndarray, caps: np.ndarray, budget: float) -> tuple[np
     suffix_w = np.cumsum(ws[::-1])[::-1]
     with np.errstate(invalid="ignore", over="ignore"):
         level = cum_cap + rs * suffix_w
+    level[-1] = cum_cap[-1] + cs[-1]  # the total capacity, exactly: rs * w can round below the cap
     hit = np.flatnonzero(level >= budget)
     if hit.size == 0:
         raise InfeasiblePlanError(f"budget {budget} exceeds the capacity {float(cs.sum())}")

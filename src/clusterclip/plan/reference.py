@@ -14,17 +14,18 @@ from clusterclip.plan.config import PlanConfig
 
 
 def reference_order(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None = None,
-                    n_clusters: int | None = None) -> np.ndarray:
+                    n_clusters: int | None = None, prior: np.ndarray | None = None) -> np.ndarray:
     """The plan's order for small inputs: all draws ``(k + u_c) * scale_c``, sorted stably by time.
+
+    ``prior`` (per-document counts of a parent's prefix) gives the reference of a continuation.
 
     Ties (equal times) keep group order, then draw order, as the streaming merge does.
     """
-    with plan_draws(labels, config, tokens, n_clusters, DEFAULT_CHUNK) as p:
+    with plan_draws(labels, config, tokens, n_clusters, DEFAULT_CHUNK, prior) as p:
         docs, times = [], []
         for c in np.flatnonzero(p.draws > 0).tolist():
-            d, n = int(p.draws[c]), int(p.groups.sizes[c])
-            rows = [p.passes.pass_row(c, i) for i in range(-(-d // n))]
-            docs.append(np.concatenate(rows)[:d])
+            d = int(p.draws[c])
+            docs.append(p.passes.sequence(c, d))
             times.append((np.arange(d) + p.quotas.u[c]) * p.scale[c])
     if not docs:
         return np.zeros(0, np.int64)

@@ -6,12 +6,15 @@ repetition histogram, and ``plan.json`` the record (options, statistics, checksu
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clusterclip.plan.build import build_plan
-from clusterclip.plan.config import PlanConfig
+from clusterclip.plan.config import PlanConfig, PlanConfigError
+from clusterclip.plan.identity import record_identity, short
+from clusterclip.plan.prior import prior_counts
 
 if TYPE_CHECKING:
     from clusterclip.rundir import RunDir
@@ -21,11 +24,14 @@ PLAN_FORMAT = 2
 Part of the stage's input hash and record, so plans of another version are rebuilt rather than reused."""
 
 
-def plan_stage(run: RunDir, config: PlanConfig, force: bool = False) -> dict[str, Any]:
+def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
+               continues: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
 
     Uses token counts whenever the corpus stage has written them (required for a token budget). The
-    caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``).
+    caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``, the
+    order's content hash under ``"identity"``). ``continues`` (from :func:`continuation`) builds a
+    continuation of a parent plan instead, named and recorded with its parent and switch position.
     """
     from clusterclip import artifacts as A
     from clusterclip.rundir import config_hash, load_npy, save_npy
@@ -41,13 +47,20 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False) -> dict[str
         inputs["corpus"] = run.output_hash(A.CORPUS_STAGE)
         reads[A.CORPUS_STAGE] = [A.TOKENS]
     name = config.name()
+    if continues is not None:
+        name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
+        inputs["continues"] = continues
+        reads[A.plan_stage_name(continues["name"])] = [A.plan_path(continues["name"], A.PLAN_ORDER)]
 
     def build(job: Job) -> Built:
-        labels = load_npy(run.path(A.LABELS), mmap=True)
+        labels = np.asarray(load_npy(run.path(A.LABELS), mmap=True))
         k = int(load_npy(run.path(A.SIZES)).shape[0]) if run.path(A.SIZES).exists() else None
         tokens = np.asarray(load_npy(run.path(A.TOKENS), mmap=True)) if use_tokens else None
-        plan = build_plan(np.asarray(labels), config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
-                          n_clusters=k)
+        prior = None if continues is None else prior_counts(
+            load_npy(run.path(A.plan_path(continues["name"], A.PLAN_ORDER)), mmap=True), continues["consumed"],
+            labels.shape[0])
+        plan = build_plan(labels, config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
+                          n_clusters=k, prior=prior)
         arrays = {A.PLAN_DRAWS: plan.per_cluster["draws"], A.PLAN_UNIQUE: plan.per_cluster["unique"],
                   A.PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
                   A.PLAN_EXHAUSTED_AT: plan.per_cluster["exhausted_at"], A.PLAN_MIXTURE: plan.mixture,
@@ -56,10 +69,34 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False) -> dict[str
             arrays[A.PLAN_TOKENS] = plan.per_cluster["tokens"]
         for fname, arr in arrays.items():
             save_npy(run.path(A.plan_path(name, fname)), arr)
-        return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)],
-                     dict(name=name, plan_format=PLAN_FORMAT, stats=plan.stats))
+        fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats)
+        if continues is not None:
+            fields["continues"] = continues
+            fields["stats"] = {**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())}
+        return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
 
     return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads), force)
+
+
+def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) -> tuple[PlanConfig, dict[str, Any]]:
+    """The settings and parent of a plan continuing ``parent`` after its first ``consumed`` positions.
+
+    The budget is the continuation's own length; without one it is the parent's remaining length, so the
+    run keeps the length it was scheduled for. Returns ``(config, continues)`` for :func:`plan_stage`.
+    """
+    from clusterclip import artifacts as A
+
+    if parent not in list_plans(run):
+        raise PlanConfigError("continue", f"names no finished plan {parent!r}; plans here: "
+                              f"{', '.join(list_plans(run)) or 'none'}")
+    rec = run.require(A.plan_stage_name(parent), verify=False)
+    length = int(rec["stats"]["length"])
+    if not 0 <= consumed <= length:
+        raise PlanConfigError("consumed", f"must be in 0..{length} (the length of plan {parent!r}), got {consumed}")
+    if config.budget is None:
+        config = dataclasses.replace(config, budget=length - consumed)
+    ident = record_identity(rec, A.plan_path(parent, A.PLAN_ORDER))
+    return config, {"name": parent, "identity": ident, "consumed": int(consumed)}
 
 
 def list_plans(run: RunDir) -> list[str]:

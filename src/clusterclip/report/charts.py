@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib import rc_context
@@ -23,6 +24,9 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from clusterclip.report.metrics import effective_number
 from clusterclip.rundir import atomic_path
+
+if TYPE_CHECKING:
+    from clusterclip.report.continued import Switch
 
 STYLE: dict[str, object] = {
     "font.size": 10,
@@ -132,6 +136,7 @@ def plot_mixture(
     plan: str,
     top: int = 8,
     exhausted_at: np.ndarray | None = None,
+    switch: Switch | None = None,
 ) -> Chart:
     """Stacked shares of the ``top`` largest clusters in each window, the rest in two grey bands.
 
@@ -141,15 +146,22 @@ def plot_mixture(
     Two reference lines give the share of those clusters under random sampling (their natural share)
     and under perfect balance (top/K); a ClusterClip plan starts near the second and drifts to the
     first as small clusters are exhausted, marked by ticks along the top edge.
+
+    ``switch`` (a continued plan) replaces the mixture by the stream across the switch (the parent's
+    windows, then this plan's, at their training positions) and marks the switch with a vertical line.
     """
+    if switch is not None:
+        mixture, exhausted_at = switch.mixture, switch.exhausted_at
     m = np.asarray(mixture, dtype=np.float64)
     sizes = np.asarray(sizes, dtype=np.float64)
     k = m.shape[1] if m.ndim == 2 else 0
     title = f"Mixture over training: {plan}"
+    if switch is not None:
+        title = f"Mixture over training: {switch.parent}, then from position {switch.at:,} {plan}"
     order = np.argsort(-sizes, kind="stable")[: min(top, k)]
     totals = m.sum(axis=1, keepdims=True) if k else np.zeros((len(m), 1))
     shares = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
-    x = np.arange(len(m)) * max(int(window), 1)
+    x = np.arange(len(m)) * max(int(window), 1) if switch is None else np.asarray(switch.positions)
     with rc_context(STYLE):
         fig = _new_figure(9.0, 4.4)
         ax = fig.add_subplot()
@@ -162,6 +174,8 @@ def plot_mixture(
             _mixture_references(ax, k, len(order), sizes[order].sum() / max(sizes.sum(), 1.0))
             if exhausted_at is not None:
                 _exhaustion_ticks(ax, np.asarray(exhausted_at))
+            if switch is not None:
+                ax.axvline(switch.at, color="black", linewidth=1.5, linestyle="--", label="switch to continuation")
             ax.set_xlim(x[0], x[-1])
             ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
         ax.set_ylim(0, 1)

@@ -66,6 +66,7 @@ class Run:
     plans: tuple[PlanView, ...]
     experiment: dict[str, Any] | None
     notes: tuple[str, ...]
+    tune: dict[str, Any] | None = None
 
     @property
     def k(self) -> int:
@@ -101,6 +102,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> Run:
     k = 0 if sizes is None else len(sizes)
     plans = _load_plans(rd, labels, k, notes)
     experiment = _load_experiment(rd, notes)
+    tune = _load_json_file(rd, a.TUNE_RESULTS, "tune", notes)
     return Run(
         root=rd.root,
         corpus=records["corpus"],
@@ -114,6 +116,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> Run:
         plans=plans,
         experiment=experiment,
         notes=tuple(notes),
+        tune=tune,
     )
 
 
@@ -250,12 +253,17 @@ def statistics_from_order(
     return filled
 
 
-def _load_experiment(rd: RunDir, notes: list[str]) -> dict[str, Any] | None:
-    path = rd.path(a.EXPERIMENT_RESULTS)
+def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> dict[str, Any] | None:
+    """A JSON file of the run directory, or None (with a note when it exists but cannot be read)."""
+    path = rd.path(name)
     if not path.exists():
         return None
     try:
         return load_json(path)
     except (OSError, ValueError) as exc:
-        notes.append(f"{path}: unreadable ({exc}); experiment section omitted")
+        notes.append(f"{path}: unreadable ({exc}); {section} section omitted")
         return None
+
+
+def _load_experiment(rd: RunDir, notes: list[str]) -> dict[str, Any] | None:
+    return _load_json_file(rd, a.EXPERIMENT_RESULTS, "experiment", notes)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.report import charts
+from clusterclip.report.continued import across_switch
 from clusterclip.report.experiment import experiment_curves, is_scalar, summary_rows
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import STAGES, PlanView, Run
@@ -170,6 +171,7 @@ class Page:
     experiment: ExperimentSection | None
     notes: tuple[str, ...]
     charts: tuple[ChartSpec, ...]
+    tune: dict[str, Any] | None = None
 
 
 def page_model(run: Run, scan: CorpusScan | None) -> Page:
@@ -192,6 +194,7 @@ def page_model(run: Run, scan: CorpusScan | None) -> Page:
         experiment=experiment,
         notes=run.notes,
         charts=tuple(c for c in wanted if c is not None),
+        tune=run.tune,
     )
 
 
@@ -393,6 +396,7 @@ def _plan_charts(plan: PlanView, run: Run) -> tuple[ChartSpec | None, ChartSpec 
             plan=plan.name,
             top=TOP_IN_MIXTURE,
             exhausted_at=plan.exhausted_at,
+            switch=across_switch(plan, run.plans),
         )
         mixture = ChartSpec(f"mixture-{plan.slug}.png", draw)
     if plan.repeat_hist is not None:

@@ -44,6 +44,10 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
     ]
     if page.experiment is not None:
         sections.append(("experiment", "Experiment", _experiment(page.experiment, made)))
+    if page.tune is not None:
+        from clusterclip.report.tune import tune_section
+
+        sections.append(("tune", "Tune", tune_section(page.tune)))
     if page.notes:
         items = "<ul>" + "".join(f"<li>{h.esc(n)}</li>" for n in page.notes) + "</ul>"
         intro = "Problems met while reading the run directory; the affected parts are omitted."

@@ -1,0 +1,71 @@
+"""The report's tune section: what ``clusterclip tune`` tried (``tune/results.json``), its intervals,
+the search trajectory, and why the winner won or that nothing beat random."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterclip.report import html as h
+
+
+def _interval(e: object) -> h.Cell:
+    """``-0.012 [-0.030, +0.004] inconclusive (2/3)``, sortable by the mean."""
+    if not isinstance(e, dict) or "mean" not in e:
+        return h.Cell("–")
+    text = f"{e['mean']:+.4f} [{e['low']:+.4f}, {e['high']:+.4f}] {e['verdict']} ({e['wins']}/{e['n']})"
+    return h.Cell(h.esc(text), sort=float(e["mean"]), numeric=True, cls=f"verdict-{e['verdict']}")
+
+
+def _candidate_rows(candidates: dict[str, Any]) -> list[list[object]]:
+    rows = []
+    for name, c in candidates.items():
+        a = c.get("assessment") or {}
+        rows.append([name, c.get("status"), c.get("rung"), a.get("pairs"), _interval(a.get("objective")),
+                     _interval(a.get("micro")), a.get("feasible")])
+    return rows
+
+
+def _trajectory_rows(trajectory: list[dict[str, Any]]) -> list[list[object]]:
+    return [[t["rung"], len(t["pairs"]), len(t["alive"]), ", ".join(t["kept"]), "yes" if t["complete"] else "no"]
+            for t in trajectory]
+
+
+def _unseen(u: dict[str, Any]) -> str:
+    d = u["chosen_minus_best"]
+    verdict = "holds" if u["holds"] else "does not hold"
+    text = (f"On split seeds {u['split_seeds']} (never seen by the search), the chosen {u['chosen']} minus the "
+            f"best fixed candidate there ({u['best_fixed']}): {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] "
+            f"over {d['n']} pairs; the choice {verdict} (at least as good within its interval).")
+    rows = _candidate_rows({n: {"status": "", "rung": None, "assessment": a} for n, a in u["candidates"].items()})
+    cols = ["candidate", "", "", h.Column("pairs", True), h.Column("Δ objective vs random", True),
+            h.Column("Δ micro vs random", True), "feasible"]
+    return f"<h3>Unseen splits</h3><p>{h.esc(text)}</p>" + h.table(cols, rows, "tune-unseen", True)
+
+
+def tune_section(res: dict[str, Any]) -> str:
+    """The section's HTML from ``tune/results.json`` (an unfinished or odd file gives what it holds)."""
+    if not isinstance(res, dict) or not res.get("candidates"):
+        status = res.get("status") if isinstance(res, dict) else None
+        body = h.note(f"tune/results.json holds no finished search yet (status: {status}).")
+        return h.section("tune", "Tune", body)
+    tune = res.get("tune", {})
+    facts = [("chosen plan", res.get("winner")), ("why", res.get("reason")), ("objective", res.get("objective")),
+             ("micro tolerance", tune.get("max_micro_regression")), ("status", res.get("status")),
+             ("proxy runs trained / reused", f"{res['progress']['trained']} / {res['progress']['reused']}"
+              if "progress" in res else None)]
+    if res.get("plan"):
+        facts.append(("the same plan by hand", res["plan"]["command"]))
+    cols = ["candidate", "status", h.Column("last rung", True), h.Column("pairs", True),
+            h.Column("Δ objective vs random", True, "mean paired difference [95 % bootstrap interval] verdict"),
+            h.Column("Δ micro vs random", True), "feasible"]
+    body = h.key_values(facts) + h.table(cols, _candidate_rows(res["candidates"]), "tune-candidates", True)
+    body += "<h3>Search trajectory</h3>" + h.table(
+        [h.Column("rung", True), h.Column("pairs", True), h.Column("candidates", True), "kept", "complete"],
+        _trajectory_rows(res.get("trajectory", [])), "tune-trajectory")
+    if res.get("unseen"):
+        body += _unseen(res["unseen"])
+    intro = ("Plans searched by <code>clusterclip tune</code> with proxy runs (<code>tune/results.json</code>): "
+             "each candidate's paired difference to random over (held-out split, seed) pairs with its 95 % "
+             "bootstrap interval. A candidate wins only with an objective interval below zero and micro loss "
+             "within the tolerance; otherwise random is chosen.")
+    return h.section("tune", "Tune", body, intro)

@@ -1,0 +1,254 @@
+"""``clusterclip add``: appending documents to a finished run, the drift statistic, and ``cluster --refit``."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clusterclip import artifacts as A
+from clusterclip.add import AddConfig, add_documents, append_npy, drift_report, lower_percentile
+from clusterclip.cli import main
+from clusterclip.cluster import ClusterConfig, cluster_stage
+from clusterclip.corpus import CorpusConfig, ReadOptions, corpus_stage, read_column
+from clusterclip.embed import embed_stage, get_embedder, load_embeddings
+from clusterclip.errors import ClusterClipError
+from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.rundir import RunDir, load_npy
+from clusterclip.torch import ClusterClipSampler, load_plan
+from tests.test_cli import TOPICS, make_corpus
+
+CLUSTER = ClusterConfig(k=4)
+
+
+def build_run(tmp_path: Path, name: str = "run", id_field: str | None = "id") -> tuple[RunDir, Path]:
+    corpus = make_corpus(tmp_path / "old.jsonl", {"cooking": 80, "astronomy": 40, "finance": 30})
+    run = RunDir(tmp_path / name)
+    with run.lock():
+        corpus_stage(run, [corpus], CorpusConfig(id_field=id_field), progress=False)
+        embed_stage(run, "hashing", shard_size=50, progress=False)
+        cluster_stage(run, CLUSTER, progress=False)
+        plan_stage(run, PlanConfig(strategy="clusterclip", max_repeat=3))
+    return run, corpus
+
+
+def new_file(path: Path, topics: dict[str, int], prefix: str = "new", seed: int = 1) -> Path:
+    make_corpus(path, topics, seed=seed)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**r, "id": f"{prefix}-{r['id']}"}) + "\n" for r in rows))
+    return path
+
+
+def add(run: RunDir, inputs: list[Path], **kw) -> dict:
+    with run.lock():
+        return add_documents(run, inputs, progress=False, **kw)
+
+
+# ----------------------------------------------------------------------------------- the drift statistic
+
+
+@given(st.lists(st.floats(-1, 1, width=32), min_size=1, max_size=300), st.sampled_from([0.0, 5.0, 37.5, 100.0]))
+@settings(max_examples=60, deadline=None)
+def test_lower_percentile_is_numpys(tmp_path_factory, values, q):
+    path = tmp_path_factory.mktemp("pct") / "x.npy"
+    x = np.asarray(values, dtype=np.float32)
+    np.save(path, np.concatenate([x, np.float32([9.0, -9.0])]))
+    assert lower_percentile(path, len(x), q) == float(np.percentile(x, q, method="lower"))
+
+
+def test_drift_report_on_a_constructed_case(tmp_path):
+    old = np.arange(100, dtype=np.float32) / 100
+    np.save(tmp_path / "scores.npy", old)
+    new_scores = np.float32([0.0, 0.03, 0.04, 0.5, 0.9])
+    new_labels = np.int32([0, 0, 2, 2, 2])
+    report = drift_report(tmp_path / "scores.npy", 100, new_scores, new_labels, np.int64([50, 30, 20]), 0.3)
+    assert report["similarity_cut"] == pytest.approx(0.04)
+    assert report["below_cut"] == 2 and report["drift_share"] == pytest.approx(0.4)
+    assert report["recommend_refit"] is True
+    assert report["cluster_added"] == [2, 0, 3]
+    assert report["cluster_growth"] == pytest.approx([0.04, 0.0, 0.15])
+    calm = drift_report(tmp_path / "scores.npy", 100, np.float32([0.5, 0.6]), np.int32([1, 1]), np.int64([50, 30, 20]),
+                        0.1)
+    assert calm["drift_share"] == 0 and calm["recommend_refit"] is False
+
+
+@given(st.integers(0, 40), st.integers(0, 40))
+@settings(max_examples=30, deadline=None)
+def test_append_npy_writes_what_np_save_writes(tmp_path_factory, n_old, n_new):
+    path = tmp_path_factory.mktemp("app") / "a.npy"
+    old, new = np.arange(n_old + 5, dtype=np.int64) * 3, np.arange(n_new, dtype=np.int64) - 7
+    np.save(path, old)
+    append_npy(path, n_old, new)
+    buf = io.BytesIO()
+    np.save(buf, np.concatenate([old[:n_old], new]))
+    assert path.read_bytes() == buf.getvalue()
+
+
+# ----------------------------------------------------------------------------------------- add itself
+
+
+def test_add_grows_every_stage_and_new_plans_cover_everything(tmp_path):
+    run, _ = build_run(tmp_path)
+    old_plan_name = "clusterclip-R3-docs-Bepoch-s0"
+    old_plan = load_plan(run.path(A.plan_path(old_plan_name, A.PLAN_ORDER))).copy()
+    old_labels, old_tokens = load_npy(run.path(A.LABELS)), load_npy(run.path(A.TOKENS))
+    centroids = load_npy(run.path(A.CENTROIDS))
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 25, "cooking": 10})
+
+    report = add(run, [new])
+    n = 150 + 35
+    assert report["documents_before"] == 150 and report["documents_added"] == 35
+    assert json.loads(run.path(A.DRIFT_REPORT).read_text())["drift_share"] == report["drift_share"]
+    assert not run.path(A.ADD_JOURNAL).exists()
+    assert [s for s, problems in run.audit().items() if problems] == []
+    assert run.record(A.CORPUS_STAGE)["count"] == n and run.record(A.EMBED_STAGE)["count"] == n
+    labels, tokens = load_npy(run.path(A.LABELS)), load_npy(run.path(A.TOKENS))
+    assert labels.shape == (n,) and tokens.shape == (n,) and load_npy(run.path(A.SCORES)).shape == (n,)
+    np.testing.assert_array_equal(labels[:150], old_labels)
+    np.testing.assert_array_equal(tokens[:150], old_tokens)
+    np.testing.assert_array_equal(load_npy(run.path(A.CENTROIDS)), centroids)
+    np.testing.assert_array_equal(load_npy(run.path(A.SIZES)), np.bincount(labels, minlength=len(centroids)))
+    ids = read_column(run, "id")
+    assert len(set(ids)) == n and ids[150:] == [json.loads(line)["id"] for line in new.read_text().splitlines()]
+    emb = get_embedder("hashing", progress=False)
+    texts = read_column(run, "text")[150:]
+    np.testing.assert_array_equal(load_embeddings(run, np.float16)[150:], emb.encode(texts).astype(np.float16))
+    scores = load_embeddings(run)[150:] @ centroids.T
+    np.testing.assert_array_equal(labels[150:], scores.argmax(axis=1))
+
+    with run.lock():
+        assert cluster_stage(run, CLUSTER, progress=False)["fit_count"] == 150  # fresh: the add kept its fit
+        rec = plan_stage(run, PlanConfig(strategy="random"))
+    order = load_plan(run.path(A.plan_path(rec["name"], A.PLAN_ORDER)))
+    assert sorted(order.tolist()) == list(range(n))
+    still = load_plan(run.path(A.plan_path(old_plan_name, A.PLAN_ORDER)))
+    np.testing.assert_array_equal(still, old_plan)
+    assert sorted(ClusterClipSampler(run.path(A.plan_path(old_plan_name)), rank=0, world_size=1)) == sorted(old_plan)
+
+
+def test_rerun_after_completion_is_a_no_op(tmp_path):
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 20})
+    add(run, [new])
+    before = {p: p.stat().st_mtime_ns for p in run.root.rglob("*") if p.is_file() and p.name != A.LOCK}
+    assert add(run, [new])["already_added"] is True
+    assert {p: p.stat().st_mtime_ns for p in run.root.rglob("*") if p.is_file() and p.name != A.LOCK} == before
+
+
+def test_colliding_id_names_both_places_and_changes_nothing(tmp_path):
+    run, _ = build_run(tmp_path)
+    records = {s: run.record_path(s).read_bytes() for s in A.STAGES}
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 5})
+    lines = new.read_text().splitlines()
+    lines.insert(3, json.dumps({"id": "astronomy-7", "text": "a comet and a moon", "domain": "astronomy"}))
+    new.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ClusterClipError) as err:
+        add(run, [new])
+    msg = str(err.value)
+    assert f"{new}:4" in msg and "'astronomy-7'" in msg and "document 87 (corpus/part-00000.parquet)" in msg
+    assert {s: run.record_path(s).read_bytes() for s in A.STAGES} == records
+    assert sorted(p.name for p in run.path(A.CORPUS_DIR).glob("*.parquet")) == ["part-00000.parquet"]
+    assert not run.path(A.ADD_JOURNAL).exists()
+
+
+def test_duplicate_among_new_documents_names_both_lines(tmp_path):
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 5})
+    lines = new.read_text().splitlines()
+    new.write_text("\n".join([*lines, lines[1]]) + "\n")
+    with pytest.raises(ClusterClipError, match=rf"{new}:6: id 'new-sailing-1' is also the id of {new}:2"):
+        add(run, [new])
+
+
+def test_default_ids_of_a_same_named_file_collide_with_a_hint(tmp_path):
+    run, old = build_run(tmp_path, id_field=None)
+    (tmp_path / "feb").mkdir()
+    again = new_file(tmp_path / "feb" / old.name, {"sailing": 5})
+    with pytest.raises(ClusterClipError, match=r"already in the run.*rename it or use --id-field"):
+        add(run, [again])
+    renamed = shutil.copy(again, tmp_path / "feb" / "feb.jsonl")
+    assert add(run, [Path(renamed)])["documents_added"] == 5
+
+
+def test_reader_options_override_the_recorded_ones(tmp_path):
+    run, _ = build_run(tmp_path)
+    new = tmp_path / "new.jsonl"
+    new.write_text("".join(json.dumps({"key": f"k{i}", "body": TOPICS["sailing"]}) + "\n" for i in range(4)))
+    with pytest.raises(ClusterClipError, match="text"):
+        add(run, [new])
+    add(run, [new], read=ReadOptions(text_field="body", id_field="key"))
+    assert read_column(run, "id")[-4:] == ["k0", "k1", "k2", "k3"]
+
+
+def test_drift_separates_a_new_topic_from_more_of_the_same(tmp_path):
+    run, _ = build_run(tmp_path)
+    same = add(run, [new_file(tmp_path / "same.jsonl", {"cooking": 40, "astronomy": 20}, "same", seed=5)])
+    other = add(run, [new_file(tmp_path / "other.jsonl", {"sailing": 60}, "other", seed=6)])
+    assert same["drift_share"] <= AddConfig().drift_threshold < other["drift_share"]
+    assert not same["recommend_refit"] and other["recommend_refit"]
+
+
+def test_cluster_refit_fits_over_all_documents_and_makes_plans_stale(tmp_path):
+    run, _ = build_run(tmp_path)
+    add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 60})])
+    plan = PlanConfig(strategy="clusterclip", max_repeat=3)
+    stale_hash = run.record(A.plan_stage_name(plan.name()))["inputs_hash"]
+    assert main(["cluster", str(run.root), "--k", "4", "--refit", "-q"]) == 0
+    rec = run.record(A.CLUSTER_STAGE)
+    assert "fit_count" not in rec and rec["sample_size"] == 210
+    assert run.audit()[A.CLUSTER_STAGE] == []
+    with run.lock():
+        rebuilt = plan_stage(run, plan)
+    assert rebuilt["inputs_hash"] != stale_hash
+    assert load_npy(run.path(A.LABELS)).shape == (210,)
+
+
+def test_add_cli_prints_the_report_and_refuses_ray(tmp_path, capsys):
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 30})
+    assert main(["add", str(run.root), str(new), "--engine", "ray", "-q"]) == 2
+    assert "--engine local only" in capsys.readouterr().err
+    assert main(["add", str(run.root), str(new), "--drift-threshold", "0.01", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "added 30 documents to 150" in out and f"clusterclip cluster {run.root} --refit" in out
+    assert main(["add", str(run.root), str(new), "-q"]) == 0
+    assert "already added" in capsys.readouterr().out
+
+
+def test_add_reuses_the_fitted_lsa_model(tmp_path):
+    from clusterclip.embed import LsaEmbedder
+
+    corpus = make_corpus(tmp_path / "old.jsonl", {"cooking": 60, "astronomy": 40, "finance": 30})
+    run = RunDir(tmp_path / "run")
+    with run.lock():
+        corpus_stage(run, [corpus], CorpusConfig(id_field="id"), progress=False)
+        embed_stage(run, "lsa", shard_size=50, progress=False, dim=8, sample_size=100)
+        cluster_stage(run, CLUSTER, progress=False)
+    model = {p.name: p.read_bytes() for p in run.path(A.LSA_DIR).iterdir()}
+    add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 12, "finance": 8})])
+    assert {p.name: p.read_bytes() for p in run.path(A.LSA_DIR).iterdir()} == model
+    fitted = LsaEmbedder.load(run.path(A.LSA_DIR), progress=False)
+    expected = fitted.encode(read_column(run, "text")[130:]).astype(np.float16)
+    np.testing.assert_array_equal(load_embeddings(run, np.float16)[130:], expected)
+    assert run.audit()[A.EMBED_STAGE] == []
+
+
+def test_default_k_follows_the_fit_only_while_the_cluster_record_is_current(tmp_path):
+    from clusterclip.cluster import default_k
+
+    run, old = build_run(tmp_path)
+    with run.lock():
+        assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(150)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 35})
+    add(run, [new])
+    with run.lock():
+        assert cluster_stage(run, ClusterConfig(), progress=False)["fit_count"] == 150  # fresh, same k
+        corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False)
+        embed_stage(run, "hashing", shard_size=50, progress=False)
+        assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(185) != default_k(150)
