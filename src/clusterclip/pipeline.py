@@ -141,7 +141,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
                      + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
     if e := summary.get("embed"):
-        lines.append(f"embed:    {e['embedder']} ({e['model']}, dim {e['dim']}), {e['seconds']:.1f}s")
+        model = f"{e['model']}, " if e["model"] != e["embedder"] else ""
+        lines.append(f"embed:    {e['embedder']} ({model}dim {e['dim']}), {e['seconds']:.1f}s")
     if k := summary.get("cluster"):
         lines.append(f"cluster:  k={k['k']}, sizes min {k['size_min']} / median {k['size_median']:g} / "
                      f"max {k['size_max']}, largest 10% of clusters hold {k['largest_10pct_share']:.0%} "
