@@ -67,17 +67,13 @@ class AddConfig(Settings):
 
 
 def _npy_rows(path: Path, stop: int, chunk: int = COPY_ROWS) -> Iterator[np.ndarray]:
-    """Rows ``[0, stop)`` of a 1-d ``.npy`` file in chunks, read with plain reads (no memory map, no copy
-    of the whole array)."""
-    with open(path, "rb") as fh:
-        version = np.lib.format.read_magic(fh)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(fh)
-        if len(shape) != 1 or fortran or shape[0] < stop:
-            raise ClusterClipError(f"{path}: expected a 1-d array of at least {stop} rows, got shape {shape}")
-        for start in range(0, stop, chunk):
-            take = min(chunk, stop - start)
-            yield np.frombuffer(fh.read(take * dtype.itemsize), dtype=dtype, count=take)
+    """Rows ``[0, stop)`` of a 1-d ``.npy`` file in chunks, through a read-only memory map (file pages,
+    never a copy of the whole array)."""
+    arr = load_npy(path, mmap=True)
+    if arr.ndim != 1 or arr.shape[0] < stop:
+        raise ClusterClipError(f"{path}: expected a 1-d array of at least {stop} rows, got shape {arr.shape}")
+    for start in range(0, stop, chunk):
+        yield np.array(arr[start:min(start + chunk, stop)])
 
 
 def append_npy(path: Path, keep: int, new: np.ndarray) -> None:

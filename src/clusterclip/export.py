@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
 from clusterclip.export_writers import WRITERS
-from clusterclip.rundir import RunDir, StaleArtifactError, file_digest, load_json, save_json
+from clusterclip.rundir import RunDir, StaleArtifactError, load_json, save_json
 from clusterclip.settings import Settings, at_least, optional, setting
 
 FORMATS = tuple(WRITERS)
@@ -289,7 +289,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     t0 = time.perf_counter()
     plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
     name = plan_path.parent.name
-    run.require(A.plan_stage_name(name))
+    plan_record = run.require(A.plan_stage_name(name))
     order = load_plan(plan_path)
     corpus = _CorpusIndex(run)
     if order.size and int(np.max(order)) >= corpus.n:
@@ -297,7 +297,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
                                  f"{corpus.n}; re-run the plan stage")
     labels = load_labels(run, mmap=True) if run.record(A.CLUSTER_STAGE) is not None else None
     tokenizer = _Tokenizer(cfg.tokenizer, cfg.append_eos) if cfg.tokenizer is not None else None
-    identity = {"plan": name, "plan_sha256": file_digest(plan_path), "format": cfg.fmt,
+    plan_sha256 = plan_record["artifacts"][A.plan_path(name, A.PLAN_ORDER)]["sha256"]  # verified by require
+    identity = {"plan": name, "plan_sha256": plan_sha256, "format": cfg.fmt,
                 "tokenizer": tokenizer.identity if tokenizer is not None else None,
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len}
     out = Path(out_dir)
