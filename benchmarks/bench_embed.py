@@ -13,6 +13,10 @@ with docs/s on the whole corpus and, for the ``--e2e`` embedders, the time of ``
     nice python benchmarks/bench_embed.py --corpora ../shared/data/minipile.jsonl.gz \\
         benchmarks/out/corpora/debdocs.jsonl.gz benchmarks/out/corpora/glossaries.jsonl.gz \\
         --subset 1500 --e2e lsa static --json benchmarks/out/embed-corpora.json
+
+``--rate static static-vocab lsa`` only measures encode docs/s (best of 3 alternating passes over 8,000
+documents per corpus, after the fits). ``--only static-vocab lsa static`` limits the table to some
+embedders (``static-vocab`` distils MiniLM with each corpus' vocabulary once, then reuses the cached model).
 """
 
 from __future__ import annotations
@@ -109,14 +113,26 @@ def _timed(emb: Any, texts: list[str]) -> tuple[np.ndarray, float]:
     return np.ascontiguousarray(x.astype(np.float16).astype(np.float32)), len(texts) / (time.perf_counter() - t)
 
 
-def corpus_rows(path: Path, subset: int, seed: int, seeds: list[int], skip_minilm: bool,
-                k2: int = 30) -> list[dict[str, Any]]:
-    """Every embedder on one corpus: NMI and purity at K = number of domains and K = ``k2`` on a seeded stratified
-    subset (the same documents for all), docs/s on the whole corpus (MiniLM: on the subset). ``lsa`` is
-    fitted on a seeded sample of the whole corpus, as the embed stage does; ``lsa+static`` concatenates the
-    two unit vectors (weights 1:1) and is L2-normalised again."""
-    from clusterclip.embed import HashingEmbedder, LsaEmbedder, MiniLMEmbedder, StaticEmbedder
+ALL_CORPUS_EMBEDDERS = ("lsa", "static", "hashing", "minilm", "static-vocab", "lsa+static", "lsa+static-vocab")
 
+
+def corpus_rows(path: Path, subset: int, seed: int, seeds: list[int], skip_minilm: bool,
+                k2: int = 30, only: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every embedder (or those in ``only``) on one corpus: NMI and purity at K = number of domains and
+    K = ``k2`` on a seeded stratified subset (the same documents for all), docs/s on the whole corpus
+    (MiniLM: on the subset). ``lsa`` and ``static-vocab`` are fitted on one seeded sample of the whole
+    corpus, as the embed stage does (``fit_s``: for ``static-vocab`` the distillation, or the cache lookup
+    when its vocabulary was distilled before); ``a+b`` concatenates the two unit vectors (weights 1:1) and
+    is L2-normalised again."""
+    from clusterclip.embed import (
+        HashingEmbedder,
+        LsaEmbedder,
+        MiniLMEmbedder,
+        StaticEmbedder,
+        StaticVocabEmbedder,
+    )
+
+    wanted = [e for e in (only or ALL_CORPUS_EMBEDDERS) if not (e == "minilm" and skip_minilm)]
     texts, labels, names = load_minipile(path)
     sub = stratified_subset(labels, min(subset, len(texts)), seed)
     sub_texts, sub_labels = [texts[i] for i in sub], labels[sub]
@@ -124,22 +140,34 @@ def corpus_rows(path: Path, subset: int, seed: int, seeds: list[int], skip_minil
     rng = np.random.default_rng(seed)
     lsa = LsaEmbedder(seed=seed, progress=False)
     sample = rng.choice(len(texts), size=min(lsa.sample_size, len(texts)), replace=False)
-    t = time.perf_counter()
-    lsa.fit([texts[i] for i in np.sort(sample)])
-    fit_s = time.perf_counter() - t
+    sample_texts = [texts[i] for i in np.sort(sample)]
+    fitted: dict[str, Any] = {"lsa": lsa, "static-vocab": StaticVocabEmbedder(seed=seed, progress=False)}
+    makers: dict[str, Callable[[], Any]] = {"lsa": lambda: lsa, "static": lambda: StaticEmbedder(progress=False),
+                                            "hashing": lambda: HashingEmbedder(progress=False),
+                                            "static-vocab": lambda: fitted["static-vocab"]}
     vecs: dict[str, np.ndarray] = {}
     rows = []
-    for name, emb in (("lsa", lsa), ("static", StaticEmbedder(progress=False)),
-                      ("hashing", HashingEmbedder(progress=False))):
-        x_all, rate = _timed(emb, texts)
+    for name in (e for e in wanted if e in makers):
+        extra: dict[str, Any] = {}
+        if name in fitted:
+            t = time.perf_counter()
+            fitted[name].fit(sample_texts)
+            extra["fit_s"] = time.perf_counter() - t
+            if name == "static-vocab":
+                extra.update(words=len(fitted[name].words), model=fitted[name].model_name)
+        x_all, rate = _timed(makers[name](), texts)
         vecs[name] = x_all[sub]
-        rows.append({"embedder": name, "docs_per_s": rate, **({"fit_s": fit_s} if name == "lsa" else {})})
-    if not skip_minilm:
+        rows.append({"embedder": name, "docs_per_s": rate, **extra})
+    if "minilm" in wanted:
         vecs["minilm"], rate = _timed(MiniLMEmbedder(progress=False), sub_texts)
         rows.append({"embedder": "minilm", "docs_per_s": rate})
-    both = np.hstack([vecs["lsa"], vecs["static"]])
-    vecs["lsa+static"] = both / np.linalg.norm(both, axis=1, keepdims=True)
-    rows.append({"embedder": "lsa+static", "docs_per_s": 1 / (1 / rows[0]["docs_per_s"] + 1 / rows[1]["docs_per_s"])})
+    rate_of = {r["embedder"]: r["docs_per_s"] for r in rows}
+    for combo in (e for e in wanted if "+" in e):
+        a, b = combo.split("+")
+        if a in vecs and b in vecs:
+            both = np.hstack([vecs[a], vecs[b]])
+            vecs[combo] = both / np.linalg.norm(both, axis=1, keepdims=True)
+            rows.append({"embedder": combo, "docs_per_s": 1 / (1 / rate_of[a] + 1 / rate_of[b])})
     for row in rows:
         row.update(corpus=path.name.split(".")[0], docs=len(texts), subset=len(sub), ks=list(ks),
                    **_scores(vecs[row["embedder"]], sub_labels, ks, seeds))
@@ -159,11 +187,39 @@ def end_to_end(path: Path, embedder: str) -> float:
         return time.perf_counter() - t
 
 
+def encode_rates(paths: list[Path], names: list[str], docs: int, repeats: int, seed: int) -> None:
+    """``--rate``: encode docs/s alone (models fitted or distilled first), best of ``repeats`` alternating
+    passes over the first ``docs`` documents of each corpus, so the embedders share the machine's load."""
+    from clusterclip.embed import get_embedder
+
+    print("| corpus | docs | " + " | ".join(f"{n} docs/s" for n in names) + " |")
+    print("|---|---|" + "---|" * len(names))
+    for path in paths:
+        texts, _, _ = load_minipile(path)
+        embs = {n: get_embedder(n, seed=seed, progress=False) for n in names}
+        for emb in embs.values():
+            if hasattr(emb, "fit"):
+                size = min(emb.sample_size, len(texts))
+                pick = np.sort(np.random.default_rng(seed).choice(len(texts), size=size, replace=False))
+                emb.fit([texts[i] for i in pick])
+        part = texts[:docs]
+        best = dict.fromkeys(names, 0.0)
+        for emb in embs.values():
+            emb.encode(part[:64], progress=False)
+        for _ in range(repeats):
+            for n, emb in embs.items():
+                t = time.perf_counter()
+                emb.encode(part, progress=False)
+                best[n] = max(best[n], len(part) / (time.perf_counter() - t))
+        print(f"| {path.name.split('.')[0]} | {len(part):,} | " + " | ".join(f"{best[n]:,.0f}" for n in names) + " |",
+              flush=True)
+
+
 def multi_corpus(args: argparse.Namespace) -> None:
     """``--corpora``: the per-corpus table (and ``--e2e`` embedders through ``clusterclip run``)."""
     seeds = list(range(args.kmeans_seeds))
     rows = [r for path in args.corpora
-            for r in corpus_rows(path, args.subset, args.seed, seeds, args.skip_minilm, args.k)]
+            for r in corpus_rows(path, args.subset, args.seed, seeds, args.skip_minilm, args.k, args.only)]
     e2e = {(p.name.split(".")[0], e): end_to_end(p, e) for p in args.corpora for e in args.e2e}
     print(f"\nk-means seeds {seeds}; subset {args.subset} stratified docs per corpus (seed {args.seed})\n")
     print(f"| corpus | embedder | docs/s | NMI K=domains | purity K=domains | NMI K={args.k} | purity K={args.k} "
@@ -193,7 +249,16 @@ def main() -> None:
                     "`domain`; see benchmarks/build_corpora.py)")
     ap.add_argument("--k", type=int, default=30, help="with --corpora: the second K (the first: number of domains)")
     ap.add_argument("--e2e", nargs="*", default=[], help="with --corpora: embedders timed through `clusterclip run`")
+    ap.add_argument("--only", nargs="+", choices=ALL_CORPUS_EMBEDDERS, default=None,
+                    help="with --corpora: only these embedders (default: all)")
+    ap.add_argument("--rate", nargs="+", default=None, help="with --corpora: only measure the encode docs/s of "
+                    "these embedders (best of --rate-repeats alternating passes), no clustering")
+    ap.add_argument("--rate-docs", type=int, default=8000)
+    ap.add_argument("--rate-repeats", type=int, default=3)
     args = ap.parse_args()
+    if args.corpora and args.rate:
+        encode_rates(args.corpora, args.rate, args.rate_docs, args.rate_repeats, args.seed)
+        return
     if args.corpora:
         multi_corpus(args)
         return

@@ -106,7 +106,7 @@ def test_hashing_seed_and_dim() -> None:
 
 
 def test_get_embedder_names_and_errors(static_cache: Path) -> None:
-    assert E.EMBEDDERS == ("static", "minilm", "hashing", "lsa")
+    assert E.EMBEDDERS == ("static", "minilm", "hashing", "lsa", "static-vocab")
     h = E.get_embedder("Hashing", seed=3, dim=32, progress=False)
     assert isinstance(h, E.HashingEmbedder) and h.seed == 3 and h.dim == 32
     assert E.get_embedder("minilm", batch_size=8).batch_size == 8

@@ -101,5 +101,8 @@ def test_export_refuses_a_corpus_out_of_index_order(tmp_path):
     with pytest.raises(ClusterClipError, match="checksum does not match"):
         export_plan(run, cfg.name(), tmp_path / "o")
     run.write_record("corpus", {}, "c", list(run.record("corpus")["artifacts"]), 0.0)
+    with pytest.raises(ClusterClipError, match="is stale"):
+        export_plan(run, cfg.name(), tmp_path / "o")
+    plan_stage(run, cfg)
     with pytest.raises(ClusterClipError, match="not in index order"):
         export_plan(run, cfg.name(), tmp_path / "o")

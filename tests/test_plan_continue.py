@@ -191,18 +191,17 @@ def test_cli_continue_end_to_end(tmp_path, capsys):
     assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "-q"]) == 0
     assert main(["cluster", out, "--k", "4", "-q"]) == 0
     capsys.readouterr()
-    assert main(["plan", out, "--max-repeat", "4", "--budget", "400", "-q"]) == 0
-    parent = capsys.readouterr().out.splitlines()[0]
+    assert main(["plan", out, "--max-repeat", "4", "--budget", "400", "--json"]) == 0
+    parent = json.loads(capsys.readouterr().out)["plan"]
     name = parent.split("/")[-2]
-    assert main(["plan", out, "--continue", name, "--consumed", "120", "--max-repeat", "3", "-q"]) == 0
-    printed = capsys.readouterr().out
-    cont_path = printed.splitlines()[0]
-    stats = json.loads(printed[printed.index("{"):])
+    assert main(["plan", out, "--continue", name, "--consumed", "120", "--max-repeat", "3", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    cont_path, stats = printed["plan"], printed["stats"]
     old, new = np.load(parent), np.load(cont_path)
     assert new.size == 280 and stats["max_total_repeat"] <= 3
     assert (np.bincount(old[:120], minlength=150) + np.bincount(new, minlength=150)).max() <= 3
-    assert main(["plan", out, "--continue", name, "--consumed", "120", "--max-repeat", "3", "-q"]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == cont_path  # fresh: reused
+    assert main(["plan", out, "--continue", name, "--consumed", "120", "--max-repeat", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"] == cont_path  # fresh: reused
     assert main(["plan", out, "--continue", name, "-q"]) == 2
     assert "--consumed" in capsys.readouterr().err
     assert main(["plan", out, "--continue", name, "--consumed", "401", "-q"]) == 2

@@ -42,7 +42,16 @@ from clusterclip.corpus import (
     work_units,
 )
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.rundir import RunDir, atomic_path, config_hash, load_json, load_npy, save_json, save_npy
+from clusterclip.rundir import (
+    RunDir,
+    atomic_path,
+    config_hash,
+    grown_from,
+    load_json,
+    load_npy,
+    save_json,
+    save_npy,
+)
 from clusterclip.settings import Settings, between, setting
 
 log = logging.getLogger(__name__)
@@ -334,24 +343,24 @@ def _write_records(run: RunDir, journal: dict[str, Any], new: _NewDocs, shards: 
         skipped_examples=(corpus.get("skipped_examples", []) + new.stats.examples)[:ReadStats.max_examples],
         duplicate_ids=corpus.get("duplicate_ids", 0), groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         inputs=[*corpus.get("inputs", []), *journal["fingerprint"]], engine=corpus.get("engine", "local"),
-        additions=[*corpus.get("additions", []), entry])
+        additions=[*corpus.get("additions", []), entry], grown_from=grown_from(corpus))
     extra = {k: v for k, v in embed.items() if k not in _RECORD_KEYS}
     run.write_record(A.EMBED_STAGE, embed["config"], run.output_hash(A.CORPUS_STAGE),
                      [*embed["artifacts"], *(s["file"] for s in shards)], embed["seconds"], known=_untouched(embed),
-                     **{**extra, "count": n, "shards": [*embed["shards"], *shards]})
+                     **{**extra, "count": n, "shards": [*embed["shards"], *shards], "grown_from": grown_from(embed)})
     extra = {k: v for k, v in cluster.items() if k not in _RECORD_KEYS}
     objective = (float(cluster["objective"]) * n_old + float(scores_new.sum(dtype=np.float64))) / n
     run.write_record(A.CLUSTER_STAGE, cluster["config"], run.output_hash(A.EMBED_STAGE), list(cluster["artifacts"]),
                      cluster["seconds"], known=_untouched(cluster),
                      **{**extra, "objective": objective, "fit_count": int(cluster.get("fit_count", n_old)),
                         "size_min": int(sizes.min()), "size_median": float(np.median(sizes)),
-                        "size_max": int(sizes.max())})
+                        "size_max": int(sizes.max()), "grown_from": grown_from(cluster)})
 
 
 _GROWN = (A.TOKENS, A.LABELS, A.SCORES, A.SIZES)
 """Artifacts an add rewrites: their recorded metadata is never reused (they are hashed again)."""
 _RECORD_KEYS = ("stage", "format_version", "config", "config_hash", "inputs_hash", "finished_at", "seconds",
-                "artifacts")
+                "artifacts", "upstream")
 
 
 def _untouched(rec: dict[str, Any]) -> dict[str, Any]:

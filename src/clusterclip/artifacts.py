@@ -42,6 +42,12 @@ LSA_DIR = "embeddings/lsa"
 """The ``lsa`` embedder's model fitted by the embed stage (listed with checksums in its record)."""
 LSA_FILES = ("lsa.json", "vocabulary.json", "idf.npy", "components.npy")
 """Files of ``LSA_DIR``: options, vocabulary (column order), IDF per column, SVD components ``[dim, vocab]``."""
+STATIC_VOCAB_DIR = "embeddings/static-vocab"
+"""The ``static-vocab`` embedder's model (distilled with the corpus' words; listed with checksums in its record)."""
+STATIC_VOCAB_FILES = ("static-vocab.json", "vocabulary.json", "tokenizer.json", "model.safetensors", "config.json",
+                      "clusterclip.json")
+"""Files of ``STATIC_VOCAB_DIR``: options, the corpus words, then the model2vec folder (tokenizer with the words
+added, token vectors, model2vec config, distillation provenance)."""
 
 
 def embed_shard(i: int) -> str:
@@ -74,6 +80,8 @@ def plan_path(name: str, fname: str | None = None) -> str:
 
 PLAN_ORDER = "plan.npy"
 PLAN_RECORD = "plan.json"
+PLAN_BLOCKS = "blocks.npy"
+"""uint32 CRC-32 of each block of 2^20 entries of ``plan.npy``, verified by every reader (``plan.integrity``)."""
 PLAN_DRAWS = "cluster_draws.npy"
 PLAN_UNIQUE = "cluster_unique.npy"
 PLAN_MAX_REPEAT = "cluster_max_repeat.npy"
@@ -92,6 +100,8 @@ def plan_stage_name(name: str) -> str:
 SUMMARY = "summary.json"
 REPORT_DIR = "report"
 REPORT_HTML = "report.html"
+REPORT_STAGE = "report"
+"""Stage name of the report: ``report.json`` records what it was built from, so a rebuilt stage makes it stale."""
 EXPERIMENT_RESULTS = "experiment/results.json"
 TUNE_DIR = "tune"
 """``clusterclip tune``'s work: ``splits/<seed>/`` run directories, ``runs/<hash>.json`` proxy runs."""

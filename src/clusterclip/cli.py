@@ -169,6 +169,8 @@ def _add_stage_commands(sub: Any) -> None:
                         "continuation's own length (default: what remains of the parent)")
     g.add_argument("--consumed", type=int, default=None, metavar="N",
                    help="positions of the --continue plan already trained on (e.g. step x global batch size)")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan's path and statistics as JSON (default: a one-line summary; -q: nothing)")
     _add_common(p)
 
 
@@ -280,13 +282,22 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if (a.continue_plan is None) != (a.consumed is None):
         raise ClusterClipError("--continue PLAN and --consumed N go together: continue PLAN after N positions")
     with run.lock():
+        run.clean_temp_files()  # what a plan killed mid-write (e.g. disk full) left behind
         if a.continue_plan is None:
             rec = plan_stage(run, cfg, force=a.force)
         else:
             cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed)
             rec = plan_stage(run, cfg, force=a.force, continues=parent)
-    print(run.path(A.plan_path(rec["name"], A.PLAN_ORDER)))
-    print(json.dumps(rec.get("stats", {}), indent=2, default=str))
+    path = run.path(A.plan_path(rec["name"], A.PLAN_ORDER))
+    if a.json:
+        print(json.dumps({"plan": str(path), "name": rec["name"], "identity": rec.get("identity"),
+                          "stats": rec.get("stats", {})}, indent=2, default=str))
+    elif not a.quiet:
+        from clusterclip.pipeline import format_summary
+
+        stats = {k: v for k, v in rec.get("stats", {}).items() if v is not None}
+        summary = format_summary({"run_dir": str(run.root), "plans": {rec["name"]: stats}})
+        print(f"{summary.splitlines()[-1].removeprefix('plan:').strip()} ({path})")
     return 0
 
 

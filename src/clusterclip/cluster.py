@@ -212,7 +212,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     if run.record(A.CORPUS_STAGE) is not None:
         check_inputs_unchanged(run)
         run.require_current(A.EMBED_STAGE, A.CORPUS_STAGE)
-    previous = run.record(A.CLUSTER_STAGE) or {}
+    previous = run.previous_record(A.CLUSTER_STAGE) or {}
     kept_fit = not refit and config.k is None and previous.get("inputs_hash") == run.output_hash(A.EMBED_STAGE)
     k = config.effective_k(int(previous.get("fit_count", embed_rec["count"]) if kept_fit else embed_rec["count"]))
     stage = Stage(A.CLUSTER_STAGE, {**asdict(config), "k": k}, run.output_hash(A.EMBED_STAGE),

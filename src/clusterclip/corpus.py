@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import errno
 import fnmatch
 import functools
 import gzip
@@ -40,7 +41,7 @@ import pyarrow.parquet as pq
 
 from clusterclip import artifacts as A
 from clusterclip.engines import check_engine
-from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.errors import BadRecordError, ClusterClipError, DiskFullError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
 from clusterclip.settings import Settings, SettingsError, at_least, is_text, optional, setting
@@ -127,10 +128,41 @@ class DocBatch:
 # --------------------------------------------------------------------------------------------- inputs
 
 
+HF_METADATA = ("state.json", "dataset_info.json")
+
+
 def _is_hf_dataset_dir(path: Path) -> bool:
-    return path.is_dir() and any(
-        (path / name).exists() for name in ("dataset_dict.json", "state.json", "dataset_info.json")
-    )
+    """A folder ``save_to_disk`` wrote: a Dataset (``state.json``, ``dataset_info.json`` and ``.arrow``
+    data) or a DatasetDict (``dataset_dict.json`` and a split folder that is such a Dataset)."""
+    if (path / "dataset_dict.json").is_file():
+        return any(_is_hf_dataset_dir(split) for split in _subdirs(path))
+    return all((path / name).is_file() for name in HF_METADATA) and any(path.glob("*.arrow"))
+
+
+def _has_hf_metadata(path: Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or all((path / name).is_file() for name in HF_METADATA)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir())
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: OSError) -> ClusterClipError:
+    """The one-line error of an input that cannot be listed or read (permission denied, I/O error)."""
+    return ClusterClipError(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def files_under(path: Path) -> list[Path]:
+    """Every file below folder ``path`` (symbolic links to folders not followed), sorted; a folder that
+    cannot be listed raises instead of being skipped, so no document goes missing without a word."""
+    def fail(exc: OSError) -> None:
+        raise _unreadable(Path(exc.filename or path), exc)
+
+    files = [Path(root, name) for root, _, names in os.walk(path, onerror=fail) for name in names]
+    return sorted(p for p in files if p.is_file())
 
 
 def _format_of(path: Path) -> str:
@@ -164,14 +196,19 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, 
         path = Path(raw)
         if not path.exists():
             raise ClusterClipError(f"{path}: no such file or directory")
-        if _is_hf_dataset_dir(path):
+        if not _is_unicode(str(path)):
+            raise ClusterClipError(f"{os.fsencode(path)!r}: path is not valid UTF-8; rename it")
+        if path.is_dir() and _is_hf_dataset_dir(path):
             out.append((path, "hf"))
         elif path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            files = [p for p in files_under(path) if not p.name.startswith(".")]
             txt = [p for p in files if p.suffix.lower() == ".txt"]
             if txt:
                 out.append((path, "txtdir"))
                 continue
+            if _has_hf_metadata(path):
+                raise ClusterClipError(f"{path}: looks like a Hugging Face dataset folder (save_to_disk metadata) "
+                                       "but holds no .arrow data files; save it again with save_to_disk")
             data = []
             for p in files:
                 try:
@@ -190,7 +227,7 @@ def inputs_fingerprint(inputs: Sequence[tuple[Path, str]]) -> list[dict[str, Any
     """Path, size and modification time of every input file: what staleness checks compare."""
     entries = []
     for path, fmt in inputs:
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        files = files_under(path) if path.is_dir() else [path]
         for p in files:
             st = p.stat()
             entries.append({"path": str(p.resolve()), "format": fmt, "size": st.st_size,
@@ -305,6 +342,18 @@ def _group_value(value: Any) -> str | None:
     return None if value is None or isinstance(value, (dict, list)) else str(value)
 
 
+def _is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (from a JSON escape or an undecodable file name),
+    which no UTF-8 column can store."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _default_id(source: str, loc: int | None) -> str:
     return f"{_file_name(source)}:{loc}"
 
@@ -390,13 +439,21 @@ def jsonl_records(path: Path, fmt: str, byte_range: tuple[int, int] | None = Non
             for lineno, raw in enumerate(lines, lines_before + 1):
                 if raw.strip():
                     yield source, lineno, raw
-    except (EOFError, OSError, zlib.error) as exc:
-        raise BadRecordError(source, lineno + 1, f"truncated or corrupt {fmt.split('+')[-1]} stream "
-                             f"({exc.__class__.__name__}: {exc})") from None
+    except OSError as exc:
+        if exc.errno is not None:
+            raise _unreadable(path, exc) from None
+        raise _corrupt_stream(source, lineno + 1, fmt, exc) from None
+    except (EOFError, zlib.error) as exc:
+        raise _corrupt_stream(source, lineno + 1, fmt, exc) from None
     except Exception as exc:
         if type(exc).__module__.startswith("zstandard"):
             raise BadRecordError(source, lineno + 1, f"truncated or corrupt zstd stream ({exc})") from None
         raise
+
+
+def _corrupt_stream(source: str, loc: int, fmt: str, exc: Exception) -> BadRecordError:
+    return BadRecordError(source, loc, f"truncated or corrupt {fmt.split('+')[-1]} stream "
+                          f"({exc.__class__.__name__}: {exc})")
 
 
 def json_document(line: bytes, opts: ReadOptions, source: str, loc: int | None) -> Document:
@@ -406,10 +463,29 @@ def json_document(line: bytes, opts: ReadOptions, source: str, loc: int | None) 
     except UnicodeDecodeError as exc:
         raise _not_utf8(source, loc, exc) from None
     except json.JSONDecodeError as exc:
-        raise BadRecordError(source, loc, f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        what = exc.msg.removesuffix(" at")
+        raise BadRecordError(source, loc, f"invalid JSON ({what} at column {exc.colno})") from None
+    except RecursionError:
+        raise BadRecordError(source, loc, "invalid JSON (nested too deeply to parse)") from None
+    except ValueError:
+        raise BadRecordError(source, loc, f"invalid JSON (an integer longer than {sys.get_int_max_str_digits()} "
+                             "digits; write it as a string)") from None
     if not isinstance(record, dict):
         raise BadRecordError(source, loc, f"expected a JSON object, got {type(record).__name__}")
-    return record_document(record, opts, source, loc)
+    doc = record_document(record, opts, source, loc)
+    if b"\\ud" in line or b"\\uD" in line:
+        _check_surrogates(doc, opts, source, loc)
+    return doc
+
+
+def _check_surrogates(doc: Document, opts: ReadOptions, source: str, loc: int | None) -> None:
+    """Refuse a document whose id, text or group holds a lone surrogate: only a JSON ``\\udXXX`` escape
+    makes one (decoded UTF-8 cannot), and no UTF-8 column can store it."""
+    for what, name, value in (("id", opts.id_field, doc[0]), ("text", opts.text_field, doc[1]),
+                              ("group", opts.group_field, doc[2])):
+        if value is not None and not _is_unicode(value):
+            raise BadRecordError(source, loc, f"{what} field {name!r} holds a lone surrogate "
+                                 f"(a \\ud800-\\udfff escape without its pair), which is not valid Unicode")
 
 
 def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
@@ -476,7 +552,11 @@ def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, 
     try:
         pf = open_parquet(path)
         names = pf.schema_arrow.names
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        if exc.errno is not None:
+            raise _unreadable(path, exc) from None
+        raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
+    except (pa.ArrowException, UnicodeDecodeError) as exc:
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
@@ -503,7 +583,11 @@ def _column_records(source: str, cols: dict[str, list], before: int,
 def txt_records(paths: Iterable[Path], root: Path) -> Iterator[Located]:
     """Each ``.txt`` file is one record, ``(id, bytes)``: its path relative to ``root`` and its content."""
     for p in paths:
-        yield str(p), None, (str(p.relative_to(root)), p.read_bytes())
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise _unreadable(p, exc) from None
+        yield str(p), None, (str(p.relative_to(root)), data)
 
 
 def txt_document(record: tuple[str, bytes], opts: ReadOptions, source: str, loc: int | None) -> Document:
@@ -515,6 +599,8 @@ def txt_document(record: tuple[str, bytes], opts: ReadOptions, source: str, loc:
         raise _not_utf8(source, loc, exc) from None
     if not text.strip():
         raise BadRecordError(source, loc, "empty document")
+    if not _is_unicode(rel):
+        raise BadRecordError(source, loc, "file name is not valid UTF-8 (it is the document id); rename the file")
     return rel, text, None
 
 
@@ -526,7 +612,13 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
     except ImportError:
         raise ClusterClipError(f"{path}: reading Hugging Face datasets needs `pip install "
                                "clusterclip[hf]`") from None
-    ds = datasets.load_from_disk(str(path))
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (None, errno.ENOENT):
+            raise _unreadable(path, exc) from None
+        raise ClusterClipError(f"{path}: not a readable Hugging Face dataset folder ({type(exc).__name__}: "
+                               f"{exc}); save it again with save_to_disk") from None
     if isinstance(ds, datasets.DatasetDict):
         if opts.split not in ds:
             raise ClusterClipError(f"{path}: split {opts.split!r} not found (splits: {', '.join(ds)}); "
@@ -538,9 +630,12 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
     columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in ds.column_names]
     ds = ds.select_columns(list(dict.fromkeys(columns)))
     row = 0
-    for cols in ds.iter(batch_size=BATCH_ROWS):
-        yield str(path), row, cols
-        row += len(cols[opts.text_field])
+    try:
+        for cols in ds.iter(batch_size=BATCH_ROWS):
+            yield str(path), row, cols
+            row += len(cols[opts.text_field])
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise BadRecordError(str(path), row + 1, f"corrupt Hugging Face dataset data ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -567,7 +662,7 @@ def work_units(inputs: Sequence[tuple[Path, str]], split: bool = False) -> list[
     units: list[WorkUnit] = []
     for path, fmt in inputs:
         if fmt == "txtdir":
-            files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+            files = [p for p in files_under(path) if p.name.endswith(".txt")]
             units.extend(WorkUnit(path, fmt, tuple(files[i:i + TXT_FILES_PER_UNIT]))
                          for i in range(0, len(files), TXT_FILES_PER_UNIT))
         elif fmt == "parquet" and split:
@@ -747,7 +842,7 @@ class _Read:
 
 def write_part(path: Path, table: pa.Table) -> None:
     """Write one corpus part atomically; chunks are combined first so the bytes depend only on the rows."""
-    with atomic_path(path) as tmp:
+    with disk_full_at(path), atomic_path(path) as tmp:
         pq.write_table(table.combine_chunks(), tmp, row_group_size=ROW_GROUP_ROWS)
 
 
@@ -831,12 +926,24 @@ def corpus_stage(
         cfg["group_field"] = "module"
     stage = Stage(A.CORPUS_STAGE, cfg, config_hash(fingerprint),
                   build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint))
-    return run_stage(run, stage, force)
+    with disk_full_at(run.root):
+        return run_stage(run, stage, force)
 
 
 def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
                   config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
-    """Read the corpus into its parts and ``tokens.npy``; refuse an empty corpus and duplicate ids."""
+    """Read the corpus into its parts and ``tokens.npy``; refuse an empty corpus and duplicate ids. When the
+    disk fills up, the parts written so far go too (the record is already gone), freeing their space."""
+    try:
+        return _write_corpus(run, inputs, resolved, config, engine, progress, fingerprint)
+    except DiskFullError:
+        for part in run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB):
+            part.unlink(missing_ok=True)
+        raise
+
+
+def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
+                  config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
     staging = run.path(A.CORPUS_STAGING)
     shutil.rmtree(staging, ignore_errors=True)
     run.path(A.CORPUS_DIR).mkdir(parents=True, exist_ok=True)
@@ -859,12 +966,18 @@ def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
             stale.unlink()
     duplicates = _count_duplicates(read.id_hashes)
     if duplicates and config.id_field is not None:
+        first, second = _first_duplicate(read.id_hashes)
+        doc_id = _ids_at(run, read, (first,))[0]
         msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
         if config.on_bad_record == "error":
-            raise ClusterClipError(f"{', '.join(map(str, inputs))}: {msg}; ids must be unique "
-                                   "(or use --on-bad-record skip to keep them, counted)")
-        log.warning("corpus: %s (kept)", msg)
-    save_npy(run.path(A.TOKENS), read.tokens)
+            where = _document_locations(resolved, config, (first, second)) if inputs else {}
+            at = [where.get(i, f"document {i}") for i in (first, second)]
+            raise ClusterClipError(f"{', '.join(map(str, inputs)) or DEFAULT_CORPUS}: {msg}, the first {doc_id!r} at "
+                                   f"{at[0]} and again at {at[1]}; ids must be unique (or use --on-bad-record skip "
+                                   "to keep them, counted)")
+        log.warning("corpus: %s, the first %r (kept)", msg, doc_id)
+    with disk_full_at(run.path(A.TOKENS)):
+        save_npy(run.path(A.TOKENS), read.tokens)
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
     return Built([*read.parts, A.TOKENS], dict(
@@ -973,6 +1086,59 @@ def _hash_ids(ids: list[str]) -> np.ndarray:
 
 def _count_duplicates(hashes: np.ndarray) -> int:
     return int(hashes.size - np.unique(hashes).size)
+
+
+def _first_duplicate(hashes: np.ndarray) -> tuple[int, int]:
+    """Document indices ``(first, second)`` of the earliest repeat: ``second`` is the smallest index whose
+    id hash occurred before, ``first`` where it did."""
+    order = np.argsort(hashes, kind="stable")
+    sorted_hashes = hashes[order]
+    repeat = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1]) + 1
+    at = repeat[np.argmin(order[repeat])]
+    return int(order[np.searchsorted(sorted_hashes, sorted_hashes[at])]), int(order[at])
+
+
+def _ids_at(run: RunDir, read: _Read, indices: Sequence[int]) -> list[str]:
+    """The ids of documents ``indices`` as written in the corpus parts of ``read``."""
+    ends = np.cumsum(read.part_sizes)
+    out = []
+    for i in indices:
+        part = int(np.searchsorted(ends, i, side="right"))
+        row = i - (int(ends[part - 1]) if part else 0)
+        out.append(pq.read_table(run.path(read.parts[part]), columns=["id"]).column(0)[row].as_py())
+    return out
+
+
+def _document_locations(inputs: Sequence[tuple[Path, str]], opts: ReadOptions,
+                        indices: Sequence[int]) -> dict[int, str]:
+    """``FILE:LINE`` (or ``FILE:ROW``, or the file) of the documents at ``indices``, found by reading the inputs
+    again up to the last of them, under the same bad-record policy: only for error messages, so that the
+    reading that writes the corpus keeps no per-document locations."""
+    wanted, found, n = set(indices), {}, 0
+    last = max(indices)
+    for unit in work_units(inputs):
+        if unit.fmt in ("parquet", "hf"):
+            batches = parquet_batches(unit.path, opts, unit.row_groups) if unit.fmt == "parquet" \
+                else hf_batches(unit.path, opts)
+            located: Iterable[tuple[Located, ToDocument]] = (
+                (rec, record_document) for source, before, cols in batches
+                for rec in _column_records(source, cols, before, (opts.text_field,) if unit.fmt == "parquet" else None))
+        elif unit.fmt.startswith("jsonl"):
+            located = ((rec, json_document) for rec in jsonl_records(unit.path, unit.fmt))
+        else:
+            files, root = ((unit.path,), unit.path.parent) if unit.fmt == "txt" else (unit.files, unit.path)
+            located = ((rec, txt_document) for rec in txt_records(files, root))
+        for (source, loc, record), to_document in located:
+            try:
+                to_document(record, opts, source, loc)
+            except BadRecordError:
+                continue
+            if n in wanted:
+                found[n] = source if loc is None else f"{source}:{loc}"
+            if n == last:
+                return found
+            n += 1
+    return found
 
 
 # ------------------------------------------------------------------------------------------ access

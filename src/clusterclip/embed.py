@@ -1,6 +1,6 @@
 """Document embedders and the ``embed`` stage.
 
-Four embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
+Five embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
 norm, plus a ``config()`` that names everything that changes the output, so the stage record can tell
 when embeddings must be recomputed.
 
@@ -14,6 +14,9 @@ when embeddings must be recomputed.
 * ``lsa``     -- the default: TF-IDF over a vocabulary fitted on a seeded sample of the corpus, truncated
   SVD to 256 dims; the fitted model is stored in the run directory (``embeddings/lsa``) and recorded
   with checksums, so later processes apply the same transform. Best clusters on the benchmark corpora.
+* ``static-vocab`` -- ``static`` distilled with the corpus' own words added to the vocabulary (taken from a
+  seeded sample, like ``lsa``'s fit), so domain terms are whole tokens; cached per vocabulary hash and
+  copied into the run directory (``embeddings/static-vocab``).
 
 The stage streams the corpus parts, embeds in fixed chunks and writes ``embeddings/shard-*.npy``
 (float16) one shard at a time; ``embeddings/progress.json`` lists finished shards so a killed run
@@ -42,11 +45,12 @@ import numpy as np
 
 from clusterclip import artifacts as A
 from clusterclip.corpus import corpus_parts, open_parquet
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.rundir import (
     TMP_PREFIX,
     RunDir,
+    atomic_path,
     file_digest,
     load_json,
     load_npy,
@@ -65,6 +69,8 @@ __all__ = [
     "LsaEmbedder",
     "MiniLMEmbedder",
     "StaticEmbedder",
+    "StaticVocabEmbedder",
+    "corpus_vocabulary",
     "distill_static_model",
     "embed_stage",
     "encode_texts",
@@ -74,15 +80,18 @@ __all__ = [
     "minilm_path",
     "run_embedder",
     "static_cache_dir",
+    "vocabulary_hash",
 ]
 
-EMBEDDERS = ("static", "minilm", "hashing", "lsa")
+EMBEDDERS = ("static", "minilm", "hashing", "lsa", "static-vocab")
 DEFAULT_EMBEDDER = "lsa"
 """Chosen by the multi-corpus benchmark (``docs/embedders.md``): the only CPU embedder at MiniLM's level on
 every corpus there."""
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 STATIC_RECIPE = 1
 CHUNKS_PER_CALL = 16
+DISTIL_BATCH_SIZE = 1024
+"""Tokens (or corpus words) per MiniLM forward pass while distilling a static model."""
 
 
 @runtime_checkable
@@ -233,14 +242,24 @@ class MiniLMEmbedder(_Base):
 
 
 def static_cache_dir(dim: int = 256, vocab_limit: int | None = None,
-                     root: str | os.PathLike[str] | None = None) -> Path:
-    """Where the distilled static model lives: ``<root>/static-minilm-<dim>[-v<vocab_limit>]``.
+                     root: str | os.PathLike[str] | None = None, vocab_hash: str | None = None) -> Path:
+    """Where the distilled static model lives: ``<root>/static-minilm-<dim>[-v<vocab_limit>][-vocab-<hash12>]``.
 
-    ``root`` defaults to ``$CLUSTERCLIP_CACHE``, else ``~/.cache/clusterclip``.
+    ``root`` defaults to ``$CLUSTERCLIP_CACHE``, else ``~/.cache/clusterclip``. ``vocab_hash`` (the
+    SHA-256 of a corpus vocabulary, :func:`vocabulary_hash`) names a model distilled with those extra words.
     """
     base = Path(root or os.environ.get("CLUSTERCLIP_CACHE") or Path.home() / ".cache" / "clusterclip")
     suffix = f"-v{vocab_limit}" if vocab_limit else ""
+    if vocab_hash:
+        suffix += f"-vocab-{vocab_hash[:12]}"
     return base.expanduser() / f"static-minilm-{dim}{suffix}"
+
+
+def vocabulary_hash(words: Sequence[str]) -> str:
+    """SHA-256 of a corpus vocabulary (the words in order): the key of its distilled model in the cache."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(list(words), ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _is_static_model_dir(path: Path) -> bool:
@@ -253,9 +272,9 @@ def distill_static_model(
     dim: int = 256,
     vocab_limit: int | None = None,
     sif_coefficient: float = 1e-4,
-    batch_size: int = 1024,
     device: str = "cpu",
     pooling: str = "mean",
+    extra_words: Sequence[str] | None = None,
     progress: bool = True,
 ) -> Path:
     """Distil all-MiniLM-L6-v2 into a model2vec static model at ``out_dir`` (offline, atomic).
@@ -268,6 +287,14 @@ def distill_static_model(
     Zipf probabilities ``p_r ~ 1 / (r + 2)``, so frequent tokens count less in a document mean.
     ``[unusedN]`` and special tokens get zero rows. ``vocab_limit`` distils only the first M remaining
     tokens (zero rows for the rest) -- for tests; the default is the whole vocabulary (~1 min on 2 cores).
+
+    ``extra_words`` (a corpus vocabulary: normalised words that are not MiniLM tokens, see
+    :func:`corpus_vocabulary`) are added to the WordPiece vocabulary after its last id, in the given
+    order, as model2vec does with a custom vocabulary: each word is run through MiniLM as its own text
+    (``[CLS]`` + its word pieces + ``[SEP]``, mean-pooled), its vector joins the token vectors before the
+    PCA, and it takes the Zipf ranks after them. WordPiece matches the longest vocabulary entry first,
+    so the tokenizer then keeps those words whole and splits other words as before. The words are also
+    written to ``vocabulary.json``.
 
     The folder is built under a temporary name beside ``out_dir`` and renamed into place, so a killed
     distillation never leaves a half-written model; if another process finished first, its model is kept.
@@ -287,11 +314,24 @@ def distill_static_model(
     tok_spec = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     vocab: dict[str, int] = tok_spec["model"]["vocab"]
     keep = _distillable_tokens(tok_spec, dim, vocab_limit)
-    hidden = _token_vectors(src, keep, vocab, pooling=pooling, batch_size=batch_size, device=device,
+    words = list(extra_words or [])
+    if words and pooling != "mean":
+        raise ClusterClipError("extra_words need pooling='mean' (a word of several pieces has no single position)")
+    clash = [w for w in words if w in vocab]
+    if clash or len(set(words)) != len(words):
+        raise ClusterClipError(f"extra_words must be distinct and not MiniLM tokens (e.g. {clash[:3]})")
+    hidden = _token_vectors(src, keep, vocab, pooling=pooling, batch_size=DISTIL_BATCH_SIZE, device=device,
                             progress=progress)
+    if words:
+        hidden = np.vstack([hidden, _word_vectors(src, words, batch_size=DISTIL_BATCH_SIZE, device=device,
+                                                  progress=progress)])
     reduced, explained = _pca_sif(hidden, dim, sif_coefficient)
-    embeddings = np.zeros((max(vocab.values()) + 1, dim), dtype=np.float32)
-    embeddings[keep] = reduced
+    n_base = max(vocab.values()) + 1
+    embeddings = np.zeros((n_base + len(words), dim), dtype=np.float32)
+    embeddings[keep] = reduced[:len(keep)]
+    embeddings[n_base:] = reduced[len(keep):]
+    if words:
+        vocab.update({w: n_base + i for i, w in enumerate(words)})
 
     tok_spec["post_processor"] = None
     tok_spec["padding"] = None
@@ -322,9 +362,14 @@ def distill_static_model(
         "torch_threads": torch.get_num_threads(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    _install_model_dir(out, embeddings, {"tokenizer.json": json.dumps(tok_spec, ensure_ascii=False),
-                                         "config.json": json.dumps(m2v_config, indent=2) + "\n",
-                                         "clusterclip.json": json.dumps(provenance, indent=2) + "\n"})
+    files = {"tokenizer.json": json.dumps(tok_spec, ensure_ascii=False),
+             "config.json": json.dumps(m2v_config, indent=2) + "\n"}
+    if extra_words is not None:
+        provenance.update(extra_words=len(words), vocabulary_sha256=vocabulary_hash(words),
+                          extra_word_pooling="mean over [CLS] word-pieces [SEP]")
+        files["vocabulary.json"] = json.dumps(words, ensure_ascii=False) + "\n"
+    files["clusterclip.json"] = json.dumps(provenance, indent=2) + "\n"
+    _install_model_dir(out, embeddings, files)
     return out
 
 
@@ -359,6 +404,41 @@ def _token_vectors(src: Path, keep: np.ndarray, vocab: dict[str, int], *, poolin
             pooled = out_h[:, 1] if pooling == "token" else out_h.mean(dim=1)
             hidden[start:start + len(ids)] = pooled.float().cpu().numpy()
             bar.update(len(ids))
+    return hidden
+
+
+def _word_vectors(src: Path, words: Sequence[str], *, batch_size: int, device: str, progress: bool) -> np.ndarray:
+    """MiniLM's output for each word run as its own text (``[CLS]`` word pieces ``[SEP]``), mean-pooled.
+
+    Words are batched in order of their piece count, so padding is small; padded positions are masked
+    out of the mean, and rows come back in the order of ``words``.
+    """
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    ids = [e.ids for e in tok.encode_batch(list(words), add_special_tokens=True)]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    order = np.argsort(lengths, kind="stable")
+    model = AutoModel.from_pretrained(str(src)).to(device).eval()
+    hidden = np.empty((len(ids), model.config.hidden_size), dtype=np.float64)
+    with torch.inference_mode(), progress_bar("distil corpus words", "word", len(ids), progress) as bar:
+        for start in range(0, len(ids), batch_size):
+            idx = order[start:start + batch_size]
+            width = int(lengths[idx].max())
+            input_ids = torch.zeros((len(idx), width), dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                input_ids[row, :lengths[i]] = torch.tensor(ids[i])
+                mask[row, :lengths[i]] = 1
+            out_h = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                          token_type_ids=torch.zeros_like(input_ids).to(device)).last_hidden_state
+            m = mask.to(out_h.device).unsqueeze(-1).to(out_h.dtype)
+            hidden[idx] = ((out_h * m).sum(dim=1) / m.sum(dim=1)).float().cpu().numpy()
+            bar.update(len(idx))
     return hidden
 
 
@@ -492,6 +572,196 @@ class StaticEmbedder(_Base):
             yield slice(start, start + len(batch)), np.asarray(doc_tokens @ self._emb, dtype=np.float32)
 
 
+WORD_PATTERN = r"(?u)[^\W_]{2,}"
+"""Corpus-vocabulary words: runs of 2+ letters or digits in MiniLM-normalised text (``_`` splits words, as
+MiniLM's pre-tokenizer does)."""
+
+
+def corpus_vocabulary(texts: Sequence[str], *, min_df: int = 2, max_words: int = 25_000) -> list[str]:
+    """The words of ``texts`` that MiniLM splits into pieces, most frequent first: the vocabulary to distil.
+
+    Texts are normalised by MiniLM's own normaliser (lowercase, accents stripped), so every word is
+    spelled as its tokenizer will see it. Kept: :data:`WORD_PATTERN` words of at most 50 characters, not
+    all digits, not a MiniLM token, that the pre-tokenizer leaves whole and that occur in at least
+    ``min_df`` texts (capped at their number); the ``max_words`` with the highest document frequency,
+    ties in alphabetical order. Deterministic for the same texts.
+    """
+    from sklearn.feature_extraction.text import CountVectorizer
+    from tokenizers import Tokenizer
+
+    texts = list(texts)
+    if not texts or max_words < 1:
+        return []
+    tok = Tokenizer.from_file(str(minilm_path() / "tokenizer.json"))
+    base = tok.get_vocab()
+    vec = CountVectorizer(preprocessor=tok.normalizer.normalize_str, lowercase=False, token_pattern=WORD_PATTERN,
+                          min_df=min(min_df, len(texts)), binary=True, dtype=np.int32)
+    try:
+        x = vec.fit_transform(texts)
+    except ValueError:
+        return []
+    df = np.diff(x.tocsc().indptr)
+    names = vec.get_feature_names_out()
+    pre = tok.pre_tokenizer
+    ok = np.array([i for i, w in enumerate(names)
+                   if w not in base and len(w) <= 50 and not w.isdigit()
+                   and [p for p, _ in pre.pre_tokenize_str(w)] == [w]], dtype=np.int64)
+    if not len(ok):
+        return []
+    order = ok[np.argsort(-df[ok], kind="stable")]
+    return [str(w) for w in names[order[:max_words]]]
+
+
+class StaticVocabEmbedder(StaticEmbedder):
+    """``static`` distilled with the corpus' own words, so its domain terms are whole tokens.
+
+    :meth:`fit` takes the :func:`corpus_vocabulary` of a seeded sample of the corpus (the embed stage
+    draws ``sample_size`` documents; words in at least ``min_df`` of them that MiniLM splits into pieces,
+    the ``max_words`` most frequent) and distils MiniLM with those words added
+    (:func:`distill_static_model` ``extra_words``): ``hypernym`` or ``postgresql`` then get one vector of
+    their own instead of the mean of ``hyper ##ny ##m``. The distilled model is cached per vocabulary hash
+    (:func:`static_cache_dir`), so a corpus with the same vocabulary reuses it; the embed stage copies it
+    into the run directory (``embeddings/static-vocab``, listed with checksums), from which ``add`` and
+    Ray actors apply the same model. Encoding is :class:`StaticEmbedder`'s: WordPiece matches the longest
+    vocabulary entry first, so known corpus words stay whole and other words fall back to word pieces.
+    """
+
+    name = "static-vocab"
+    MODEL_DIR = A.STATIC_VOCAB_DIR
+    MODEL_FILES = A.STATIC_VOCAB_FILES
+    OPTIONS = ("dim", "seed", "sample_size", "min_df", "max_words", "max_length", "vocab_limit")
+
+    def __init__(self, *, seed: int = 0, sample_size: int = 20_000, min_df: int = 2, max_words: int = 25_000,
+                 **static: Any) -> None:
+        """``static`` are :class:`StaticEmbedder`'s options (``dim``, ``max_length``, ``vocab_limit``,
+        ``cache_dir``, ``batch_size``, ``device``, ``progress``), ``model_path`` excepted."""
+        if "model_path" in static:
+            raise ClusterClipError("static-vocab embedder: model_path is not an option (the model is distilled "
+                                   "for the corpus)")
+        super().__init__(**static)
+        if not 1 <= self.dim <= MiniLMEmbedder.dim or sample_size < 2 or min_df < 1 or max_words < 0:
+            raise ClusterClipError(f"static-vocab embedder: 1 <= dim <= {MiniLMEmbedder.dim}, sample_size >= 2, "
+                                   "min_df >= 1, max_words >= 0 required")
+        self.seed, self.sample_size, self.min_df, self.max_words = seed, sample_size, min_df, max_words
+        self.cache_dir = static.get("cache_dir")
+        self.distilled = False
+        self.words: list[str] | None = None
+        self.model_name: str | None = None
+
+    @property
+    def fitted(self) -> bool:
+        return self.words is not None
+
+    def config(self) -> dict[str, Any]:
+        """Every option of the fit and the transform (the distilled model is an output of the embed stage)."""
+        return {"name": self.name, "source_model": MINILM_ID,
+                "source_sha256": _digest(minilm_path() / "model.safetensors"), "dim": self.dim,
+                "max_length": self.max_length, "vocab_limit": self.vocab_limit, "seed": self.seed,
+                "sample_size": self.sample_size, "min_df": self.min_df, "max_words": self.max_words,
+                "word_pattern": WORD_PATTERN, "recipe": STATIC_RECIPE}
+
+    def ensure_model(self) -> Path:
+        """The fitted model's folder (in the cache, or in a run directory once loaded from there)."""
+        if not self.fitted:
+            raise ClusterClipError("static-vocab embedder is not fitted: fit() it on a sample of the corpus, or "
+                                   "load a run's model with run_embedder()")
+        return self.path
+
+    @staticmethod
+    def _cached(path: Path, vocab_hash: str) -> bool:
+        """Whether ``path`` holds a complete model distilled with the vocabulary of ``vocab_hash``."""
+        if not (_is_static_model_dir(path) and (path / "vocabulary.json").is_file()):
+            return False
+        try:
+            prov, words = load_json(path / "clusterclip.json"), load_json(path / "vocabulary.json")
+        except (ValueError, OSError):
+            return False
+        return isinstance(prov, dict) and prov.get("vocabulary_sha256") == vocab_hash \
+            and isinstance(words, list) and vocabulary_hash(words) == vocab_hash
+
+    def fit(self, texts: Sequence[str]) -> StaticVocabEmbedder:
+        """Take the corpus vocabulary of ``texts`` and distil MiniLM with it, or reuse the cached model
+        distilled with the same vocabulary; returns self."""
+        words = corpus_vocabulary(texts, min_df=self.min_df, max_words=self.max_words)
+        vhash = vocabulary_hash(words)
+        path = static_cache_dir(self.dim, self.vocab_limit, self.cache_dir, vocab_hash=vhash)
+        if not self._cached(path, vhash):
+            if path.exists():
+                trash = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + path.name + ".old.", dir=path.parent))
+                os.replace(path, trash / path.name)
+                shutil.rmtree(trash, ignore_errors=True)
+            if self.progress:
+                print(f"clusterclip: distilling all-MiniLM-L6-v2 with {len(words):,} corpus words into {path} "
+                      "(once per corpus vocabulary; a minute or two)", file=sys.stderr)
+            distill_static_model(path, dim=self.dim, vocab_limit=self.vocab_limit, extra_words=words,
+                                 device=self.device, progress=self.progress)
+        self.adopt_model(words, path, path.name)
+        return self
+
+    def adopt_model(self, words: list[str], path: Path, model_name: str | None) -> None:
+        self.words, self.path, self.model_name = words, path, model_name
+        self._loaded = False
+
+    def adopt(self, fitted: StaticVocabEmbedder) -> None:
+        """Use the model of ``fitted`` (another instance with the same options)."""
+        self.adopt_model(list(fitted.words or []), fitted.path, fitted.model_name)
+
+    def save(self, folder: str | os.PathLike[str]) -> list[Path]:
+        """Copy the fitted model into ``folder`` with this embedder's options (atomic files; see
+        :data:`clusterclip.artifacts.STATIC_VOCAB_FILES`)."""
+        src = self.ensure_model()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / f for f in self.MODEL_FILES]
+        for path in paths[1:]:
+            if not (path.exists() and path.samefile(src / path.name)):
+                with atomic_path(path) as tmp:
+                    shutil.copyfile(src / path.name, tmp)
+        save_json(paths[0], {"config": self.config(), "model": self.model_name,
+                             "vocabulary_sha256": vocabulary_hash(self.words or []), "words": len(self.words or [])})
+        return paths
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], *, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
+             progress: bool = True) -> StaticVocabEmbedder:
+        """The embedder saved in ``folder``; a missing or inconsistent file is a :class:`ClusterClipError`."""
+        folder = Path(folder)
+        missing = [str(folder / f) for f in cls.MODEL_FILES if not (folder / f).is_file()]
+        if missing:
+            raise ClusterClipError(f"fitted static-vocab model missing ({', '.join(missing)}); re-run `clusterclip "
+                                   "embed --force`")
+        try:
+            meta, words = load_json(folder / cls.MODEL_FILES[0]), load_json(folder / "vocabulary.json")
+            prov = load_json(folder / "clusterclip.json")
+            emb = cls(**{k: meta["config"][k] for k in cls.OPTIONS}, batch_size=batch_size, progress=progress)
+            vhash = meta["vocabulary_sha256"]
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ClusterClipError(f"{folder}: unreadable fitted static-vocab model ({exc}); re-run `clusterclip "
+                                   "embed --force`") from None
+        if not isinstance(words, list) or vocabulary_hash(words) != vhash or not isinstance(prov, dict) \
+                or prov.get("vocabulary_sha256") != vhash:
+            raise ClusterClipError(f"{folder}: fitted static-vocab model files do not fit together; re-run "
+                                   "`clusterclip embed --force`")
+        emb.adopt_model([str(w) for w in words], folder, meta.get("model"))
+        return emb
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        super()._load()
+        rows = self._emb.shape[0]
+        if self._tok.get_vocab_size() != rows or rows < len(self.words or []):
+            self._loaded = False
+            raise ClusterClipError(f"{self.path}: tokenizer and token vectors of the static-vocab model do not "
+                                   "fit together; re-run `clusterclip embed --force`")
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with its loaded model (Ray actors need no access to the cache or the run directory)."""
+        if self.fitted:
+            self._load()
+        return dict(self.__dict__)
+
+
 class HashingEmbedder(_Base):
     """Model-free embeddings: hashed word uni+bigrams -> sublinear TF -> sparse random projection.
 
@@ -575,6 +845,8 @@ class LsaEmbedder(_Base):
 
     name = "lsa"
     TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+    MODEL_DIR = A.LSA_DIR
+    MODEL_FILES = A.LSA_FILES
 
     def __init__(self, *, dim: int = 256, seed: int = 0, sample_size: int = 20_000, min_df: int = 2,
                  max_df: float = 0.5, max_features: int = 32_768, batch_size: int = _Base.DEFAULT_BATCH_SIZE,
@@ -624,6 +896,11 @@ class LsaEmbedder(_Base):
         self.components = components
         self._counter = None
         return self
+
+    def adopt(self, fitted: LsaEmbedder) -> None:
+        """Use the fitted model of ``fitted`` (another instance with the same options)."""
+        self.vocabulary, self.idf, self.components = fitted.vocabulary, fitted.idf, fitted.components
+        self._counter = None
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write the fitted model into ``folder`` (atomic files; see :data:`clusterclip.artifacts.LSA_FILES`)."""
@@ -691,8 +968,13 @@ class LsaEmbedder(_Base):
         return {**self.__dict__, "_counter": None}
 
 
+FITTED_EMBEDDERS = (LsaEmbedder, StaticVocabEmbedder)
+"""Embedders fitted on a sample of the corpus by the embed stage, their model stored in the run directory."""
+
+
 DEFAULT_BATCH_SIZES = {"static": StaticEmbedder.DEFAULT_BATCH_SIZE, "minilm": MiniLMEmbedder.DEFAULT_BATCH_SIZE,
-                       "hashing": HashingEmbedder.DEFAULT_BATCH_SIZE, "lsa": LsaEmbedder.DEFAULT_BATCH_SIZE}
+                       "hashing": HashingEmbedder.DEFAULT_BATCH_SIZE, "lsa": LsaEmbedder.DEFAULT_BATCH_SIZE,
+                       "static-vocab": StaticVocabEmbedder.DEFAULT_BATCH_SIZE}
 """Texts per encoder call when no batch size is given, by embedder name."""
 
 
@@ -701,7 +983,8 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
     """Build an embedder by name (one of :data:`EMBEDDERS`); models load lazily, on first use.
 
     ``batch_size=None`` takes the embedder's own ``DEFAULT_BATCH_SIZE`` (:data:`DEFAULT_BATCH_SIZES`).
-    ``seed`` only matters for ``hashing`` (its projection) and ``lsa`` (its sample and SVD); ``device`` for
+    ``seed`` only matters for ``hashing`` (its projection), ``lsa`` (its sample and SVD) and ``static-vocab``
+    (its sample); ``device`` for
     ``minilm`` and for the static
     model's one-time distillation. Other keywords go to the embedder's constructor (e.g. ``dim``,
     ``vocab_limit``, ``cache_dir``, ``max_length``).
@@ -715,6 +998,7 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
         "static": lambda: StaticEmbedder(device=device, **common, **kw),
         "hashing": lambda: HashingEmbedder(seed=seed, **common, **kw),
         "lsa": lambda: LsaEmbedder(seed=seed, **common, **kw),
+        "static-vocab": lambda: StaticVocabEmbedder(seed=seed, device=device, **common, **kw),
     }
     if key not in factories:
         raise ClusterClipError(f"unknown embedder {name!r}; choose one of {', '.join(EMBEDDERS)}")
@@ -725,10 +1009,10 @@ def get_embedder(name: str, *, batch_size: int | None = None, device: str = "cpu
 
 
 def encode_texts(name: str, texts: Sequence[str], *, seed: int = 0, progress: bool = True, **kw: Any) -> np.ndarray:
-    """Embed a list of texts outside a run directory with embedder ``name``; ``lsa`` is first fitted on a
-    seeded sample of ``texts`` itself (as the embed stage fits it on the corpus)."""
+    """Embed a list of texts outside a run directory with embedder ``name``; ``lsa`` and ``static-vocab`` are
+    first fitted on a seeded sample of ``texts`` itself (as the embed stage fits them on the corpus)."""
     emb = get_embedder(name, seed=seed, progress=progress, **kw)
-    if isinstance(emb, LsaEmbedder):
+    if isinstance(emb, FITTED_EMBEDDERS):
         pick = np.random.default_rng(seed).choice(len(texts), size=min(emb.sample_size, len(texts)), replace=False)
         emb.fit([texts[i] for i in np.sort(pick)])
     return emb.encode(texts)
@@ -896,7 +1180,8 @@ def embed_stage(
     model = cfg["embedder"].get("model", emb.name)
     stage = Stage(A.EMBED_STAGE, cfg, inputs_hash, reads={A.CORPUS_STAGE: None},
                   build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job))
-    return run_stage(run, stage, force)
+    with disk_full_at(run.path(A.EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
+        return run_stage(run, stage, force)
 
 
 def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, engine: str, progress: bool,
@@ -906,7 +1191,8 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     parts = corpus_parts(run)
     n_docs = _count_rows(parts)
     state = _start_progress(run, job, shard_size, n_docs)
-    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, LsaEmbedder) else []
+    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, FITTED_EMBEDDERS) else []
+    model = getattr(emb, "model_name", None) or model
     done = state["shards"]
     first = len(done)
     bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
@@ -921,8 +1207,9 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     for p in run.path(A.EMBED_DIR).glob(A.EMBED_SHARD_GLOB):
         if f"{A.EMBED_DIR}/{p.name}" not in files:
             p.unlink()
-    if not model_files:
-        shutil.rmtree(run.path(A.LSA_DIR), ignore_errors=True)
+    for cls in FITTED_EMBEDDERS:
+        if not (model_files and isinstance(emb, cls)):
+            shutil.rmtree(run.path(cls.MODEL_DIR), ignore_errors=True)
     return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
                              count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
 
@@ -939,20 +1226,20 @@ def _sample_texts(parts: Sequence[Path], n_docs: int, size: int, seed: int) -> l
     return out
 
 
-def _fit_model(run: RunDir, emb: LsaEmbedder, parts: Sequence[Path], n_docs: int, state: dict[str, Any]) -> list[str]:
-    """Fit ``emb`` on a seeded sample of the corpus and save it under ``embeddings/lsa`` (or, when resuming,
+def _fit_model(run: RunDir, emb: LsaEmbedder | StaticVocabEmbedder, parts: Sequence[Path], n_docs: int,
+               state: dict[str, Any]) -> list[str]:
+    """Fit ``emb`` on a seeded sample of the corpus and save it under its ``MODEL_DIR`` (or, when resuming,
     load the model the reused shards were made with); returns the model's files for the stage record."""
-    rels = [f"{A.LSA_DIR}/{f}" for f in A.LSA_FILES]
+    rels = [f"{emb.MODEL_DIR}/{f}" for f in emb.MODEL_FILES]
     kept = state.get("model")
     if isinstance(kept, dict) and set(kept) == set(rels) and all(
             run.path(r).is_file() and file_digest(run.path(r)) == kept[r] for r in rels):
-        fitted = LsaEmbedder.load(run.path(A.LSA_DIR))
-        emb.vocabulary, emb.idf, emb.components, emb._counter = fitted.vocabulary, fitted.idf, fitted.components, None
+        emb.adopt(type(emb).load(run.path(emb.MODEL_DIR)))  # type: ignore[arg-type]
         return rels
     if n_docs < 2:
-        raise ClusterClipError(f"the lsa embedder needs at least 2 documents to fit, the corpus has {n_docs}")
+        raise ClusterClipError(f"the {emb.name} embedder needs at least 2 documents to fit, the corpus has {n_docs}")
     emb.fit(_sample_texts(parts, n_docs, emb.sample_size, emb.seed))
-    emb.save(run.path(A.LSA_DIR))
+    emb.save(run.path(emb.MODEL_DIR))
     state["shards"] = []
     state["model"] = {r: file_digest(run.path(r)) for r in rels}
     save_json(run.path(A.EMBED_PROGRESS), state)
@@ -963,23 +1250,26 @@ def run_embedder(run: RunDir, *, batch_size: int | None = None, device: str = "c
                  progress: bool = False) -> Embedder:
     """The embedder a finished embed stage used, ready to embed new documents the same way (``add``).
 
-    Built from the record's config; for ``lsa`` the fitted model is loaded from the run directory after
-    its checksums are verified, so a missing or edited model is a clear error instead of other vectors.
+    Built from the record's config; for ``lsa`` and ``static-vocab`` the fitted model is loaded from the run
+    directory after its checksums are verified, so a missing or edited model is a clear error instead of
+    other vectors.
     """
     rec = run.require(A.EMBED_STAGE, verify=False)
     cfg = dict(rec["config"]["embedder"])
     name = cfg.pop("name", rec.get("embedder"))
-    if name == "lsa":
-        rels = [f"{A.LSA_DIR}/{f}" for f in A.LSA_FILES]
+    fitted_cls = {c.name: c for c in FITTED_EMBEDDERS}.get(str(name))
+    if fitted_cls is not None:
+        rels = [f"{fitted_cls.MODEL_DIR}/{f}" for f in fitted_cls.MODEL_FILES]
         missing = [r for r in rels if r not in rec.get("artifacts", {}) or not run.path(r).is_file()]
         if missing:
-            raise ClusterClipError(f"{run.root}: fitted lsa model missing ({', '.join(missing)}); re-run "
+            raise ClusterClipError(f"{run.root}: fitted {name} model missing ({', '.join(missing)}); re-run "
                                    "`clusterclip embed --force`")
         run.verify(A.EMBED_STAGE, rec, only=rels)
-        emb = LsaEmbedder.load(run.path(A.LSA_DIR), batch_size=batch_size or LsaEmbedder.DEFAULT_BATCH_SIZE,
-                               progress=progress)
+        emb = fitted_cls.load(run.path(fitted_cls.MODEL_DIR),
+                              batch_size=batch_size or fitted_cls.DEFAULT_BATCH_SIZE, progress=progress)
         if emb.config() != rec["config"]["embedder"]:
-            raise ClusterClipError(f"{run.path(A.LSA_DIR)}: fitted model options differ from the embed record")
+            raise ClusterClipError(f"{run.path(fitted_cls.MODEL_DIR)}: fitted model options differ from the embed "
+                                   "record")
         return emb
     keys = {"static": ("dim", "max_length", "vocab_limit"), "hashing": ("dim", "seed", "n_features"),
             "minilm": ("max_seq_length",)}.get(str(name), ())

@@ -6,6 +6,11 @@ An option with an unusable value raises :class:`clusterclip.settings.SettingsErr
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+
 
 class ClusterClipError(Exception):
     """Base class of every error caused by user input or run-directory state (not by a bug)."""
@@ -28,3 +33,27 @@ class BadRecordError(ClusterClipError):
 
 class InfeasiblePlanError(ClusterClipError):
     """The requested budget cannot be met under the repetition cap."""
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFullError(ClusterClipError):
+    """A write failed for lack of space (or quota): names where, and what happened to the unfinished files."""
+
+    def __init__(self, path: str | os.PathLike[str], kept: str = "nothing half-written was kept") -> None:
+        self.path = str(path)
+        super().__init__(f"{path}: disk is full (no space left on device); {kept}; free space and run the "
+                         "same command again")
+
+
+@contextlib.contextmanager
+def disk_full_at(path: str | os.PathLike[str], kept: str = "nothing half-written was kept") -> Iterator[None]:
+    """Turn an out-of-space ``OSError`` (ENOSPC, EDQUOT) raised inside into :class:`DiskFullError` naming
+    the file the error names, else ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise DiskFullError(exc.filename or path, kept) from exc

@@ -12,19 +12,25 @@ Everything is written into ``OUT/.partial/`` with the export's identity (plan na
 tokenizer, EOS, sequence length) recorded first; at the end the files are moved into ``OUT`` and
 ``export.json`` (identity, files, counts) is written last. A killed export leaves ``.partial/``, which
 the re-run deletes before writing everything again, so its data files are byte-identical to an
-uninterrupted export. A folder holding an export of another identity, or files that are no export, is
-refused.
+uninterrupted export. Export owns only what it wrote: it writes into an empty or new folder or its own
+export of the same identity, refuses anything else (files it did not write, another identity, symbolic
+links) and never overwrites or deletes a file it did not write. Before reading, the plan must be current
+(not built from older clusters) and every artifact read (plan, labels, corpus parts, ``tokens.npy``) is
+checksum-verified; before writing, the free space is checked against an estimate; a failure removes the
+staged files and leaves an earlier export intact.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -123,9 +129,10 @@ class _CorpusIndex:
 
         self.parts = corpus_parts(run)
         if not self.parts:
-            raise StaleArtifactError(f"{run.path(A.CORPUS_DIR)}: no {A.CORPUS_PART_GLOB} files; re-run the corpus "
-                                     "stage")
+            raise StaleArtifactError(f"{run.path(A.CORPUS_DIR)}: no {A.CORPUS_PART_GLOB} files; rebuild the corpus "
+                                     f"with `{run.rebuild_command(A.CORPUS_STAGE, force=True)}`")
         run.require(A.CORPUS_STAGE, only=[p.relative_to(run.root).as_posix() for p in self.parts])
+        self.rebuild = run.rebuild_command(A.CORPUS_STAGE, force=True)
         self.files = [open_parquet(p) for p in self.parts]
         self.rg_starts: list[np.ndarray] = []
         self.text_bytes = 0
@@ -157,13 +164,13 @@ class _CorpusIndex:
             table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
             rows = table.take(pa.array(first[rg] + mine - starts[rg]))
             if not np.array_equal(rows.column("index").to_numpy(), mine):
-                raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; re-run the corpus "
-                                         "stage")
+                raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; rebuild the corpus "
+                                         f"with `{self.rebuild}`")
             tables.append(rows.drop_columns(["index"]))
         return pa.concat_tables(tables)
 
 
-def _windows(order: np.ndarray, corpus: _CorpusIndex, labels: np.ndarray | None, window: int,
+def _windows(order: np.ndarray, corpus: _CorpusIndex, labels: np.ndarray, window: int,
              tokenizer: _Tokenizer | None) -> Iterator[pa.Table]:
     """The planned stream, one window at a time: ``text`` (or ``tokens``), ``id``, ``index``, ``cluster``."""
     for w in range(0, order.shape[0], window):
@@ -175,8 +182,7 @@ def _windows(order: np.ndarray, corpus: _CorpusIndex, labels: np.ndarray | None,
             body = {"text": rows.column("text").take(take)}
         else:
             body = {"tokens": tokenizer.encode(rows.column("text")).take(take)}
-        cluster = (pa.array(np.asarray(labels[block], dtype=np.int64)) if labels is not None
-                   else pa.nulls(block.size, pa.int64()))
+        cluster = pa.array(np.asarray(labels[block], dtype=np.int64))
         yield pa.table({**body, "id": rows.column("id").take(take), "index": pa.array(block), "cluster": cluster})
 
 
@@ -225,51 +231,222 @@ def _window_rows(corpus: _CorpusIndex, n_rows: int, cfg: ExportConfig) -> int:
     return max(1, int(limit / (corpus.text_bytes / corpus.n)) // cfg.shard_size) * cfg.shard_size
 
 
-# ------------------------------------------------------------------------------------ identity, staging
+# ------------------------------------------------------------------------------- ownership of --out, staging
 
-def _recorded_identity(out: Path) -> dict[str, Any] | None:
-    """The identity of what ``out`` holds (finished or being written); None when ``out`` is empty or new."""
-    for path in (out / A.EXPORT_MANIFEST, out / A.EXPORT_STAGING / A.EXPORT_IDENTITY):
+_STREAM = A.EXPORT_STAGING + ".arrow"
+"""The ``hf`` writer's Arrow stream, beside the staging folder (``save_to_disk`` cannot write around it)."""
+
+
+def _no_link(path: Path) -> None:
+    """Refuse a symbolic link where export writes, deletes or reads its own records."""
+    if path.is_symlink():
+        raise ClusterClipError(f"{path}: is a symbolic link (to {os.readlink(path)}); clusterclip export does not "
+                               "follow links where it writes or deletes: remove the link or choose another --out")
+
+
+def _target(out: Path, rel: str) -> Path:
+    """``out/rel``, refusing a symbolic link at any step below ``out``."""
+    path = out
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        _no_link(path)
+    return path
+
+
+def _read_record(path: Path) -> tuple[dict[str, Any], set[str]]:
+    """Identity and written files of an export record (``export.json`` or the staging journal)."""
+    try:
+        found = load_json(path)
+    except (OSError, ValueError) as exc:
+        raise ClusterClipError(f"{path}: unreadable export record ({exc}); choose an empty --out, or delete the "
+                               "folder if it only holds an old export") from exc
+    if not isinstance(found, dict) or not isinstance(found.get("identity"), dict):
+        raise ClusterClipError(f"{path}: records no plan identity (not a clusterclip export, or one of an older "
+                               "version); choose an empty --out, or delete the folder if it only holds an old export")
+    files = found.get("files", [])
+    bad = [f for f in files if not isinstance(f, str) or not f or PurePosixPath(f).is_absolute()
+           or any(p in ("..", ".") for p in PurePosixPath(f).parts)] if isinstance(files, list) else [files]
+    if bad:
+        raise ClusterClipError(f"{path}: lists {bad[0]!r}, not a file inside the folder (edited?); refusing to "
+                               "write or delete anything there: choose an empty --out")
+    return found["identity"], set(files)
+
+
+def _entries(folder: Path, prefix: str = "") -> Iterator[tuple[str, bool]]:
+    """``(relative path, is a real folder)`` of everything under ``folder``, links not followed."""
+    with os.scandir(folder) as it:
+        for entry in sorted(it, key=lambda e: e.name):
+            rel = prefix + entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            yield rel, is_dir
+            if is_dir:
+                yield from _entries(Path(entry.path), rel + "/")
+
+
+def _survey(out: Path) -> tuple[list[dict[str, Any]], set[str], set[str], list[str]]:
+    """What ``out`` holds: the identities recorded there, the files its manifest lists, every file an
+    export wrote there (the manifest's plus those of a publication that was interrupted), and the
+    entries no export wrote. Refuses a link or a file where the folder, a record or staging should be.
+    """
+    _no_link(out)
+    if not out.exists():
+        return [], set(), set(), []
+    if not out.is_dir():
+        raise ClusterClipError(f"{out}: is a file, not a folder; --out must name an empty or new folder")
+    manifest, staging = out / A.EXPORT_MANIFEST, out / A.EXPORT_STAGING
+    journal = staging / A.EXPORT_IDENTITY
+    for path in (manifest, staging, out / _STREAM, journal):
+        _no_link(path)
+    identities: list[dict[str, Any]] = []
+    listed: set[str] = set()
+    owned: set[str] = set()
+    for path in (manifest, journal):
         if path.is_file():
-            found = load_json(path)
-            if "identity" not in found:
-                raise ClusterClipError(f"{out}: written by an older clusterclip export without a plan identity; "
-                                       "delete the folder or choose another --out")
-            return found["identity"]
-    if out.is_dir() and any(out.iterdir()):
-        raise ClusterClipError(f"{out}: not empty and not a clusterclip export; choose another --out")
-    return None
+            identity, files = _read_record(path)
+            identities.append(identity)
+            owned |= files
+            if path == manifest:
+                listed = files
+    ours = {A.EXPORT_MANIFEST} if manifest.is_file() else set()
+    if journal.is_file() or (staging.is_dir() and not any(staging.iterdir())):
+        ours |= {A.EXPORT_STAGING, _STREAM}
+    parents = {p.as_posix() for rel in owned for p in PurePosixPath(rel).parents}
+    foreign = [rel for rel, is_dir in _entries(out)
+               if rel not in owned and rel.split("/")[0] not in ours and not (is_dir and rel in parents)]
+    return identities, listed, owned, foreign
+
+
+def _refuse_foreign(out: Path, exported: bool, foreign: list[str]) -> None:
+    """Export writes only into an empty or new folder or its own export; it never overwrites or deletes
+    what it did not write."""
+    if not foreign:
+        return
+    shown = ", ".join(foreign[:3]) + (f" ... {len(foreign)} entries" if len(foreign) > 3 else "")
+    if not exported:
+        raise ClusterClipError(f"{out}: not empty and not a clusterclip export (holds {shown}); export writes only "
+                               "into an empty or new folder or its own export of the same plan: choose an empty --out")
+    raise ClusterClipError(f"{out}: holds files clusterclip export did not write ({shown}) beside its export, and "
+                           "export never overwrites or deletes them: move them away or choose an empty --out")
 
 
 def _claim(out: Path, identity: dict[str, Any]) -> Path:
-    """Check ``out`` against ``identity`` and return a fresh staging folder that records it."""
-    found = _recorded_identity(out)
-    if found is not None and found != identity:
-        diff = ", ".join(f"{k}: {found.get(k)!r} here, {v!r} now" for k, v in identity.items() if found.get(k) != v)
-        raise ClusterClipError(f"{out} holds an export of another plan or setting ({diff}); refusing to mix "
-                               "them: delete the folder or choose another --out")
+    """Check ``out`` against ``identity`` and return a fresh staging folder that records it.
+
+    Files a killed publication moved in but the manifest does not list are removed (they are the
+    export's own), so that afterwards ``out`` holds exactly the manifest's files.
+    """
+    identities, listed, owned, foreign = _survey(out)
+    for found in identities:
+        if found != identity:
+            diff = ", ".join(f"{k}: {found.get(k)!r} here, {v!r} now" for k, v in identity.items()
+                             if found.get(k) != v)
+            raise ClusterClipError(f"{out} holds an export of another plan or setting ({diff}); refusing to mix "
+                                   "them: delete the folder or choose another --out")
+    _refuse_foreign(out, bool(identities), foreign)
+    for rel in sorted(owned - listed):
+        _target(out, rel).unlink(missing_ok=True)
     staging = out / A.EXPORT_STAGING
-    shutil.rmtree(staging, ignore_errors=True)
-    (staging.parent / (staging.name + ".arrow")).unlink(missing_ok=True)
-    staging.mkdir(parents=True)
-    save_json(staging / A.EXPORT_IDENTITY, {"identity": identity})
+    (out / _STREAM).unlink(missing_ok=True)
+    if staging.exists():
+        shutil.rmtree(staging)
+    try:
+        staging.mkdir(parents=True)
+        save_json(staging / A.EXPORT_IDENTITY, {"identity": identity})
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise _write_error(out, exc) from exc
     return staging
 
 
-def _publish(out: Path, staging: Path, manifest: dict[str, Any]) -> list[Path]:
-    """Move the staged files into ``out`` (removing an earlier export's files first), then write the manifest."""
+def _write_error(out: Path, exc: OSError) -> ClusterClipError:
+    """One line for an OS error while staging the export (its partial files are removed by then)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ClusterClipError(f"{out}: no space left on the device while exporting ({exc.strerror}); the partial "
+                                "files were removed and any earlier export is intact: free space or choose another "
+                                "--out")
+    return ClusterClipError(f"{out}: cannot write the export ({exc.filename or out}: {exc.strerror or exc}); the "
+                            "partial files were removed and any earlier export is intact")
+
+
+def _discard(out: Path, staging: Path, created: bool) -> None:
+    """Remove what a failed export staged (and ``out`` itself when it ``created`` it): the previous export
+    in ``out`` is untouched."""
+    (out / _STREAM).unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()
+
+
+def _prepare(out: Path, staging: Path, identity: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """The staged files and the earlier export's files to remove, checked before anything is moved; the
+    staging journal then records every file the export owns in ``out``, so that an interrupted
+    publication can be finished by the next run."""
     files = sorted(rel for p in staging.rglob("*")
                    if p.is_file() and (rel := p.relative_to(staging).as_posix()) != A.EXPORT_IDENTITY)
-    old = out / A.EXPORT_MANIFEST
-    if old.is_file():
-        for rel in set(load_json(old).get("files", [])) - set(files):
-            (out / rel).unlink(missing_ok=True)
+    identities, _, owned, foreign = _survey(out)
+    _refuse_foreign(out, bool(identities), foreign)
     for rel in files:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staging / rel, out / rel)
-    save_json(out / A.EXPORT_MANIFEST, {**manifest, "files": files})
-    shutil.rmtree(staging)
+        target = _target(out, rel)
+        if rel not in owned and (target.exists() or target.is_symlink()):
+            raise ClusterClipError(f"{target}: appeared while exporting and was not written by clusterclip "
+                                   "export; refusing to overwrite it: move it away or choose an empty --out")
+    save_json(staging / A.EXPORT_IDENTITY, {"identity": identity, "files": sorted(owned | set(files))})
+    return files, owned - set(files)
+
+
+def _publish(out: Path, staging: Path, files: list[str], stale: set[str], manifest: dict[str, Any]) -> list[Path]:
+    """Move the staged files into ``out``, write the manifest, then remove the earlier export's other files.
+
+    Interrupted here, the staging journal lists every file the export owns in ``out``: the same command
+    run again finishes the job."""
+    try:
+        for rel in files:
+            target = _target(out, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging / rel, target)
+        save_json(out / A.EXPORT_MANIFEST, {**manifest, "files": files})
+        for rel in sorted(stale):
+            _target(out, rel).unlink(missing_ok=True)
+        shutil.rmtree(staging)
+    except OSError as exc:
+        raise ClusterClipError(f"{out}: interrupted while moving the finished export into place ({exc.filename}: "
+                               f"{exc.strerror or exc}); run the same command again to finish it") from exc
     return [out / rel for rel in files]
+
+
+# ----------------------------------------------------------------------------- inputs, free space
+
+def _estimate_bytes(corpus: _CorpusIndex, run: RunDir, plan_record: dict[str, Any], draws: int,
+                    cfg: ExportConfig, tokenizer: _Tokenizer | None) -> int:
+    """A generous estimate of the bytes the export writes: the planned documents' text (the larger of the
+    corpus's mean document per draw and the plan's token count at the corpus's bytes per token) plus a
+    row's fields; with a tokenizer, one token per two bytes of text; ``hf`` twice (its stream, then the
+    saved copy)."""
+    from clusterclip.rundir import load_npy
+
+    planned = plan_record.get("stats", {}).get("tokens")
+    text = draws * corpus.text_bytes / max(corpus.n, 1)
+    if planned and A.TOKENS in run.require(A.CORPUS_STAGE, verify=False).get("artifacts", {}):
+        run.require(A.CORPUS_STAGE, only=[A.TOKENS])
+        total = int(np.asarray(load_npy(run.path(A.TOKENS), mmap=True), dtype=np.int64).sum())
+        if total > 0:
+            text = max(text, planned * corpus.text_bytes / total)
+    size = text + 64 * draws if tokenizer is None else text / 2 * tokenizer.dtype.itemsize + 8 * draws
+    return int(size * (2 if cfg.fmt == "hf" else 1))
+
+
+def _check_space(out: Path, need: int) -> None:
+    """Fail before writing when the filesystem of ``out`` has less free space than ``need`` bytes."""
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise ClusterClipError(f"{out}: this export needs about {_mib(need)} but its filesystem has {_mib(free)} "
+                               "free; free space or choose another --out")
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
 
 
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
@@ -289,36 +466,57 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     t0 = time.perf_counter()
     plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
     name = plan_path.parent.name
-    plan_record = run.require(A.plan_stage_name(name))
+    stage = A.plan_stage_name(name)
+    plan_record = run.require_current(stage, verify=True)
     order = load_plan(plan_path)
     corpus = _CorpusIndex(run)
-    if order.size and int(np.max(order)) >= corpus.n:
-        raise StaleArtifactError(f"plan {name} refers to document {int(np.max(order))} but the corpus has "
-                                 f"{corpus.n}; re-run the plan stage")
-    labels = load_labels(run, mmap=True) if run.record(A.CLUSTER_STAGE) is not None else None
+    if order.size and (int(np.min(order)) < 0 or int(np.max(order)) >= corpus.n):
+        raise StaleArtifactError(f"{plan_path}: refers to documents outside 0..{corpus.n - 1} of the corpus; "
+                                 f"rebuild it with `{run.rebuild_command(stage, force=True)}`")
+    labels = load_labels(run, mmap=True)
+    if labels.shape != (corpus.n,) or not np.issubdtype(labels.dtype, np.integer):
+        raise StaleArtifactError(f"{run.path(A.LABELS)}: {labels.dtype} {labels.shape} labels for a corpus of "
+                                 f"{corpus.n} documents; rebuild them with "
+                                 f"`{run.rebuild_command(A.CLUSTER_STAGE, force=True)}`")
     tokenizer = _Tokenizer(cfg.tokenizer, cfg.append_eos) if cfg.tokenizer is not None else None
     plan_sha256 = plan_record["artifacts"][A.plan_path(name, A.PLAN_ORDER)]["sha256"]  # verified by require
     identity = {"plan": name, "plan_sha256": plan_sha256, "format": cfg.fmt,
                 "tokenizer": tokenizer.identity if tokenizer is not None else None,
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len}
+    need = _estimate_bytes(corpus, run, plan_record, int(order.shape[0]), cfg, tokenizer)
     out = Path(out_dir)
-    staging = _claim(out, identity)
-    writer = WRITERS[cfg.fmt](staging, tokenizer.dtype if tokenizer is not None else np.dtype(np.int32))
-    window = _window_rows(corpus, order.shape[0], cfg)
-    stream: Iterator[pa.Table] = _windows(order, corpus, labels, window, tokenizer)
-    packer = _Packer(cfg.seq_len) if cfg.seq_len is not None else None
-    if packer is not None:
-        stream = (packer.pack(t) for t in stream)
-    rows = 0
-    for batch in _rebatch(stream, cfg.shard_size):
-        writer.write(batch)
-        rows += batch.num_rows
-    writer.close()
+    created = not out.exists() and not out.is_symlink()
+    try:
+        staging = _claim(out, identity)
+    except ClusterClipError:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    try:
+        _check_space(staging, need)
+        writer = WRITERS[cfg.fmt](staging, tokenizer.dtype if tokenizer is not None else np.dtype(np.int32))
+        window = _window_rows(corpus, order.shape[0], cfg)
+        stream: Iterator[pa.Table] = _windows(order, corpus, labels, window, tokenizer)
+        packer = _Packer(cfg.seq_len) if cfg.seq_len is not None else None
+        if packer is not None:
+            stream = (packer.pack(t) for t in stream)
+        rows = 0
+        for batch in _rebatch(stream, cfg.shard_size):
+            writer.write(batch)
+            rows += batch.num_rows
+        writer.close()
+        files, stale = _prepare(out, staging, identity)
+    except Exception as exc:
+        _discard(out, staging, created)
+        if isinstance(exc, OSError):
+            raise _write_error(out, exc) from exc
+        raise
     manifest = {"identity": identity, "run_dir": str(run.root), "documents": int(order.shape[0]), "rows": rows,
                 "columns": _columns(cfg), "dropped_tokens": packer.dropped if packer is not None else 0,
                 "config": asdict(cfg), "corpus_reads": -(-order.shape[0] // window) if order.size else 0,
                 "seconds": round(time.perf_counter() - t0, 3)}
-    return _publish(out, staging, manifest)
+    return _publish(out, staging, files, stale, manifest)
 
 
 def _columns(cfg: ExportConfig) -> list[str]:

@@ -12,9 +12,10 @@ formats use their library's own writer, so the library's own reader is the check
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +29,13 @@ from clusterclip.rundir import file_digest
 def _missing(fmt: str, package: str, exc: ImportError) -> ClusterClipError:
     return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); install clusterclip[export] "
                             "(see docs/export.md)")
+
+
+def create(path: Path, mode: str = "wb") -> IO[Any]:
+    """Open a new file for writing, refusing one that exists or a symbolic link (``O_EXCL | O_NOFOLLOW``):
+    a writer never writes through a link planted in its folder."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
 def token_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
@@ -79,7 +87,7 @@ class JsonlWriter(_ShardWriter):
     """``part-00000.jsonl``: one JSON object per row, one file per batch (a shard)."""
 
     def write(self, batch: pa.Table) -> None:
-        with open(self.folder / A.export_shard(self.batches, "jsonl"), "w", encoding="utf-8") as fh:
+        with create(self.folder / A.export_shard(self.batches, "jsonl"), "w") as fh:
             for rec in batch.to_pylist():
                 fh.write(json.dumps(rec, ensure_ascii=False))
                 fh.write("\n")
@@ -90,7 +98,8 @@ class ParquetWriter(_ShardWriter):
     """``part-00000.parquet``: one file per batch (a shard)."""
 
     def write(self, batch: pa.Table) -> None:
-        pq.write_table(batch, self.folder / A.export_shard(self.batches, "parquet"))
+        with create(self.folder / A.export_shard(self.batches, "parquet")) as fh:
+            pq.write_table(batch, fh)
         self.batches += 1
 
 
@@ -105,11 +114,13 @@ class HfWriter(Writer):
         except ImportError as exc:
             raise _missing("hf", "datasets", exc) from exc
         self.stream = folder.parent / (folder.name + ".arrow")
+        self.file: Any = None
         self.sink: Any = None
 
     def write(self, batch: pa.Table) -> None:
         if self.sink is None:
-            self.sink = pa.ipc.new_stream(str(self.stream), batch.schema)
+            self.file = create(self.stream)
+            self.sink = pa.ipc.new_stream(self.file, batch.schema)
         self.sink.write_table(batch)
         self.batches += 1
 
@@ -119,6 +130,7 @@ class HfWriter(Writer):
         if self.sink is None:
             raise ClusterClipError("the plan is empty: nothing to export")
         self.sink.close()
+        self.file.close()
         ds = datasets.Dataset.from_file(str(self.stream))
         # The fingerprint names the content (the stream's bytes are determined by the export's identity),
         # so a re-run writes identical state.json instead of a random one.

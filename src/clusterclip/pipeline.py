@@ -21,6 +21,7 @@ from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, corpus_stage
 from clusterclip.embed import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.engines import ENGINES
+from clusterclip.errors import ClusterClipError
 from clusterclip.plan import list_plans
 from clusterclip.rundir import RunDir, load_npy, save_json
 from clusterclip.settings import Settings, at_least, is_text, optional, setting
@@ -38,6 +39,7 @@ class EmbedOptions(Settings):
                             help="lsa: TF-IDF and truncated SVD fitted on a sample of the corpus, stored in the run "
                                  "(fast, best clusters on the benchmark corpora); "
                                  "static: model2vec model distilled from all-MiniLM-L6-v2 (fast); "
+                                 "static-vocab: static distilled with the corpus' own words, stored in the run; "
                                  "minilm: all-MiniLM-L6-v2 transformer (~100x slower on CPU); "
                                  "hashing: no model, hashed word n-grams with a seeded projection")
     batch_size: int | None = setting(None, check=optional(at_least(1)),
@@ -104,38 +106,81 @@ def engine_session(engine: str, ray_address: str | None = None) -> contextlib.Ab
 
 
 def summarize(run: RunDir) -> dict[str, Any]:
-    """Corpus, clustering and plan statistics of a run directory, as printed by ``clusterclip run``."""
+    """Corpus, clustering and plan statistics of a run directory, as printed by ``clusterclip run`` and
+    ``clusterclip status``; reads records and ``sizes.npy`` only.
+
+    Never fails on a damaged run directory: a corrupt record, a missing or truncated artifact (the quick
+    check: sizes and modification times, no bytes read) goes to ``problems`` (``{stage: [message]}``),
+    a stale stage to ``stale`` (``{stage: reason}``, ending with the commands that rebuild it), and a plan
+    built before ``clusterclip add`` grew the run to ``behind``; each message is one line.
+    """
     out: dict[str, Any] = {"run_dir": str(run.root)}
-    corpus = run.record(A.CORPUS_STAGE)
-    if corpus:
-        out["corpus"] = {"documents": corpus["count"], "tokens": corpus["tokens"], "skipped": corpus["skipped"],
-                         "inputs": corpus["config"]["inputs"], "seconds": corpus["seconds"]}
-    embed = run.record(A.EMBED_STAGE)
-    if embed:
-        out["embed"] = {"embedder": embed.get("embedder"), "model": embed.get("model"), "dim": embed.get("dim"),
-                        "seconds": embed["seconds"]}
-    cluster = run.record(A.CLUSTER_STAGE)
-    if cluster:
+    problems: dict[str, list[str]] = {}
+
+    def record(stage: str) -> dict[str, Any] | None:
+        try:
+            return run.record(stage)
+        except ClusterClipError as exc:
+            problems.setdefault(stage, []).append(str(exc))
+            return None
+
+    with contextlib.suppress(KeyError, TypeError):
+        if corpus := record(A.CORPUS_STAGE):
+            out["corpus"] = {"documents": corpus["count"], "tokens": corpus["tokens"], "skipped": corpus["skipped"],
+                             "inputs": corpus["config"]["inputs"], "seconds": corpus["seconds"]}
+    with contextlib.suppress(KeyError, TypeError):
+        if embed := record(A.EMBED_STAGE):
+            out["embed"] = {"embedder": embed.get("embedder"), "model": embed.get("model"), "dim": embed.get("dim"),
+                            "seconds": embed["seconds"]}
+    try:
+        for stage, found in run.quick_problems().items():
+            problems.setdefault(stage, []).extend(found)
+        out.update(_cluster_summary(run, record(A.CLUSTER_STAGE), problems))
+        plans = {name: {"config": rec.get("config"), **rec.get("stats", {})}
+                 for name in list_plans(run) if (rec := record(A.plan_stage_name(name)))}
+        if plans:
+            out["plans"] = plans
+        out.update(_freshness(run, skip={stage for stage, found in problems.items() if found}))
+    except ClusterClipError as exc:
+        problems.setdefault("run directory", []).append(str(exc))
+    for name, plan in out.get("plans", {}).items():
+        plan["stale"] = A.plan_stage_name(name) in out.get("stale", {})
+    problems = {stage: list(dict.fromkeys(found)) for stage, found in problems.items() if found}
+    if problems:
+        out["problems"] = problems
+    return out
+
+
+def _freshness(run: RunDir, skip: set[str]) -> dict[str, Any]:
+    """``stale`` and ``behind`` entries of the summary (only the non-empty ones) of the stages not in ``skip``
+    (those with a problem already reported)."""
+    stages = [stage for stage in run.stages() if stage not in skip]
+    stale = {stage: why for stage in stages if (why := run.stale_reason(stage))}
+    behind = {stage: note for stage in stages if stage not in stale and (note := run.behind_note(stage))}
+    return {key: value for key, value in (("stale", stale), ("behind", behind)) if value}
+
+
+def _cluster_summary(run: RunDir, cluster: dict[str, Any] | None, problems: dict[str, list[str]]) -> dict[str, Any]:
+    """The ``cluster`` entry of the summary (size statistics from ``sizes.npy`` when it passes the quick check)."""
+    if not cluster or problems.get(A.CLUSTER_STAGE):
+        return {}
+    try:
         sizes = load_npy(run.path(A.SIZES))
-        out["cluster"] = {
+        return {"cluster": {
             "k": cluster["k"], "objective": round(cluster["objective"], 4), "sample_size": cluster["sample_size"],
             "size_min": int(sizes.min()), "size_median": float(np.median(sizes)), "size_max": int(sizes.max()),
             "largest_10pct_share": round(float(np.sort(sizes)[::-1][: max(1, len(sizes) // 10)].sum()
                                                / sizes.sum()), 4),
             "seconds": cluster["seconds"],
-        }
-    plans = {}
-    for name in list_plans(run):
-        rec = run.record(A.plan_stage_name(name))
-        if rec:
-            plans[name] = {"config": rec["config"], **rec.get("stats", {})}
-    if plans:
-        out["plans"] = plans
-    return out
+        }}
+    except (ClusterClipError, OSError, KeyError, TypeError, ValueError) as exc:
+        problems.setdefault(A.CLUSTER_STAGE, []).append(f"{run.root / A.SIZES}: cannot summarise the clusters "
+                                                       f"({exc}); {run.rebuild_command(A.CLUSTER_STAGE, force=True)}")
+        return {}
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """Human-readable summary for the terminal."""
+    """Human-readable summary for the terminal; stale stages and problems last, one line each."""
     lines = [f"run directory: {summary['run_dir']}"]
     if c := summary.get("corpus"):
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
@@ -151,7 +196,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
                 "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
         stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
-        lines.append(f"plan:     {name}: {stats}")
+        lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
+    lines += [f"stale:    {why}" for why in summary.get("stale", {}).values()]
+    lines += [f"note:     {note}" for note in summary.get("behind", {}).values()]
+    lines += [f"problem:  {problem}" for found in summary.get("problems", {}).values() for problem in found]
     return "\n".join(lines)
 
 

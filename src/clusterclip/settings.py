@@ -174,15 +174,16 @@ def each(check: Check, *, nonempty: bool = True) -> Check:
 
 def setting(default: Any = dataclasses.MISSING, *, help: str, choices: Iterable[Any] | None = None,
             check: Check | None = None, flag: str | None = None, parse: Callable[[str], Any] | None = None,
-            factory: Callable[[], Any] | None = None) -> Any:
+            factory: Callable[[], Any] | None = None, cli_none: str | None = None) -> Any:
     """A dataclass field with its help text, choices, check, command-line flag and argument parser.
 
     ``choices`` adds a :func:`one_of` check; ``parse`` turns the command-line string into the value
     (default: the field's type, e.g. ``int`` for ``int | None``); ``factory`` replaces ``default``
-    for mutable defaults.
+    for mutable defaults. ``cli_none`` says how the command line writes None when ``parse`` maps some
+    value to it (``"0 for all"``): error messages for the command line name it instead of None.
     """
     meta = {"help": help, "choices": tuple(choices) if choices is not None else None,
-            "check": check, "flag": flag, "parse": parse}
+            "check": check, "flag": flag, "parse": parse, "cli_none": cli_none}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -295,8 +296,14 @@ def from_args(cls: type[T], args: argparse.Namespace, fields: Iterable[str] | No
     return cls(**{**kwargs, **values})
 
 
-def error_message(exc: BaseException) -> str:
-    """The one-line message of a user error, naming command-line flags instead of parameter names."""
-    if isinstance(exc, SettingsError):
-        return exc.render(lambda name: flag_of(exc.owner, name))
-    return str(exc)
+def error_message(exc: BaseException, flag: Callable[[str], str] | None = None) -> str:
+    """The one-line message of a user error, naming command-line flags instead of parameter names
+    (``flag`` maps a name to its flag; default :func:`flag_of` the error's owner) and the command-line
+    spelling of None where the option declares one (``cli_none``)."""
+    if not isinstance(exc, SettingsError):
+        return str(exc)
+    text = exc.render(flag or (lambda name: flag_of(exc.owner, name)))
+    fields = {f.name: f for f in dataclasses.fields(exc.owner)} \
+        if exc.owner is not None and dataclasses.is_dataclass(exc.owner) else {}
+    spelled = fields[exc.param].metadata.get("cli_none") if exc.param in fields else None
+    return text.replace("(or None)", f"(or {spelled})", 1) if spelled else text

@@ -13,7 +13,11 @@ and how to ``build`` them. :func:`run_stage` does the rest the same way for ever
    the old record is forgotten, the stage builds, and its record is written with every artifact's size,
    modification time and SHA-256.
 
-An upstream artifact that fails either check is an error naming the file and the stage to re-run.
+An upstream artifact that fails either check is an error naming the file and the command that rebuilds
+its stage. A corrupt record of the stage itself counts as "not finished" (a warning), so re-running the
+stage rebuilds it. The record lists the output hash of every upstream stage it read (``upstream``): when
+one of those is rebuilt later, the stage is *stale* (:meth:`RunDir.stale_reason
+<clusterclip.rundir.RunDir.stale_reason>`) and its consumers refuse it.
 
 The caller holds :meth:`RunDir.lock <clusterclip.rundir.RunDir.lock>`.
 """
@@ -72,8 +76,9 @@ def run_stage(run: RunDir, stage: Stage, force: bool = False) -> dict[str, Any]:
     if fresh:
         log.info("%s: up to date (%s)", stage.name, run.record_path(stage.name))
         return run.require(stage.name, verify=False)
+    upstream = {name: run.output_hash(name) for name in stage.reads}
     run.invalidate(stage.name)
     t0 = time.perf_counter()
     built = stage.build(Job(config_hash(stage.settings), stage.inputs, force))
     return run.write_record(stage.name, stage.settings, stage.inputs, built.artifacts, time.perf_counter() - t0,
-                            **built.fields)
+                            **built.fields, upstream=upstream)

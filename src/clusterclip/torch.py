@@ -15,7 +15,6 @@ Trainer the *global* plan with ``world_size=1``)::
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,53 +26,38 @@ import torch
 from torch.utils.data import Sampler
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.integrity import PlanIntegrityError, PlanNotFoundError, PlanReader, open_plan, resolve_plan_path
+from clusterclip.settings import is_int
+
+__all__ = ["ClusterClipSampler", "PlanInfo", "PlanIntegrityError", "PlanNotFoundError", "SamplerArgumentError",
+           "load_plan", "plan_info", "reorder_dataset", "resolve_plan_path"]
 
 _BLOCK = 1 << 16
 
 
-class PlanNotFoundError(ClusterClipError):
-    """The plan given to the sampler cannot be located unambiguously."""
+class SamplerArgumentError(ClusterClipError, ValueError):
+    """A sampler argument or state of the wrong type or out of range (never truncated or coerced)."""
 
 
-def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None) -> Path:
-    """Path of ``plan.npy`` given that file, its plan folder, or a run directory.
+def _integer(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``lo..hi``; refuses bools, floats (also 7.0), strings, None, NaN."""
+    span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    if not is_int(value):
+        raise SamplerArgumentError(f"{name} must be an integer {span}, got {value!r} ({type(value).__name__})")
+    v = int(value)
+    if v < lo or (hi is not None and v > hi):
+        raise SamplerArgumentError(f"{name} must be in {span}, got {v}")
+    return v
 
-    A run directory must hold exactly one finished plan unless ``plan_name`` picks one.
+
+def load_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> np.ndarray:
+    """The plan as a verified 1-D int64 array: an array (or ``Plan``) as is, a path memory-mapped read-only.
+
+    Every block is checked (its checksum, indices in ``[0, n_docs)``; see ``clusterclip.plan.integrity``)
+    before the array is returned, so this reads a file plan once; the sampler instead verifies each block
+    when it first reads it.
     """
-    from clusterclip import artifacts as A
-    from clusterclip.plan import list_plans
-    from clusterclip.rundir import RunDir
-
-    p = Path(plan)
-    if p.is_file():
-        return p
-    if not p.is_dir():
-        raise PlanNotFoundError(f"{p}: no such plan file or directory")
-    if plan_name is None and (p / A.PLAN_ORDER).is_file():
-        return p / A.PLAN_ORDER
-    names = list_plans(RunDir(p))
-    if plan_name is not None:
-        if plan_name not in names:
-            raise PlanNotFoundError(f"{p}: no finished plan {plan_name!r}; plans here: {', '.join(names) or 'none'}")
-        return p / A.plan_path(plan_name, A.PLAN_ORDER)
-    if not names:
-        raise PlanNotFoundError(f"{p}: no plan.npy and no finished plans/; run `clusterclip plan {p}` first")
-    if len(names) > 1:
-        raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with plan_name=: {', '.join(names)}")
-    return p / A.plan_path(names[0], A.PLAN_ORDER)
-
-
-def load_plan(plan: Any, plan_name: str | None = None) -> np.ndarray:
-    """The plan as a 1-D int64 array: an array (or ``Plan``) as is, a path memory-mapped read-only."""
-    if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
-        plan = plan.order
-    if isinstance(plan, (str, os.PathLike)):
-        arr = np.load(resolve_plan_path(plan, plan_name), mmap_mode="r", allow_pickle=False)
-    else:
-        arr = np.asarray(plan)
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise PlanNotFoundError(f"a plan is a 1-D integer array of document indices, got {arr.dtype} {arr.shape}")
-    return arr
+    return open_plan(plan, plan_name, n_docs).verified()
 
 
 @dataclass(frozen=True)
@@ -106,11 +90,12 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
         return PlanInfo(plan.config.name(), plan.identity or None)
     if not isinstance(plan, (str, os.PathLike)):
         return PlanInfo()
+    from clusterclip.plan.integrity import read_record
+
     path = resolve_plan_path(plan, plan_name)
-    record = path.parent / A.PLAN_RECORD
-    if not record.is_file():
+    rec = read_record(path)
+    if rec is None:
         return PlanInfo()
-    rec = json.loads(record.read_text(encoding="utf-8"))
     name = str(rec.get("name") or path.parent.name)
     return PlanInfo(name, record_identity(rec, A.plan_path(name, A.PLAN_ORDER)), rec.get("continues"))
 
@@ -121,11 +106,8 @@ def _dist_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
         world_size = torch.distributed.get_world_size() if initialised else 1
     if rank is None:
         rank = torch.distributed.get_rank() if initialised else 0
-    if world_size < 1:
-        raise ClusterClipError(f"world_size must be >= 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ClusterClipError(f"rank must be in 0..{world_size - 1}, got {rank}")
-    return int(rank), int(world_size)
+    ws = _integer("world_size", world_size, 1)
+    return _integer("rank", rank, 0, ws - 1), ws
 
 
 class ClusterClipSampler(Sampler[int]):
@@ -144,7 +126,10 @@ class ClusterClipSampler(Sampler[int]):
 
     ``plan``: an int array, a ``Plan``, a ``plan.npy`` path, a plan folder or a run directory with
     exactly one plan (else pass ``plan_name``). Paths are memory-mapped lazily, so the sampler pickles
-    cheaply (e.g. into ``DataLoader`` workers).
+    cheaply (e.g. into ``DataLoader`` workers). Each block of the plan is verified the first time it is
+    read (checksum, indices in ``[0, n_docs)``): a modified, truncated or foreign plan raises
+    ``PlanIntegrityError`` naming the block and the command that rebuilds it. ``n_docs``: the corpus
+    size, to range-check an array plan (a recorded plan knows its own).
 
     The state names the plan (``plan``, ``plan_identity``: a content hash of the order), and
     ``load_state_dict`` refuses a state from another plan, except the state of the plan this one
@@ -153,15 +138,20 @@ class ClusterClipSampler(Sampler[int]):
     """
 
     def __init__(self, plan: Any, rank: int | None = None, world_size: int | None = None,
-                 drop_last: bool = False, start: int = 0, plan_name: str | None = None) -> None:
+                 drop_last: bool = False, start: int = 0, plan_name: str | None = None,
+                 n_docs: int | None = None) -> None:
+        if n_docs is not None:
+            n_docs = _integer("n_docs", n_docs, 1)
+        if not isinstance(drop_last, (bool, np.bool_)):
+            raise SamplerArgumentError(f"drop_last must be True or False, got {drop_last!r}")
+        self._n_docs = n_docs
         if isinstance(plan, (str, os.PathLike)):
             self._path: Path | None = resolve_plan_path(plan, plan_name)
-            self._array: np.ndarray | None = None
-            self.total = int(self._plan.shape[0])
+            self._reader_cache: PlanReader | None = None
         else:
             self._path = None
-            self._array = load_plan(plan)
-            self.total = int(self._array.shape[0])
+            self._reader_cache = open_plan(plan, n_docs=n_docs)
+        self.total = self._reader.length
         self.info = plan_info(plan, plan_name)
         self.rank, self.world_size = _dist_defaults(rank, world_size)
         self.drop_last = bool(drop_last)
@@ -169,15 +159,19 @@ class ClusterClipSampler(Sampler[int]):
         self.set_consumed(start)
 
     @property
+    def _reader(self) -> PlanReader:
+        if self._reader_cache is None:
+            self._reader_cache = open_plan(self._path, n_docs=self._n_docs)
+        return self._reader_cache
+
+    @property
     def _plan(self) -> np.ndarray:
-        if self._array is None:
-            self._array = load_plan(self._path)
-        return self._array
+        return self._reader.array
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         if self._path is not None:
-            state["_array"] = None
+            state["_reader_cache"] = None
         return state
 
     def __len__(self) -> int:
@@ -203,10 +197,7 @@ class ClusterClipSampler(Sampler[int]):
 
     def set_consumed(self, global_samples: int) -> None:
         """Resume at global position ``global_samples`` (e.g. step x global batch size)."""
-        g = int(global_samples)
-        if not 0 <= g <= self.total:
-            raise ClusterClipError(f"consumed must be in 0..{self.total} (the plan length), got {global_samples}")
-        self._consumed = g
+        self._consumed = _integer("consumed", global_samples, 0, self.total)
 
     def state_dict(self) -> dict[str, Any]:
         return {"consumed": self._consumed, "plan_length": self.total, "world_size": self.world_size,
@@ -215,17 +206,19 @@ class ClusterClipSampler(Sampler[int]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume where ``state`` was taken; refuses a state of another plan (see the class docstring).
 
-        States without ``plan_identity`` (older versions) are checked by plan length only.
+        States without ``plan_identity`` (older versions) are checked by plan length only. A state that is
+        not a mapping, lacks ``consumed`` or holds a value of the wrong type is refused.
         """
+        state = _checked_state(state)
         theirs = state.get("plan_identity")
         if theirs is not None and theirs != self.identity:
             self.set_consumed(self._switch_position(state))
             return
         length = state.get("plan_length")
-        if length is not None and int(length) != self.total:
+        if length is not None and length != self.total:
             raise ClusterClipError(
                 f"state is for a plan of {length} samples but this plan has {self.total}; wrong plan?")
-        self.set_consumed(int(state["consumed"]))
+        self.set_consumed(state["consumed"])
 
     def _switch_position(self, state: Mapping[str, Any]) -> int:
         """0 when ``state`` is the parent's at the switch position; otherwise the refusal."""
@@ -245,12 +238,18 @@ class ClusterClipSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         start, ws, total = self._consumed, self.world_size, self.total
         count = len(self)
-        plan = self._plan
+        reader = self._reader
+        plan = reader.array
         for i0 in range(0, count, _BLOCK):
             i1 = min(i0 + _BLOCK, count)
             pos = start + self.rank + ws * np.arange(i0, i1, dtype=np.int64)
-            if total and pos[-1] >= total:
+            first, last = int(pos[0]), int(pos[-1])
+            if last >= total:
                 pos %= total
+                reader.check(first, total)
+                reader.check(0, total if last - total >= first else last - total + 1)
+            else:
+                reader.check(first, last + 1)
             values = np.asarray(plan[pos]).tolist()
             for j, v in enumerate(values, start=i0 + 1):
                 self._consumed = min(start + j * ws, total)
@@ -258,10 +257,29 @@ class ClusterClipSampler(Sampler[int]):
         self._consumed = 0
 
 
+def _checked_state(state: Any) -> dict[str, Any]:
+    """A sampler state with its types checked: ``consumed`` (int) required; ``plan_length``, ``world_size``
+    (int), ``plan``, ``plan_identity`` (str) optional."""
+    if not isinstance(state, Mapping):
+        raise SamplerArgumentError(f"a sampler state is a mapping (from state_dict()), got {type(state).__name__}")
+    if "consumed" not in state:
+        raise SamplerArgumentError(f"sampler state has no 'consumed' (keys: {', '.join(map(str, state)) or 'none'}); "
+                                   "pass the dict that ClusterClipSampler.state_dict() returned")
+    out = dict(state)
+    for key in ("consumed", "plan_length", "world_size"):
+        if key in out and (key == "consumed" or out[key] is not None):
+            out[key] = _integer(f"state[{key!r}]", out[key], 0)
+    for key in ("plan", "plan_identity"):
+        if out.get(key) is not None and not isinstance(out[key], str):
+            raise SamplerArgumentError(f"state[{key!r}] must be a string, got {out[key]!r}")
+    return out
+
+
 def reorder_dataset(dataset: Any, plan: Any, plan_name: str | None = None) -> Any:
     """A Hugging Face ``datasets.Dataset`` in plan order (repeats expanded): ``dataset.select(plan)``.
 
-    ``select`` stores an index mapping (8 bytes per planned sample), not copies of the rows.
+    ``select`` stores an index mapping (8 bytes per planned sample), not copies of the rows. The whole
+    plan is verified first (checksums, index range), and must index rows of ``dataset``.
     """
     order = load_plan(plan, plan_name)
     n = len(dataset)

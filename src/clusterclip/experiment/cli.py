@@ -16,7 +16,7 @@ from typing import Any
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
-from clusterclip.settings import SettingsError, add_arguments, flag_of, from_args
+from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
 
 HELP = "train a small GPT per sampling strategy and compare held-out losses"
 DESCRIPTION = """\
@@ -112,7 +112,7 @@ def cmd_experiment(a: argparse.Namespace) -> int:
         results = run_experiment(a.inputs, a.out, config_from_args(a), force=a.force, progress=not a.quiet,
                                  on_run=None if a.quiet else _print_run)
     except SettingsError as exc:
-        raise ClusterClipError(exc.render(partial(experiment_flag, owner=exc.owner))) from exc
+        raise ClusterClipError(error_message(exc, partial(experiment_flag, owner=exc.owner))) from exc
     print(markdown_table(results))
     print(Path(a.out) / "experiment" / "results.json")
     return 0

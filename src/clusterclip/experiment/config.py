@@ -95,9 +95,9 @@ class ExperimentConfig(Settings):
     """Every option of an experiment, validated on construction. Settings in ``RUNTIME_FIELDS`` may
     change between restarts; a change to any other (``model`` and ``train`` included) needs ``force``."""
 
-    docs: int | None = setting(1000, check=optional(at_least(1)), parse=_count_or_all,
+    docs: int | None = setting(1000, check=optional(at_least(1)), parse=_count_or_all, cli_none="0 for all",
                                help="documents sampled from the input, natural mixture kept; 0: all")
-    max_words: int | None = setting(120, check=optional(at_least(1)), parse=_count_or_all,
+    max_words: int | None = setting(120, check=optional(at_least(1)), parse=_count_or_all, cli_none="0 for no cut",
                                     help="cut documents to this many words; 0: no cut")
     heldout: float = setting(0.2, check=between(0, 1), help="held-out fraction per (cluster, domain) stratum")
     split_seed: int = setting(0, check=at_least(0), help="seed of subset, split and k-means (one split)")
@@ -125,7 +125,7 @@ class ExperimentConfig(Settings):
     small_clusters: float = setting(0.2, check=between(0, 1),
                                     help="fraction of clusters (the smallest) behind the small_* metrics")
     device: str = setting("cpu", check=torch_device, help="torch device: cpu, cuda or cuda:N (a GPU)")
-    threads: int | None = setting(1, check=optional(at_least(1)), parse=_count_or_all,
+    threads: int | None = setting(1, check=optional(at_least(1)), parse=_count_or_all, cli_none="0 for torch's default",
                                   help="torch CPU threads; 0: torch's default (small models gain nothing "
                                        "from more on a shared machine)")
     model: ModelConfig = field(default_factory=ModelConfig)

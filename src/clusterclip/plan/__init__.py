@@ -16,14 +16,24 @@ from clusterclip.plan.config import (
     load_weights,
 )
 from clusterclip.plan.identity import identity_of
+from clusterclip.plan.integrity import (
+    BLOCK_ENTRIES,
+    PlanIntegrityError,
+    PlanReader,
+    block_checksums,
+    open_plan,
+    plan_command,
+)
 from clusterclip.plan.quotas import round_quotas, water_fill
 from clusterclip.plan.reference import reference_order
 from clusterclip.plan.stage import PLAN_FORMAT, continuation, list_plans, plan_stage
 from clusterclip.plan.stats import N_WINDOWS
 
 __all__ = [
-    "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FORMAT", "STRATEGIES",
-    "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "build_plan", "continuation", "identity_of",
-    "list_plans", "load_weights",
+    "BLOCK_ENTRIES", "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FORMAT",
+    "STRATEGIES",
+    "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "PlanIntegrityError", "PlanReader",
+    "block_checksums", "build_plan", "continuation", "identity_of", "list_plans", "load_weights", "open_plan",
+    "plan_command",
     "plan_stage", "reference_order", "round_quotas", "water_fill",
 ]

@@ -19,7 +19,9 @@ memory-mapped ``.npy`` far larger than RAM.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.errors import ClusterClipError
 from clusterclip.plan import identity
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
+from clusterclip.plan.integrity import BlockChecksums
 from clusterclip.plan.order import emit, virtual_scale
 from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
 from clusterclip.plan.prior import PriorPasses, counted_stats, group_levels
@@ -47,7 +51,8 @@ class Plan:
     position of the draw that used up the cluster's capacity ``R * n_c``, -1 if never), quota (draws,
     or tokens in token mode), size and, when token counts were given, tokens. ``mixture[w, c]`` counts
     the draws of cluster c in window w (``stats["window"]`` draws each); ``repeat_hist[r]`` counts the
-    documents drawn r times. ``identity`` is the content hash of the order (``plan.identity``).
+    documents drawn r times. ``identity`` is the content hash of the order (``plan.identity``);
+    ``checksums`` the CRC-32 of each block of 2^20 entries (``plan.integrity``).
     """
 
     order: np.ndarray
@@ -57,6 +62,7 @@ class Plan:
     repeat_hist: np.ndarray
     config: PlanConfig = field(default_factory=PlanConfig)
     identity: str = ""
+    checksums: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
     if not is_int(chunk_size) or chunk_size < 1:
         raise PlanConfigError("chunk_size", f"must be an integer >= 1, got {chunk_size!r}")
     digest = identity.OrderHash()
+    blocks = BlockChecksums()
     with plan_draws(labels, config, tokens, n_clusters, chunk_size, prior) as p:
         length = int(p.draws.sum())
         window = config.window if config.window is not None else default_window(length)
@@ -136,12 +143,13 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
             for chunk in emit(p.scale, p.quotas.u, p.quotas.rank, p.draws, p.passes, dest, chunk_size):
                 stream.add(chunk, dest)
                 digest.add(dest[chunk.pos:chunk.pos + chunk.count])
+                blocks.add(dest[chunk.pos:chunk.pos + chunk.count])
         per, hist = _statistics(p, stream)
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, p.corpus, p.quotas, per, hist, window, stream.mixture.shape[0],
                     time.perf_counter() - t0)
     return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
-                identity=digest.hexdigest())
+                identity=digest.hexdigest(), checksums=blocks.finish())
 
 
 def _statistics(p: Draws, stream: StreamStats) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -154,16 +162,75 @@ def _statistics(p: Draws, stream: StreamStats) -> tuple[dict[str, np.ndarray], n
                          p.groups.pseudo)
 
 
+class PlanSpaceError(ClusterClipError):
+    """The plan does not fit on its file system (checked before writing; ENOSPC while writing)."""
+
+
 @contextlib.contextmanager
 def _output(out: str | os.PathLike[str] | None, length: int) -> Iterator[np.ndarray]:
-    """The int64 destination of the order: in memory, or a memory-mapped ``.npy`` renamed into place."""
+    """The int64 destination of the order: in memory, or a memory-mapped ``.npy`` renamed into place.
+
+    A file's space is checked and reserved (``posix_fallocate``) before the first draw is written: a
+    memory map that runs out of disk dies of SIGBUS, which no handler can turn into a message. Any
+    failure removes the temp file.
+    """
     if out is None:
         yield np.empty(length, dtype=np.int64)
         return
+    out = Path(out)
+    created = not out.parent.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with _reserved(out, length) as dest:
+            yield dest
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out.parent.rmdir()  # only if empty: nothing of this plan is left
+        raise
+
+
+@contextlib.contextmanager
+def _reserved(out: Path, length: int) -> Iterator[np.ndarray]:
     from clusterclip.rundir import atomic_path
 
-    with atomic_path(Path(out)) as tmp:
-        dest = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(length,))
+    need = 8 * length + 4096
+    free = shutil.disk_usage(out.parent).free
+    if need > free:
+        raise PlanSpaceError(f"{out}: a plan of {length:,} draws needs {_size(need)} but its file system has "
+                             f"{_size(free)} free; free space or lower --budget (at most about "
+                             f"{max(free - 4096, 0) // 8:,} draws fit)")
+    with atomic_path(out) as tmp:
+        try:
+            dest = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(length,))
+            _reserve(tmp)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise PlanSpaceError(f"{out}: no space left for a plan of {length:,} draws ({_size(need)}); free "
+                                     "space or lower --budget") from exc
+            raise
         yield dest
         dest.flush()
         del dest
+
+
+def _reserve(path: Path) -> None:
+    """Allocate the file's blocks now, so writes through the memory map cannot hit a full disk."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)

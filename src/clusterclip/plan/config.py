@@ -22,6 +22,16 @@ STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
 BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
 DEFAULT_MAX_REPEAT = 4
+MAX_BUDGET = 1 << 53
+"""Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
+would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
+accepts 0 (an empty order); the plan stage refuses it."""
+
+
+def _budget(x: Any) -> str | None:
+    if x is None or (is_int(x) and 0 <= x <= MAX_BUDGET):
+        return None
+    return f"must be an integer in 1..{MAX_BUDGET} (or None: one epoch), got {x!r}"
 
 
 class PlanConfigError(SettingsError):
@@ -43,7 +53,7 @@ class PlanConfig(Settings):
     strategy: str = setting("clusterclip", choices=STRATEGIES,
                             help="clusterclip: balanced + repetition cap; uniform: balanced; random: epochs of "
                                  "permutations; temperature: cluster weights n_c**tau; weights: per-cluster weights")
-    budget: int | None = setting(None, check=optional(at_least(0)),
+    budget: int | None = setting(None, check=_budget,
                                  help="draws (docs) or tokens to plan (default: one epoch: N documents or all tokens)")
     budget_unit: str = setting("docs", choices=BUDGET_UNITS, help="unit of the budget")
     max_repeat: int | None = setting(None, check=optional(at_least(1)),
@@ -130,11 +140,12 @@ def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
     for item in items:
         try:
             c, w = item
-            c_int, w_f = int(c), float(w)
-        except (TypeError, ValueError) as exc:
+            c_f, w_f = float(c), float(w)
+        except (TypeError, ValueError, OverflowError) as exc:
             raise PlanConfigError(f"weights must be (cluster, weight) pairs, got {item!r}") from exc
-        if c_int != float(c) or c_int < 0:
+        if isinstance(c, bool) or not math.isfinite(c_f) or c_f != int(c_f) or c_f < 0:
             raise PlanConfigError(f"weights: cluster ids are integers >= 0, got {c!r}")
+        c_int = int(c) if is_int(c) else int(c_f)
         if not math.isfinite(w_f) or w_f < 0:
             raise PlanConfigError(f"weights: cluster {c_int} has weight {w!r}; weights must be finite and >= 0")
         if c_int in out:
@@ -148,14 +159,23 @@ def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
 def load_weights(path: str | os.PathLike[str]) -> tuple[tuple[int, float], ...]:
     """Per-cluster weights from a JSON object ``{"cluster": weight}`` or a CSV ``cluster,weight`` file.
 
-    Clusters not named keep weight 1 (as in ``uniform``); weight 0 drops a cluster. A CSV header row
-    (non-numeric first line) is skipped.
+    Clusters not named keep weight 1 (as in ``uniform``); weight 0 drops a cluster. The file is UTF-8 (a
+    byte-order mark is ignored). A CSV header is a first row with no number in it (``cluster,weight``);
+    any other row must be a cluster id (an integer; ``3.0`` is cluster 3) and a weight.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise PlanConfigError(f"{path}: cannot read weights ({exc.strerror})") from exc
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise PlanConfigError(f"{path}: weights file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
+                              "UTF-8 text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise PlanConfigError(f"{path}: weights file is not UTF-8 text (byte {exc.start}: "
+                              f"{raw[exc.start:exc.start + 1]!r}); save it as UTF-8") from exc
     json_file = path.suffix.lower() == ".json" or text.lstrip().startswith("{")
     pairs = _json_weights(text, path) if json_file else _csv_weights(text, path)
     try:
@@ -180,18 +200,35 @@ def _json_weights(text: str, path: Path) -> list[tuple[int, float]]:
     return pairs
 
 
-def _csv_weights(text: str, path: Path) -> list[tuple[int, float]]:
-    pairs: list[tuple[int, float]] = []
+def _csv_weights(text: str, path: Path) -> list[tuple[Any, float]]:
+    pairs: list[tuple[Any, float]] = []
+    first = True
     for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
+        cells = [c.strip() for c in row]
+        numeric = [_number(c) is not None for c in cells]
+        if first and not any(numeric):
+            first = False
+            continue  # a header: no number in it
+        first = False
         if len(row) != 2:
             raise PlanConfigError(f"{path}:{lineno}: expected 'cluster,weight', got {','.join(row)!r}")
-        try:
-            pairs.append((int(row[0]), float(row[1])))
-        except ValueError as exc:
-            if lineno == 1 and not pairs:
-                continue
-            raise PlanConfigError(f"{path}:{lineno}: expected 'cluster,weight' numbers, got "
-                                  f"{','.join(row)!r}") from exc
+        if not all(numeric):
+            bad = cells[numeric.index(False)]
+            raise PlanConfigError(f"{path}:{lineno}: {bad!r} is not a number; expected 'cluster,weight' numbers, got "
+                                  f"{','.join(row)!r}")
+        c, w = _number(cells[0]), _number(cells[1])
+        assert c is not None and w is not None
+        if not (math.isfinite(c) and c == int(c) and c >= 0):
+            raise PlanConfigError(f"{path}:{lineno}: cluster id {cells[0]!r} is not an integer >= 0 (row "
+                                  f"{','.join(row)!r})")
+        pairs.append((int(cells[0]) if cells[0].lstrip("+-").isdigit() else int(c), w))
     return pairs
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None

@@ -14,6 +14,7 @@ import numpy as np
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan.config import PlanConfig, PlanConfigError
+from clusterclip.plan.weights import group_weights, water_fill_log
 
 _SALT_JITTER = 0x6A17
 _INT_ROOM = np.iinfo(np.int64).max // 2
@@ -114,39 +115,6 @@ def sampling_groups(corpus: Corpus, config: PlanConfig) -> Groups:
     return Groups(labels, k, sizes, unit_sizes, pseudo)
 
 
-def group_weights(config: PlanConfig, groups: Groups) -> np.ndarray:
-    """Target share of each group: equal (clusterclip, uniform), ``n_c ** tau``, user weights, or size."""
-    present = groups.unit_sizes > 0
-    s = config.strategy
-    if s == "random":
-        w = groups.unit_sizes.astype(np.float64)
-    elif s in ("clusterclip", "uniform"):
-        w = present.astype(np.float64)
-    elif s == "temperature":
-        w = np.zeros(groups.k)
-        w[present] = groups.unit_sizes[present].astype(np.float64) ** float(config.tau)
-    else:
-        w = _user_weights(config, groups.k)
-        w[~present] = 0.0
-    if not np.isfinite(w).all():
-        raise PlanConfigError("tau", f"{config.tau} overflows the cluster weights; use a smaller |tau|")
-    if not (w > 0).any():
-        raise PlanConfigError("weights", "give every cluster with documents weight 0: nothing to sample; give at "
-                              "least one non-empty cluster a positive weight")
-    return w
-
-
-def _user_weights(config: PlanConfig, k: int) -> np.ndarray:
-    w = np.ones(k)
-    pairs = config.weights or ()
-    ids = np.array([c for c, _ in pairs], dtype=np.int64)
-    if ids.size and int(ids.max()) >= k:
-        bad = [c for c, _ in pairs if c >= k]
-        raise PlanConfigError("weights", f"name unknown cluster(s) {bad[:5]}; valid cluster ids are 0..{k - 1}")
-    w[ids] = [v for _, v in pairs]
-    return w
-
-
 def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | None = None) -> Quotas:
     """Integer quotas (budget units) per group by water-filling under the cap and largest remainder.
 
@@ -158,7 +126,7 @@ def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | No
     cap = config.effective_max_repeat
     u = np.random.default_rng([config.seed, _SALT_JITTER]).random(groups.k)
     rank = np.argsort(u, kind="stable")
-    weights = group_weights(config, groups)
+    weights, log_weights = group_weights(config, groups)
     caps = np.full(groups.k, np.inf) if cap is None else (cap * groups.unit_sizes).astype(np.float64)
     if capacity is not None:
         caps = capacity
@@ -174,7 +142,10 @@ def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | No
             what = {"random": "all documents", "weights": "the clusters with positive weight"}
             raise_infeasible(budget, cap, active, "tokens" if config.budget_unit == "tokens" else "documents",
                              what.get(config.strategy, "all clusters"))
-    q_real, level = water_fill(weights, caps, budget)
+    if log_weights is None:
+        q_real, level = water_fill(weights, caps, budget)
+    else:
+        q_real, level = water_fill_log(log_weights, caps, budget)
     return Quotas(weights, round_quotas(q_real, caps, budget, rank), cap, budget, level, u, rank)
 
 

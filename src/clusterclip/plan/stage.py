@@ -1,19 +1,25 @@
 """The plan stage: build ``plans/<name>/`` in a run directory from its labels (and token counts).
 
-``plan.npy`` is the order; beside it the per-cluster statistics, the mixture over training and the
+``plan.npy`` is the order; beside it ``blocks.npy`` (a CRC-32 per block of 2^20 entries, verified by
+every reader: ``plan.integrity``), the per-cluster statistics, the mixture over training and the
 repetition histogram, and ``plan.json`` the record (options, statistics, checksums).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clusterclip.plan.build import build_plan
-from clusterclip.plan.config import PlanConfig, PlanConfigError
+from clusterclip.plan.build import PlanSpaceError, build_plan
+from clusterclip.plan.config import MAX_BUDGET, PlanConfig, PlanConfigError
 from clusterclip.plan.identity import record_identity, short
+from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
 from clusterclip.plan.prior import prior_counts
 
 if TYPE_CHECKING:
@@ -37,10 +43,7 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     from clusterclip.rundir import config_hash, load_npy, save_npy
     from clusterclip.stages import Built, Job, Stage, run_stage
 
-    if run.record(A.EMBED_STAGE) is not None:
-        run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
-    use_tokens = config.budget_unit == "tokens" or (run.record(A.CORPUS_STAGE) is not None
-                                                    and run.path(A.TOKENS).exists())
+    use_tokens = _check_inputs(run, config)
     inputs = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
     reads = {A.CLUSTER_STAGE: [A.LABELS, A.SIZES]}
     if use_tokens:
@@ -61,7 +64,8 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
             labels.shape[0])
         plan = build_plan(labels, config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
                           n_clusters=k, prior=prior)
-        arrays = {A.PLAN_DRAWS: plan.per_cluster["draws"], A.PLAN_UNIQUE: plan.per_cluster["unique"],
+        arrays = {A.PLAN_BLOCKS: plan.checksums, A.PLAN_DRAWS: plan.per_cluster["draws"],
+                  A.PLAN_UNIQUE: plan.per_cluster["unique"],
                   A.PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
                   A.PLAN_EXHAUSTED_AT: plan.per_cluster["exhausted_at"], A.PLAN_MIXTURE: plan.mixture,
                   A.PLAN_REPEAT_HIST: plan.repeat_hist}
@@ -69,13 +73,49 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
             arrays[A.PLAN_TOKENS] = plan.per_cluster["tokens"]
         for fname, arr in arrays.items():
             save_npy(run.path(A.plan_path(name, fname)), arr)
-        fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats)
+        fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats,
+                      blocks={"file": A.PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": CHECKSUM,
+                              "index_range": [0, int(labels.shape[0])]})
         if continues is not None:
             fields["continues"] = continues
             fields["stats"] = {**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())}
         return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
 
-    return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads), force)
+    with _no_space(run.path(A.plan_path(name))):
+        return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads),
+                         force)
+
+
+@contextlib.contextmanager
+def _no_space(folder: Path) -> Iterator[None]:
+    """ENOSPC while writing the plan's files or record: one clear line (the runner removed the temp files)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise PlanSpaceError(f"{folder}: no space left on the device while writing the plan; free space and "
+                                 "run the same `clusterclip plan` again") from exc
+        raise
+
+
+def _check_inputs(run: RunDir, config: PlanConfig) -> bool:
+    """Refuse what the plan cannot be built from (a zero budget, a stale clustering, token counts whose
+    corpus record is gone); returns whether the plan uses token counts."""
+    from clusterclip import artifacts as A
+    from clusterclip.rundir import StaleArtifactError
+
+    if config.budget == 0:
+        raise PlanConfigError("budget", f"must be an integer in 1..{MAX_BUDGET} (or None: one epoch), got 0",
+                              type(config))
+    if run.record(A.EMBED_STAGE) is not None:
+        run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
+    corpus = run.record(A.CORPUS_STAGE)
+    if corpus is None and run.path(A.TOKENS).exists():
+        raise StaleArtifactError(
+            f"{run.root}: `{A.TOKENS}` is here but the corpus record `{A.record(A.CORPUS_STAGE)}` is gone, so the "
+            f"token counts cannot be trusted; rebuild: `{run.rebuild_command(A.CORPUS_STAGE, None, force=True)}`")
+    return config.budget_unit == "tokens" or (corpus is not None and (
+        A.TOKENS in corpus.get("artifacts", {}) or run.path(A.TOKENS).exists()))
 
 
 def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) -> tuple[PlanConfig, dict[str, Any]]:

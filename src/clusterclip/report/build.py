@@ -21,7 +21,7 @@ from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.load import Run, load_run
 from clusterclip.report.model import OWN_CHART, ChartSpec, page_model
 from clusterclip.report.render import render_page
-from clusterclip.rundir import RunDir, atomic_write
+from clusterclip.rundir import RunDir, StaleArtifactError, atomic_write, config_hash
 
 
 def build_report(
@@ -31,21 +31,48 @@ def build_report(
 
     ``out_dir`` defaults to ``RUN_DIR/report``. The page is self-contained (no network): the charts are
     PNG files beside it, referenced relatively, so the folder can be copied or served as is. Charts a
-    previous build wrote that this build no longer produces (e.g. of a deleted plan) are removed.
+    previous build wrote that this build no longer produces (e.g. of a deleted plan) are removed. A
+    ``report`` folder (or ``report.html``) that is a symbolic link is refused: nothing is written or
+    deleted through it. What the report reads is verified first (see :func:`clusterclip.report.load.check_recorded`).
     ``progress`` shows tqdm bars on stderr for the corpus pass and the charts.
     """
+    if out_dir is not None:
+        return _build(run_dir, Path(out_dir), progress)
+    rd = RunDir(run_dir)
+    if not rd.root.is_dir():
+        return _build(run_dir, rd.root, progress)  # load_run says it is not a run directory
+    with rd.lock():
+        html_path = _build(run_dir, rd.path(a.REPORT_DIR), progress)
+        _write_report_record(rd, html_path)
+    return html_path
+
+
+def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
     t0 = time.perf_counter()
     run = load_run(run_dir)
-    out = Path(out_dir) if out_dir is not None else run.root / a.REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     page = page_model(run, scan_run_corpus(run, progress))
     made = draw_charts(page.charts, out, progress)
     text = render_page(page, made, time.perf_counter() - t0)
-    html_path = out / a.REPORT_HTML
+    html_path = RunDir(out).path(a.REPORT_HTML)
     with atomic_write(html_path, "w") as fh:
         fh.write(text)
     _remove_stale_charts(out, keep=set(made))
     return html_path
+
+
+def _write_report_record(rd: RunDir, html_path: Path) -> None:
+    """``report.json``: the output hashes of the stages the report was built from (``upstream``), so that
+    rebuilding any of them makes the report stale (``clusterclip status`` says so)."""
+    upstream = {}
+    for stage in rd.stages():
+        with contextlib.suppress(StaleArtifactError):
+            rec = rd.record(stage) if stage != a.REPORT_STAGE else None
+            if rec is not None and "artifacts" in rec:
+                upstream[stage] = rd.output_hash(stage)
+    files = [html_path, *sorted(p for p in html_path.parent.glob("*.png") if OWN_CHART.match(p.name))]
+    rels = [p.relative_to(rd.root).as_posix() for p in files]
+    rd.write_record(a.REPORT_STAGE, {}, config_hash(upstream), rels, 0.0, upstream=upstream)
 
 
 def scan_run_corpus(run: Run, progress: bool) -> CorpusScan | None:

@@ -43,7 +43,10 @@ STYLE: dict[str, object] = {
     "savefig.dpi": 110,
     "savefig.bbox": "tight",
     "figure.facecolor": "white",
+    "text.parse_math": False,
 }
+"""Chart style. ``text.parse_math`` is off: labels hold user data (group values, plan and run names), and a
+``$`` in them must print as a dollar sign, not start a mathtext formula (which can fail to parse)."""
 CATEGORICAL = [
     "#4e79a7",
     "#f28e2b",

@@ -1,7 +1,11 @@
 """Read what the report shows from a run directory: stage records, cluster arrays, plans, experiment.
 
-Every piece is optional. A missing artifact is None; an unreadable or inconsistent one is None too and
-leaves a line in :attr:`Run.notes`, so the page can say what it left out instead of failing.
+Every piece is optional. What a stage record lists is verified first (:func:`check_recorded`): a
+corrupt record, an artifact that fails its SHA-256, or a stale clustering stops the report with one line
+naming the file and the command that rebuilds it; a stale or broken plan is left out with a note. Arrays
+without a record (a run directory written by hand) are read as they are: a missing one is None, an
+unreadable or inconsistent one is None too and leaves a line in :attr:`Run.notes`, so the page can say
+what it left out instead of failing.
 """
 
 from __future__ import annotations
@@ -90,7 +94,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> Run:
     if not rd.root.is_dir():
         raise ClusterClipError(f"{rd.root}: not a run directory (it does not exist)")
     notes: list[str] = []
-    records = {stage: _record(rd, stage, notes) for stage in STAGES}
+    records = check_recorded(rd)
     arr = {name: _array(rd.path(name), notes) for name in (a.TOKENS, a.LABELS, a.SCORES, a.SIZES, a.CENTROIDS)}
     labels, sizes = _labels_and_sizes(arr[a.LABELS], arr[a.SIZES], notes)
     scores, tokens = arr[a.SCORES], arr[a.TOKENS]
@@ -120,12 +124,20 @@ def load_run(run_dir: str | os.PathLike[str]) -> Run:
     )
 
 
-def _record(rd: RunDir, stage: str, notes: list[str]) -> dict[str, Any] | None:
-    try:
-        return rd.record(stage)
-    except StaleArtifactError as exc:
-        notes.append(str(exc))
-        return None
+def check_recorded(rd: RunDir) -> dict[str, dict[str, Any] | None]:
+    """The records of the corpus, embed and cluster stages, after verifying what the report reads.
+
+    The corpus parts, ``tokens.npy`` and the cluster arrays are checked against the SHA-256 in their
+    records (embeddings are not read, so not hashed), and the clustering must be current with the corpus
+    (not stale). Raises :class:`StaleArtifactError` (one line: the file, the command that rebuilds it).
+    """
+    records = {stage: rd.record(stage) for stage in STAGES}
+    for stage in (a.CORPUS_STAGE, a.CLUSTER_STAGE):
+        if records[stage] is not None:
+            rd.verify(stage, records[stage])
+    if records[a.CLUSTER_STAGE] is not None:
+        rd.require_current(a.CLUSTER_STAGE)
+    return records
 
 
 def _array(path: Path, notes: list[str], mmap: bool = False) -> np.ndarray | None:
@@ -167,17 +179,44 @@ def _slug(name: str, taken: set[str]) -> str:
 def _load_plans(rd: RunDir, labels: np.ndarray | None, k: int, notes: list[str]) -> tuple[PlanView, ...]:
     plans: list[PlanView] = []
     taken: set[str] = set()
+    for folder in sorted(p for p in rd.path(a.PLANS_DIR).glob("*/") if not (p / a.PLAN_RECORD).exists()):
+        if (folder / a.PLAN_ORDER).exists():
+            notes.append(f"{folder}: `{a.PLAN_ORDER}` without its record `{a.PLAN_RECORD}` (unfinished, or the "
+                         f"record was deleted); plan skipped, rebuild it with "
+                         f"`{rd.rebuild_command(a.plan_stage_name(folder.name), None, force=True)}`")
     for rec_path in sorted(rd.path(a.PLANS_DIR).glob(f"*/{a.PLAN_RECORD}")):
-        try:
-            rec = load_json(rec_path)
-        except (OSError, ValueError) as exc:
-            notes.append(f"{rec_path}: unreadable plan record ({exc}); plan skipped")
-            continue
         folder = rec_path.parent
+        rec = _checked_plan_record(rd, folder.name, notes)
+        if rec is None:
+            continue
         plans.append(
             _load_plan(folder, rec if isinstance(rec, dict) else {}, _slug(folder.name, taken), labels, k, notes)
         )
     return tuple(plans)
+
+
+def _checked_plan_record(rd: RunDir, name: str, notes: list[str]) -> dict[str, Any] | None:
+    """A plan's record, its statistics verified (``plan.npy`` by size: only its length is read); None, with a
+    note naming the rebuild command, for a corrupt record or a stale plan (built on an older clustering).
+    A statistics file that fails its checksum raises :class:`StaleArtifactError`."""
+    stage = a.plan_stage_name(name)
+    try:
+        rec = rd.record(stage)
+    except StaleArtifactError as exc:
+        notes.append(f"{exc}; plan skipped")
+        return None
+    if not isinstance(rec, dict):
+        return None
+    if "artifacts" not in rec:
+        return rec
+    stale = rd.stale_reason(stage)
+    if stale:
+        notes.append(f"{stale}; plan skipped")
+        return None
+    order = a.plan_path(name, a.PLAN_ORDER)
+    rd.verify(stage, rec, checksums=False, only=[order])
+    rd.verify(stage, rec, only=[rel for rel in rec["artifacts"] if rel != order])
+    return rec
 
 
 def _load_plan(

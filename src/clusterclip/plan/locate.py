@@ -1,0 +1,82 @@
+"""Where a plan is and how it is rebuilt: ``plan.npy`` from a path, its record, the ``clusterclip plan`` command.
+
+Shared by the readers of plans (``plan.integrity``, the sampler, ``export``), so every message that asks
+for a rebuild names the same runnable command, rebuilt from the plan's recorded settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from clusterclip.errors import ClusterClipError
+
+
+class PlanIntegrityError(ClusterClipError, ValueError):
+    """A plan that cannot be trusted: truncated, modified, or holding indices outside the corpus."""
+
+
+class PlanNotFoundError(ClusterClipError):
+    """The plan given to the sampler cannot be located unambiguously."""
+
+
+def plan_command(run_root: str | os.PathLike[str], record: Mapping[str, Any]) -> str:
+    """The ``clusterclip plan ... --force`` command that rebuilds the plan of ``record`` (its settings):
+    :meth:`RunDir.rebuild_command <clusterclip.rundir.RunDir.rebuild_command>`, the one renderer of
+    rebuild commands."""
+    from clusterclip import artifacts as A
+    from clusterclip.rundir import RunDir
+
+    name = str(record.get("name") or "")
+    return RunDir(run_root).rebuild_command(A.plan_stage_name(name), record, force=True)
+
+
+def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None) -> Path:
+    """Path of ``plan.npy`` given that file, its plan folder, or a run directory.
+
+    A run directory must hold exactly one finished plan unless ``plan_name`` picks one.
+    """
+    from clusterclip import artifacts as A
+    from clusterclip.plan.stage import list_plans
+    from clusterclip.rundir import RunDir
+
+    p = Path(plan)
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise PlanNotFoundError(f"{p}: no such plan file or directory")
+    if plan_name is None and (p / A.PLAN_ORDER).is_file():
+        return p / A.PLAN_ORDER
+    names = list_plans(RunDir(p))
+    if plan_name is not None:
+        if plan_name not in names:
+            raise PlanNotFoundError(f"{p}: no finished plan {plan_name!r}; plans here: {', '.join(names) or 'none'}")
+        return p / A.plan_path(plan_name, A.PLAN_ORDER)
+    if not names:
+        raise PlanNotFoundError(f"{p}: no plan.npy and no finished plans/; run `clusterclip plan {p}` first")
+    if len(names) > 1:
+        raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with plan_name=: {', '.join(names)}")
+    return p / A.plan_path(names[0], A.PLAN_ORDER)
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The ``plan.json`` beside ``plan.npy``, or None; a corrupt record is a :class:`PlanIntegrityError`."""
+    from clusterclip import artifacts as A
+
+    rec_path = path.parent / A.PLAN_RECORD
+    if not rec_path.is_file():
+        return None
+    try:
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        run_root = shlex.quote(str(path.parent.parent.parent))
+        raise PlanIntegrityError(f"{rec_path}: corrupt plan record ({' '.join(str(exc).split())[:200]}); rebuild "
+                                 "the plan with `clusterclip "
+                                 f"plan {run_root} --force` and its options") from exc
+    if not isinstance(rec, dict):
+        raise PlanIntegrityError(f"{rec_path}: corrupt plan record (not a JSON object)")
+    return rec
