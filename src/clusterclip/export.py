@@ -23,7 +23,6 @@ staged files and leaves an earlier export intact.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import shutil
@@ -38,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clusterclip import artifacts as A
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
 from clusterclip.export_writers import WRITERS
 from clusterclip.rundir import RunDir, StaleArtifactError, load_json, save_json
 from clusterclip.settings import Settings, at_least, optional, setting
@@ -360,7 +359,7 @@ def _claim(out: Path, identity: dict[str, Any]) -> Path:
 
 def _write_error(out: Path, exc: OSError) -> ClusterClipError:
     """One line for an OS error while staging the export (its partial files are removed by then)."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if exc.errno in DISK_FULL_ERRNOS:
         return ClusterClipError(f"{out}: no space left on the device while exporting ({exc.strerror}); the partial "
                                 "files were removed and any earlier export is intact: free space or choose another "
                                 "--out")
@@ -459,7 +458,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     records the plan's identity, the files and the counts.
     """
     from clusterclip.cluster import load_labels
-    from clusterclip.torch import load_plan, resolve_plan_path
+    from clusterclip.plan.integrity import open_plan, resolve_plan_path
 
     cfg = config if config is not None else ExportConfig(**options)
     run = run if isinstance(run, RunDir) else RunDir(run)
@@ -468,11 +467,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     name = plan_path.parent.name
     stage = A.plan_stage_name(name)
     plan_record = run.require_current(stage, verify=True)
-    order = load_plan(plan_path)
     corpus = _CorpusIndex(run)
-    if order.size and (int(np.min(order)) < 0 or int(np.max(order)) >= corpus.n):
-        raise StaleArtifactError(f"{plan_path}: refers to documents outside 0..{corpus.n - 1} of the corpus; "
-                                 f"rebuild it with `{run.rebuild_command(stage, force=True)}`")
+    order = open_plan(plan_path, n_docs=corpus.n).verified()
     labels = load_labels(run, mmap=True)
     if labels.shape != (corpus.n,) or not np.issubdtype(labels.dtype, np.integer):
         raise StaleArtifactError(f"{run.path(A.LABELS)}: {labels.dtype} {labels.shape} labels for a corpus of "

@@ -397,19 +397,11 @@ def unseen_check(s: Search, winner: str) -> dict[str, Any]:
 
 
 def plan_command(run_dir: Path, pc: Any) -> str:
-    """The ``clusterclip plan`` command that builds the same plan."""
-    from clusterclip.plan import PlanConfig
-    from clusterclip.settings import flag_of
+    """The ``clusterclip plan`` command that builds the same plan (rendered by
+    :meth:`RunDir.rebuild_command <clusterclip.rundir.RunDir.rebuild_command>`, like every other)."""
+    from clusterclip.rundir import RunDir
 
-    parts = ["clusterclip plan", str(run_dir), "--strategy", pc.strategy, "--budget", str(pc.budget),
-             "--budget-unit", pc.budget_unit]
-    if pc.max_repeat is not None:
-        parts += [flag_of(PlanConfig, "max_repeat"), str(pc.max_repeat)]
-    if pc.strategy == "temperature":
-        parts += [flag_of(PlanConfig, "tau"), f"{pc.tau:g}"]
-    if pc.order != "equal-rate":
-        parts += [flag_of(PlanConfig, "order"), pc.order]
-    return " ".join([*parts, flag_of(PlanConfig, "seed"), str(pc.seed)])
+    return RunDir(run_dir).rebuild_command(A.plan_stage_name(pc.name()), {"config": pc.to_json()})
 
 
 def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, cfg: ExperimentConfig,

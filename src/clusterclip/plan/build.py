@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
 from clusterclip.plan import identity
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
 from clusterclip.plan.integrity import BlockChecksums
@@ -205,7 +205,7 @@ def _reserved(out: Path, length: int) -> Iterator[np.ndarray]:
             dest = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int64, shape=(length,))
             _reserve(tmp)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if exc.errno in DISK_FULL_ERRNOS:
                 raise PlanSpaceError(f"{out}: no space left for a plan of {length:,} draws ({_size(need)}); free "
                                      "space or lower --budget") from exc
             raise

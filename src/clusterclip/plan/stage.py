@@ -7,16 +7,13 @@ repetition histogram, and ``plan.json`` the record (options, statistics, checksu
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clusterclip.plan.build import PlanSpaceError, build_plan
+from clusterclip.errors import disk_full_at
+from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import MAX_BUDGET, PlanConfig, PlanConfigError
 from clusterclip.plan.identity import record_identity, short
 from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
@@ -81,21 +78,9 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
             fields["stats"] = {**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())}
         return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
 
-    with _no_space(run.path(A.plan_path(name))):
+    with disk_full_at(run.path(A.plan_path(name)), kept="the temp files were removed"):
         return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads),
                          force)
-
-
-@contextlib.contextmanager
-def _no_space(folder: Path) -> Iterator[None]:
-    """ENOSPC while writing the plan's files or record: one clear line (the runner removed the temp files)."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise PlanSpaceError(f"{folder}: no space left on the device while writing the plan; free space and "
-                                 "run the same `clusterclip plan` again") from exc
-        raise
 
 
 def _check_inputs(run: RunDir, config: PlanConfig) -> bool:
