@@ -261,9 +261,13 @@ def test_every_model_and_training_setting_invalidates_finished_runs(section: str
 def test_only_runtime_settings_leave_the_results_hash_alone() -> None:
     base = ExperimentConfig()
     runtime = dict(seeds=(0, 1, 2, 3), strategies=("random", "clusterclip-spread"), max_repeats=(9, 12, 18),
-                   device="cuda", threads=2, split_seeds=(0, 1, 2, 3))
+                   device="cpu", threads=2, split_seeds=(0, 1, 2, 3))
     assert set(runtime) == set(RUNTIME_FIELDS)
     assert dataclasses.replace(base, **runtime).results_hash() == base.results_hash()
+    # a GPU trains in bfloat16 autocast: its runs are kept apart from CPU runs, but not from another GPU's
+    gpu = dataclasses.replace(base, device="cuda")
+    assert gpu.results_hash() != base.results_hash()
+    assert dataclasses.replace(base, **{**runtime, "device": "cuda:1"}).results_hash() == gpu.results_hash()
     changed = dict(docs=500, max_words=60, heldout=0.3, split_seed=1, text_field="body", group_field="source",
                    embedder="hashing", k=12, passes=5.0, tau=0.7, curve_docs=50, small_clusters=0.3)
     top = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(RUNTIME_FIELDS) - {"model", "train"}

@@ -228,6 +228,31 @@ def test_resume_after_sigkill_reuses_finished_runs_and_matches_an_uninterrupted_
     assert _comparable(resumed) == _comparable(whole)
 
 
+# ------------------------------------------------------------------------------------- parallel runs
+
+
+@pytest.mark.parametrize("tune", [SMALL, TuneConfig(taus=(0.5,), caps=(9, 12), max_runs=10),
+                                  TuneConfig(taus=(0.5,), caps=(9,), check_split_seeds=(7,))],
+                         ids=["complete", "max-runs", "unseen"])
+def test_parallel_jobs_make_the_same_search_as_one_job(tmp_path: Path, tune: TuneConfig) -> None:
+    one = _tune(tmp_path / "one", FakeRunner(EFFECTS), tune)
+    two = _tune(tmp_path / "two", FakeRunner(EFFECTS), TuneConfig(**{**tune.__dict__, "jobs": 2}))
+    assert _comparable(two) == _comparable(one) and two.get("unseen") == one.get("unseen")
+    assert {k: two["progress"][k] for k in ("trained", "reused", "search_runs")} == \
+        {k: one["progress"][k] for k in ("trained", "reused", "search_runs")}
+    assert sorted(p.name for p in (tmp_path / "two" / "tune" / "runs").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "one" / "tune" / "runs").iterdir())
+
+
+def test_parallel_jobs_reuse_finished_runs_and_respect_the_run_budget_across_restarts(tmp_path: Path) -> None:
+    first = _tune(tmp_path, FakeRunner(EFFECTS), TuneConfig(taus=(0.5,), caps=(9, 12), max_runs=4, jobs=2))
+    assert first["status"] == "stopped: max-runs 4 reached" and first["progress"]["trained"] == 4
+    again = _tune(tmp_path, FakeRunner(EFFECTS), TuneConfig(taus=(0.5,), caps=(9, 12), max_runs=6, jobs=2))
+    assert again["progress"] == {**again["progress"], "trained": 2, "reused": 4, "search_runs": 6}
+    whole = _tune(tmp_path / "whole", FakeRunner(EFFECTS), TuneConfig(taus=(0.5,), caps=(9, 12), max_runs=6))
+    assert _comparable(again) == _comparable(whole)
+
+
 # ------------------------------------------------------------------------------------- devices
 
 def test_device_is_validated_and_passed_to_torch(tmp_path: Path) -> None:
@@ -274,9 +299,11 @@ def test_quick_tune_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     from clusterclip import cli
 
     corpus, out = _toy(tmp_path), tmp_path / "tuned"
-    assert cli.main(["tune", str(corpus), "--out", str(out), "--quick", "--quiet"]) == 0
+    assert cli.main(["tune", str(corpus), "--out", str(out), "--quick", "--quiet", "--jobs", "2"]) == 0
     printed = capsys.readouterr().out
     res = json.loads((out / "tune" / "results.json").read_text())
+    assert cli.main(["tune", str(corpus), "--out", str(tmp_path / "one-job"), "--quick", "--quiet", "--no-plan"]) == 0
+    assert _comparable(json.loads((tmp_path / "one-job" / "tune" / "results.json").read_text())) == _comparable(res)
     assert res["status"] == "complete" and res["objective"] == "heldout_macro_domain"
     assert set(res["candidates"]) == {"random", "uniform", "temperature-0.5", "clusterclip-R5",
                                       "clusterclip-spread-R5"}

@@ -156,10 +156,15 @@ class ExperimentConfig(Settings):
 
     def results_hash(self) -> str:
         """Hash of every setting that changes the numbers of a run: the whole tree, ``model`` and
-        ``train`` included, except ``RUNTIME_FIELDS``. Finished runs are reused only under the same hash."""
+        ``train`` included, except ``RUNTIME_FIELDS``. Finished runs are reused only under the same hash.
+
+        Which device is a runtime choice, but a GPU trains in bfloat16 autocast: its runs are hashed apart
+        from CPU runs (whose hashes are unchanged by this), and any GPU reuses any other's."""
         d = asdict(self)
         for key in RUNTIME_FIELDS:
             d.pop(key)
+        if self.device.startswith("cuda"):
+            d["precision"] = "bfloat16-autocast"
         return config_hash(d)
 
     def strategy_specs(self) -> list[dict[str, Any]]:

@@ -84,8 +84,14 @@ class GPT(nn.Module):
 
 
 def token_losses(model: GPT, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy (nats) of every target position, ``[batch, time]``; targets < 0 give 0."""
-    logits = model(inputs)
+    """Cross-entropy (nats) of every target position, ``[batch, time]``; targets < 0 give 0.
+
+    On a GPU the model runs under bfloat16 autocast (the loss itself in float32): proxies compare
+    sampling plans, and every plan of a run gets the same precision.
+    """
+    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16, enabled=inputs.device.type == "cuda"):
+        logits = model(inputs)
+    logits = logits.float()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).clamp_min(0),
                            reduction="none").view(targets.shape)
     return loss * (targets >= 0)

@@ -35,8 +35,9 @@ def lr_at(step: int, steps: int, cfg: TrainConfig) -> float:
 def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    fused = True if decay[0].is_cuda else None
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
 
 
 def train_model(
@@ -65,14 +66,15 @@ def train_model(
     curve: list[dict[str, Any]] = []
     if on_curve is not None:
         curve.append({"step": 0, "tokens": 0, **on_curve(model)})
-    running = torch.zeros((), dtype=torch.float64)
+    inputs = torch.from_numpy(packed.inputs[:need].astype(np.int64)).to(device)
+    targets = torch.from_numpy(packed.targets[:need].astype(np.int64)).to(device)
+    running = torch.zeros((), dtype=torch.float64, device=device)
     since = 0
     t0 = time.perf_counter()
     tokens_per_step = cfg.batch_size * model_cfg.context
     for step in range(steps):
         lo = step * cfg.batch_size
-        x = torch.from_numpy(packed.inputs[lo:lo + cfg.batch_size].astype(np.int64)).to(device)
-        y = torch.from_numpy(packed.targets[lo:lo + cfg.batch_size].astype(np.int64)).to(device)
+        x, y = inputs[lo:lo + cfg.batch_size], targets[lo:lo + cfg.batch_size]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, cfg)
         loss = token_losses(model, x, y).mean()
@@ -81,7 +83,7 @@ def train_model(
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        running += loss.detach().double().cpu()
+        running += loss.detach().double()
         since += 1
         if step + 1 in marks:
             point: dict[str, Any] = {"step": step + 1, "tokens": (step + 1) * tokens_per_step,

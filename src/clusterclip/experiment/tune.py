@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,6 +78,9 @@ class TuneConfig(Settings):
         help="split seeds never seen by the search: every candidate is rerun there and the choice compared "
              "with the best fixed candidate, comma-separated")
     plan_seed: int = setting(0, check=at_least(0), help="seed of the chosen plan for the whole corpus")
+    jobs: int = setting(1, check=at_least(1),
+                        help="proxy runs trained at once, each in its own process with --threads torch threads "
+                             "(on a GPU they share it); the choice does not depend on it")
 
     def grid(self, cfg: ExperimentConfig) -> list[dict[str, Any]]:
         """Every candidate's plan options (``random`` first), named as the experiment names strategies."""
@@ -95,7 +100,11 @@ class TuneConfig(Settings):
 
 
 class ProxyRunner(Protocol):
-    """Trains and scores one candidate on one (split, seed) pair."""
+    """Trains and scores one candidate on one (split, seed) pair.
+
+    With ``jobs`` > 1 the runner is sent to worker processes, so it must pickle; a runner with a
+    ``portable(split)`` method sends what that returns instead (a smaller callable for one split).
+    """
 
     def identity(self) -> dict[str, Any]:
         """Everything a run's numbers depend on besides (candidate, split, seed): the cache key's base."""
@@ -117,15 +126,38 @@ class TrainingRunner:
     def identity(self) -> dict[str, Any]:
         return {"experiment": self.cfg.results_hash(), "inputs": _fingerprint(self.inputs)}
 
-    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
-        from clusterclip.experiment.run import prepare_split, proxy_run, use_torch
+    def portable(self, split: int) -> SplitRunner:
+        """A picklable runner for one split, prepared here (once) so that workers never write to it."""
+        from clusterclip.experiment.run import prepare_split, use_torch
 
         if split not in self._splits:
             use_torch(self.cfg)
             cfg = replace(self.cfg, split_seeds=(split,))
-            self._splits[split], _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
-                                                   root=self.tune_dir / "splits" / str(split))
-        rec = proxy_run(self._splits[split], spec, seed, self.cfg.device)
+            data, _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
+                                    root=self.tune_dir / "splits" / str(split))
+            self._splits[split] = SplitRunner(data, self.cfg.device, self.cfg.threads)
+        return self._splits[split]
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        return self.portable(split)(spec, split, seed)
+
+
+@dataclass
+class SplitRunner:
+    """Proxy runs on one prepared split: what a worker process receives."""
+
+    data: Any
+    device: str
+    threads: int | None
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        import torch
+
+        from clusterclip.experiment.run import proxy_run
+
+        if self.threads and torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
+        rec = proxy_run(self.data, spec, seed, self.device)
         return {k: rec.get(k) for k in KEPT}
 
 
@@ -157,6 +189,7 @@ class Search:
     reused: int = 0
     stopped: str | None = None
     t0: float = field(default_factory=time.perf_counter)
+    pool: ProcessPoolExecutor | None = None
 
     def __post_init__(self) -> None:
         self.specs = {s["name"]: s for s in self.tune.grid(self.cfg)}
@@ -170,10 +203,10 @@ class Search:
         spec = {k: v for k, v in self.specs[name].items() if k != "name"}
         return config_hash({**self.base, "spec": spec, "split": pair[0], "seed": pair[1]})
 
-    def _over_budget(self, counted: bool) -> str | None:
+    def _over_budget(self, counted: bool, pending: int = 0) -> str | None:
         if not counted:
             return None
-        if self.tune.max_runs is not None and len(self.used) >= self.tune.max_runs:
+        if self.tune.max_runs is not None and len(self.used) + pending >= self.tune.max_runs:
             return f"max-runs {self.tune.max_runs} reached"
         if self.tune.max_minutes is not None and time.perf_counter() - self.t0 > 60 * self.tune.max_minutes:
             return f"max-minutes {self.tune.max_minutes:g} reached"
@@ -182,28 +215,80 @@ class Search:
     def get(self, name: str, pair: Pair, counted: bool = True) -> dict[str, Any] | None:
         """The run's metrics: from ``runs/<hash>.json`` when finished before, else trained now (None once
         the budget is spent). Only ``counted`` runs (the search's) count towards and stop at the budget."""
-        key = self.run_key(name, pair)
         if (name, pair) in self.cache:
             return self.cache[(name, pair)]
-        path = self.tune_dir.parent / A.TUNE_RUNS / f"{key}.json"
-        rec = load_json(path) if path.exists() else None
-        if rec is None:
-            why = self._over_budget(counted)
-            if why:
-                self.stopped = self.stopped or why
-                return None
-            rec = {"candidate": name, "split": pair[0], "seed": pair[1], "spec": self.specs[name],
-                   **self.runner(self.specs[name], *pair)}
-            save_json(path, rec)
-            self.fresh += 1
-        else:
-            self.reused += 1
+        if self._reuse(name, pair, counted):
+            return self.cache[(name, pair)]
+        why = self._over_budget(counted)
+        if why:
+            self.stopped = self.stopped or why
+            return None
+        return self._finished(name, pair, self.runner(self.specs[name], *pair), counted)
+
+    def _path(self, name: str, pair: Pair) -> Path:
+        return self.tune_dir.parent / A.TUNE_RUNS / f"{self.run_key(name, pair)}.json"
+
+    def _reuse(self, name: str, pair: Pair, counted: bool) -> bool:
+        """Take a run finished before (by an earlier session) from its cache file, if there is one."""
+        path = self._path(name, pair)
+        if not path.exists():
+            return False
+        self.reused += 1
+        self._keep(name, pair, load_json(path), counted)
+        return True
+
+    def _finished(self, name: str, pair: Pair, metrics: dict[str, Any], counted: bool) -> dict[str, Any]:
+        """Store a freshly trained run (atomically: a kill never leaves half a cache file)."""
+        rec = {"candidate": name, "split": pair[0], "seed": pair[1], "spec": self.specs[name], **metrics}
+        save_json(self._path(name, pair), rec)
+        self.fresh += 1
+        return self._keep(name, pair, rec, counted)
+
+    def _keep(self, name: str, pair: Pair, rec: dict[str, Any], counted: bool) -> dict[str, Any]:
         if counted:
-            self.used.add(key)
+            self.used.add(self.run_key(name, pair))
         self.cache[(name, pair)] = rec
         self._event(f"{name} split {pair[0]} seed {pair[1]}: macro {rec['heldout_macro_cluster']:.4f} "
                     f"micro {rec['heldout_micro']:.4f}")
         return rec
+
+    def prefetch(self, wanted: Sequence[tuple[str, Pair]], counted: bool = True) -> None:
+        """Train the runs of ``wanted`` that are not stored yet, ``jobs`` at a time in worker processes.
+
+        Runs start in the order given and stop starting where :meth:`get` would stop (the budget), so
+        the sequential pass of :meth:`get` that follows finds exactly the runs it would have trained.
+        """
+        todo = [(n, p) for n, p in dict.fromkeys(wanted) if (n, p) not in self.cache]
+        if self.tune.jobs <= 1 or all(self._path(*t).exists() for t in todo):
+            return
+        portable = getattr(self.runner, "portable", None)
+        jobs: dict[int, Callable[..., dict[str, Any]]] = {}
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
+        running: dict[Future[dict[str, Any]], tuple[str, Pair]] = {}
+        while todo or running:
+            while todo and len(running) < self.tune.jobs:
+                name, pair = todo.pop(0)
+                if self._reuse(name, pair, counted):
+                    continue
+                why = self._over_budget(counted, pending=len(running))
+                if why:
+                    self.stopped = self.stopped or why
+                    todo = []
+                    break
+                if pair[0] not in jobs:
+                    jobs[pair[0]] = portable(pair[0]) if portable else self.runner
+                running[self.pool.submit(jobs[pair[0]], self.specs[name], *pair)] = (name, pair)
+            if running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    self._finished(*running.pop(fut), fut.result(), counted)
+
+    def close(self) -> None:
+        """Stop the workers: runs not started are cancelled; a run in flight is lost and retrained on a restart."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
 
     def _event(self, text: str) -> None:
         if self.on_event is not None:
@@ -254,6 +339,7 @@ def _rank_key(a: dict[str, Any]) -> tuple[bool, float]:
 
 def _run_rung(s: Search, alive: list[str], pairs: Sequence[Pair]) -> dict[str, Any]:
     """Every alive candidate (and random) on ``pairs``; the assessment of those that finished."""
+    s.prefetch([(name, pair) for pair in pairs for name in ("random", *alive)])
     for pair in pairs:
         for name in ("random", *alive):
             if s.get(name, pair) is None:
@@ -332,16 +418,19 @@ def run_tune(
         s.results = {"version": TUNE_VERSION, "status": "running", "inputs": [str(p) for p in inputs],
                      "config": asdict(cfg), "tune": asdict(tune), "grid": list(s.specs),
                      "pairs": [list(p) for p in search_pairs(cfg)], "trajectory": []}
-        trajectory, final = halving(s, lambda: _write(s))
-        seen = {n: a for t in trajectory for n, a in t["scores"].items()}
-        winner, why = choose(final, tune.max_micro_regression, seen)
-        s.results.update(objective=s.objective() if s.cache else None, winner=winner, reason=why,
-                         status=f"stopped: {s.stopped}" if s.stopped else "complete",
-                         candidates=_candidates(s, trajectory, winner))
-        _write(s)
-        if tune.check_split_seeds:
-            s.results["unseen"] = unseen_check(s, winner)
+        try:
+            trajectory, final = halving(s, lambda: _write(s))
+            seen = {n: a for t in trajectory for n, a in t["scores"].items()}
+            winner, why = choose(final, tune.max_micro_regression, seen)
+            s.results.update(objective=s.objective() if s.cache else None, winner=winner, reason=why,
+                             status=f"stopped: {s.stopped}" if s.stopped else "complete",
+                             candidates=_candidates(s, trajectory, winner))
             _write(s)
+            if tune.check_split_seeds:
+                s.results["unseen"] = unseen_check(s, winner)
+                _write(s)
+        finally:
+            s.close()
     if write_plan:
         s.results["plan"] = write_chosen_plan(inputs, Path(out), cfg, s.specs[winner], tune.plan_seed, progress)
         _write(s)
@@ -380,6 +469,7 @@ def _candidates(s: Search, trajectory: list[dict[str, Any]], winner: str) -> dic
 def unseen_check(s: Search, winner: str) -> dict[str, Any]:
     """Every candidate on split seeds the search never saw; the choice against the best fixed candidate there."""
     pairs = [(split, seed) for seed in s.cfg.seeds for split in s.tune.check_split_seeds]
+    s.prefetch([(name, pair) for pair in pairs for name in s.specs], counted=False)
     for pair in pairs:
         for name in s.specs:
             s.get(name, pair, counted=False)

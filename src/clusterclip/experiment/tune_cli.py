@@ -32,6 +32,7 @@ examples:
   clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90
   clusterclip tune data.jsonl --out runs/tuned --caps 8,12,18 --taus 0.3,0.7 --check-split-seeds 10,11
   clusterclip tune data.jsonl --out /tmp/tuned --quick
+  clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once
   clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384 --heads 6
 """
 DATA = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder", "k")
