@@ -335,6 +335,8 @@ def test_presets_and_split_seed_on_the_command_line() -> None:
     assert cfg.seeds == (0, 1) and cfg.embedder == "hashing" and tune.caps == (5,) and tune.eta == 2
     cfg, tune = configs_from_args(parser.parse_args(["tune", "--out", "o", "--max-runs", "0", "--device", "cuda"]))
     assert tune.max_runs is None and cfg.device == "cuda"
+    assert "no limit (default: 0)" in " ".join(parser._subparsers._group_actions[0].choices["tune"].format_help()
+                                               .split())
 
 
 @pytest.mark.parametrize(
@@ -344,6 +346,8 @@ def test_presets_and_split_seed_on_the_command_line() -> None:
         (["--orders", "backwards"], "--orders"),
         (["--device", "tpu"], "--device must be cpu, cuda or cuda:N"),
         (["--eta", "1"], "--eta must be an integer >= 2"),
+        (["--max-runs", "-1"], "--max-runs must be an integer >= 1 (or 0 for no limit)"),
+        (["--jobs", "0"], "--jobs must be an integer >= 1"),
     ],
 )
 def test_tune_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

@@ -271,7 +271,10 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
     for f in _cli_fields(cls, fields):
         flag, text = flag_of(cls, f.name), f.metadata["help"]
         if unset and "(default:" not in text:
-            text = f"{text} (default: {_shown(_default(f))})"
+            default = _default(f)
+            shown = f.metadata["cli_none"].split(" for ")[0] if default is None and f.metadata.get("cli_none") \
+                else _shown(default)
+            text = f"{text} (default: {shown})"
         kw: dict[str, Any] = {"default": argparse.SUPPRESS if unset else _default(f), "help": text,
                               "dest": _dest(flag)}
         if f.metadata.get("choices") is not None:

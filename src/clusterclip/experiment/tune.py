@@ -68,7 +68,8 @@ class TuneConfig(Settings):
              "macro gains bought with the natural distribution's loss are refused")
     eta: int = setting(3, check=at_least(2), help="successive halving keeps the best 1/eta and gives them eta x pairs")
     max_runs: int | None = setting(None, check=optional(at_least(1)), parse=lambda t: int(t) or None,
-                                   help="stop after this many proxy runs (finished ones reused count too); 0: none")
+                                   cli_none="0 for no limit",
+                                   help="stop after this many proxy runs (finished ones reused count too); 0: no limit")
     max_minutes: float | None = setting(90.0, check=optional(at_least(0, integer=False)),
                                         parse=lambda t: float(t) or None,
                                         help="stop starting search runs after this many minutes (the decision "

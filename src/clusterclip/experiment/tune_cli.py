@@ -14,7 +14,7 @@ from typing import Any
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.settings import SettingsError, add_arguments, flag_of, from_args
+from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
 
 HELP = "choose cap, temperature and order for a corpus by proxy training runs"
 DESCRIPTION = """\
@@ -96,7 +96,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
         res = run_tune(a.inputs, a.out, cfg, tune, progress=not a.quiet, on_event=None if a.quiet else print_event,
                        write_plan=not a.no_plan)
     except SettingsError as exc:
-        raise ClusterClipError(exc.render(partial(_flag, owner=exc.owner))) from exc
+        raise ClusterClipError(error_message(exc, partial(_flag, owner=exc.owner))) from exc
     print(format_summary(res))
     return 0
 
