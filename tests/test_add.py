@@ -252,3 +252,19 @@ def test_default_k_follows_the_fit_only_while_the_cluster_record_is_current(tmp_
         corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False)
         embed_stage(run, "hashing", shard_size=50, progress=False)
         assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(185) != default_k(150)
+
+
+def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
+    from clusterclip.errors import CorruptFileError
+    from clusterclip.rundir import load_json
+
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 30})
+    run.path(A.ADD_JOURNAL).write_text('{"key": "abc", "inputs": [')
+    assert main(["add", str(run.root), str(new), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("clusterclip: error: ") and str(run.path(A.ADD_JOURNAL)) in err and "not valid JSON" in err
+    assert "\n" not in err and "Traceback" not in err
+    with pytest.raises(CorruptFileError) as caught:
+        load_json(run.path(A.ADD_JOURNAL))
+    assert isinstance(caught.value, ValueError)  # callers that treat an unreadable record as stale still do

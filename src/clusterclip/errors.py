@@ -31,6 +31,11 @@ class BadRecordError(ClusterClipError):
         return type(self), (self.source, self.location, self.problem)
 
 
+class CorruptFileError(ClusterClipError, ValueError):
+    """A JSON artifact that does not parse (damaged or edited): names the file and the way out. A
+    ``ValueError`` too, so callers that treat an unreadable record as stale keep doing so."""
+
+
 class InfeasiblePlanError(ClusterClipError):
     """The requested budget cannot be met under the repetition cap."""
 

@@ -45,7 +45,7 @@ from typing import IO, Any
 import numpy as np
 
 from clusterclip import artifacts as A
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, CorruptFileError
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,13 @@ def save_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 
 def load_json(path: str | os.PathLike[str]) -> Any:
+    """A JSON artifact; :class:`CorruptFileError` (one line, naming the file) when it does not parse."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        try:
+            return json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CorruptFileError(f"{path}: not valid JSON ({exc}); it was damaged or edited: restore it, or "
+                                   "re-run the command that wrote it") from exc
 
 
 def _json_default(obj: Any) -> Any:
