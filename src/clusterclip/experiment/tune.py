@@ -136,7 +136,7 @@ class TrainingRunner:
             cfg = replace(self.cfg, split_seeds=(split,))
             data, _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
                                     root=self.tune_dir / "splits" / str(split))
-            self._splits[split] = SplitRunner(data, self.cfg.device, self.cfg.threads)
+            self._splits[split] = SplitRunner(data, self.cfg)
         return self._splits[split]
 
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
@@ -148,17 +148,13 @@ class SplitRunner:
     """Proxy runs on one prepared split: what a worker process receives."""
 
     data: Any
-    device: str
-    threads: int | None
+    cfg: ExperimentConfig
 
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
-        import torch
+        from clusterclip.experiment.run import proxy_run, use_torch
 
-        from clusterclip.experiment.run import proxy_run
-
-        if self.threads and torch.get_num_threads() != self.threads:
-            torch.set_num_threads(self.threads)
-        rec = proxy_run(self.data, spec, seed, self.device)
+        use_torch(self.cfg)
+        rec = proxy_run(self.data, spec, seed, self.cfg.device)
         return {k: rec.get(k) for k in KEPT}
 
 
@@ -185,7 +181,7 @@ class Search:
     tune_dir: Path
     on_event: OnEvent | None = None
     results: dict[str, Any] = field(default_factory=dict)
-    used: set[str] = field(default_factory=set)
+    used: set[tuple[str, Pair]] = field(default_factory=set)
     fresh: int = 0
     reused: int = 0
     stopped: str | None = None
@@ -247,7 +243,7 @@ class Search:
 
     def _keep(self, name: str, pair: Pair, rec: dict[str, Any], counted: bool) -> dict[str, Any]:
         if counted:
-            self.used.add(self.run_key(name, pair))
+            self.used.add((name, pair))
         self.cache[(name, pair)] = rec
         self._event(f"{name} split {pair[0]} seed {pair[1]}: macro {rec['heldout_macro_cluster']:.4f} "
                     f"micro {rec['heldout_micro']:.4f}")
@@ -259,13 +255,11 @@ class Search:
         Runs start in the order given and stop starting where :meth:`get` would stop (the budget), so
         the sequential pass of :meth:`get` that follows finds exactly the runs it would have trained.
         """
-        todo = [(n, p) for n, p in dict.fromkeys(wanted) if (n, p) not in self.cache]
-        if self.tune.jobs <= 1 or all(self._path(*t).exists() for t in todo):
+        if self.tune.jobs <= 1:
             return
+        todo = [(n, p) for n, p in dict.fromkeys(wanted) if (n, p) not in self.cache]
         portable = getattr(self.runner, "portable", None)
         jobs: dict[int, Callable[..., dict[str, Any]]] = {}
-        if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
         running: dict[Future[dict[str, Any]], tuple[str, Pair]] = {}
         while todo or running:
             while todo and len(running) < self.tune.jobs:
@@ -279,6 +273,8 @@ class Search:
                     break
                 if pair[0] not in jobs:
                     jobs[pair[0]] = portable(pair[0]) if portable else self.runner
+                if self.pool is None:
+                    self.pool = ProcessPoolExecutor(self.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
                 running[self.pool.submit(jobs[pair[0]], self.specs[name], *pair)] = (name, pair)
             if running:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -470,10 +466,10 @@ def _candidates(s: Search, trajectory: list[dict[str, Any]], winner: str) -> dic
 def unseen_check(s: Search, winner: str) -> dict[str, Any]:
     """Every candidate on split seeds the search never saw; the choice against the best fixed candidate there."""
     pairs = [(split, seed) for seed in s.cfg.seeds for split in s.tune.check_split_seeds]
-    s.prefetch([(name, pair) for pair in pairs for name in s.specs], counted=False)
-    for pair in pairs:
-        for name in s.specs:
-            s.get(name, pair, counted=False)
+    wanted = [(name, pair) for pair in pairs for name in s.specs]
+    s.prefetch(wanted, counted=False)
+    for name, pair in wanted:
+        s.get(name, pair, counted=False)
     scored = {n: s.assess(n, pairs) for n in s.specs if n != "random"}
     fixed = {n: a for n, a in scored.items() if a is not None and a["feasible"]}
     best = min(fixed, key=lambda n: fixed[n]["objective"]["mean"], default="random")
