@@ -31,7 +31,7 @@ from clusterclip.add import add_documents
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, corpus_stage
 from clusterclip.embed import embed_stage
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 
 
 def split(corpus: Path, out: Path, held_out: Callable[[int, dict], bool]) -> tuple[Path, Path]:

@@ -37,7 +37,7 @@ from clusterclip.cluster import (
 )
 from clusterclip.corpus import read_column
 from clusterclip.embed import load_embeddings
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 
 
 def spherical_objective(x: np.ndarray, labels: np.ndarray, k: int) -> float:

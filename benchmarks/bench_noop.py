@@ -44,7 +44,7 @@ with open(os.environ["BENCH_NOOP_OUT"], "w") as fh:
 
 def build_run(run_dir: Path, docs: int, k: int, seed: int) -> None:
     """Labels of ``docs`` documents in ``k`` clusters and the cluster record that marks them finished."""
-    from clusterclip.rundir import RunDir, save_npy
+    from clusterclip.store import RunDir, save_npy
 
     labels = np.random.default_rng(seed).integers(0, k, docs).astype(np.int32)
     run = RunDir(run_dir)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from bench_pipeline import stage
 
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 
 PLAN = """
 import json, resource, sys, time

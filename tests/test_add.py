@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import artifacts as A
 from clusterclip.add import AddConfig, add_documents, append_npy, drift_report, lower_percentile
 from clusterclip.cli import main
 from clusterclip.cluster import ClusterConfig, cluster_stage
@@ -20,7 +19,8 @@ from clusterclip.corpus import CorpusConfig, ReadOptions, corpus_stage, read_col
 from clusterclip.embed import embed_stage, get_embedder, load_embeddings
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig, plan_stage
-from clusterclip.rundir import RunDir, load_npy
+from clusterclip.store import RunDir, load_npy
+from clusterclip.store import layout as A
 from clusterclip.torch import ClusterClipSampler, load_plan
 from tests.test_cli import TOPICS, make_corpus
 
@@ -256,7 +256,7 @@ def test_default_k_follows_the_fit_only_while_the_cluster_record_is_current(tmp_
 
 def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
     from clusterclip.errors import CorruptFileError
-    from clusterclip.rundir import load_json
+    from clusterclip.store import load_json
 
     run, _ = build_run(tmp_path)
     new = new_file(tmp_path / "new.jsonl", {"sailing": 30})

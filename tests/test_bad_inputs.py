@@ -19,7 +19,7 @@ import pytest
 from clusterclip import corpus as corpus_module
 from clusterclip import embed as embed_module
 from clusterclip.cli import main
-from clusterclip.rundir import TMP_PREFIX, RunDir, load_npy
+from clusterclip.store import TMP_PREFIX, RunDir, load_npy
 
 
 def _records(n: int = 12) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clusterclip.cli import build_parser, main
-from clusterclip.rundir import RunDir, load_npy
+from clusterclip.store import RunDir, load_npy
 
 TOPICS = {
     "cooking": "recipe oven bake flour sugar butter dough knead simmer sauce garlic onion pepper salt",
@@ -179,7 +179,7 @@ def test_plan_refuses_clusters_of_older_embeddings(tmp_path, corpus, capsys):
 
 
 def test_status_verify_finds_an_edit_that_a_noop_rerun_does_not_read(tmp_path, corpus, capsys, monkeypatch):
-    from clusterclip import rundir
+    from clusterclip.store import rundir
     from tests.test_rundir import _no_digest, _tamper_keeping_size_and_mtime
 
     out = tmp_path / "run"

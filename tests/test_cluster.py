@@ -16,7 +16,7 @@ from clusterclip.cluster import (
     sample_rows,
 )
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, load_npy, save_npy
+from clusterclip.store import RunDir, load_npy, save_npy
 
 
 def planted(n_per: list[int], dim: int = 32, noise: float = 0.35, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from clusterclip.corpus import (
     stdlib_documents,
 )
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.rundir import RunDir, load_npy
+from clusterclip.store import RunDir, load_npy
 
 RECORDS = [
     {"id": "a", "text": "The cat sat on the mat.", "domain": "pets"},

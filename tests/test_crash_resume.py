@@ -1,7 +1,7 @@
 """Kill ``clusterclip run`` (SIGKILL) inside every stage, or ``clusterclip add`` at every step, re-run it, and
 get the same bytes.
 
-Kills are placed with the ``CLUSTERCLIP_FAULT`` hook of :mod:`clusterclip.rundir`: just before an
+Kills are placed with the ``CLUSTERCLIP_FAULT`` hook of :mod:`clusterclip.store`: just before an
 artifact's temp file is renamed into place, or just after. The re-run must finish, reuse what was
 complete (embedding shards), leave no temp files and produce artifacts byte-identical to an
 uninterrupted run with the same seed.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterclip.rundir import FAULT_ENV, TMP_PREFIX, RunDir
+from clusterclip.store import FAULT_ENV, TMP_PREFIX, RunDir
 from tests.test_cli import make_corpus
 
 ARGS = ["--embedder", "hashing", "--shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]

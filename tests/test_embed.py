@@ -13,7 +13,7 @@ import pytest
 
 from clusterclip import embed as E
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError, artifact_checksums
+from clusterclip.store import RunDir, StaleArtifactError, artifact_checksums
 
 pytest.importorskip("sklearn")
 

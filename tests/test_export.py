@@ -12,7 +12,7 @@ import pytest
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import export_plan
 from clusterclip.plan import PlanConfig, plan_stage
-from clusterclip.rundir import RunDir, atomic_path, save_npy
+from clusterclip.store import RunDir, atomic_path, save_npy
 
 
 def _run(tmp_path, n=50, parts=2, budget=130, pad=""):

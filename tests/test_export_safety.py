@@ -17,7 +17,7 @@ from clusterclip import export_writers
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import export_plan
-from clusterclip.rundir import save_npy
+from clusterclip.store import save_npy
 from tests.test_export import _run
 
 

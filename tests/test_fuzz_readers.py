@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from clusterclip.corpus import CorpusConfig, ReadOptions, ReadStats, corpus_stage, expand_inputs, iter_documents
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.rundir import TMP_PREFIX, RunDir
+from clusterclip.store import TMP_PREFIX, RunDir
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

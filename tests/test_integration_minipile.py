@@ -14,7 +14,7 @@ from sklearn.metrics import normalized_mutual_info_score
 from clusterclip.corpus import read_column
 from clusterclip.pipeline import run_pipeline
 from clusterclip.plan import PlanConfig
-from clusterclip.rundir import RunDir, load_npy
+from clusterclip.store import RunDir, load_npy
 
 MINIPILE_1K = Path(__file__).resolve().parents[2] / "shared" / "data" / "minipile-1k.jsonl"
 

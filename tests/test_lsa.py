@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import artifacts as A
 from clusterclip import embed as E
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError
+from clusterclip.store import RunDir, StaleArtifactError
+from clusterclip.store import layout as A
 from tests.test_embed import _make_run
 
 pytest.importorskip("sklearn")

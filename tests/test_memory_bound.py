@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from clusterclip.corpus import corpus_stage
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 
 BOUND_MIB = 40
 SHARD = 3000
@@ -30,7 +30,7 @@ watch = AnonPeak()
 import clusterclip.cluster
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.embed import embed_stage
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 run = RunDir(sys.argv[1])
 embed_stage(run, sys.argv[3], shard_size=int(sys.argv[2]), progress=False, **json.loads(sys.argv[4]))
 clusterclip.cluster.ASSIGN_BATCH = int(sys.argv[2])
@@ -121,7 +121,7 @@ import json, sys
 from clusterclip.memwatch import AnonPeak
 watch = AnonPeak()
 from clusterclip.add import add_documents
-from clusterclip.rundir import RunDir
+from clusterclip.store import RunDir
 run = RunDir(sys.argv[1])
 base = watch.read()
 with run.lock():

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterclip import artifacts as A
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, build_plan, continuation, identity_of, plan_stage, reference_order
 from clusterclip.plan.prior import prior_counts
-from clusterclip.rundir import RunDir, save_json, save_npy
+from clusterclip.store import RunDir, save_json, save_npy
+from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
 
 torch = pytest.importorskip("torch")

@@ -11,7 +11,6 @@ import os
 import numpy as np
 import pytest
 
-from clusterclip import artifacts as A
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import (
@@ -25,7 +24,8 @@ from clusterclip.plan import (
     open_plan,
     plan_stage,
 )
-from clusterclip.rundir import RunDir, file_digest, save_json, save_npy
+from clusterclip.store import RunDir, file_digest, save_json, save_npy
+from clusterclip.store import layout as A
 
 N_DOCS = 200
 BIG = 2 * BLOCK_ENTRIES + 1000  # three blocks, the last one short

@@ -7,7 +7,7 @@ import pytest
 
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, artifact_checksums, load_npy
+from clusterclip.store import RunDir, artifact_checksums, load_npy
 from tests.test_cli import make_corpus
 
 pytest.importorskip("ray.data")

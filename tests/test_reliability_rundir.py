@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip import artifacts as A
 from clusterclip.cli import main
 from clusterclip.report import build_report
-from clusterclip.rundir import LinkInRunDirError, RunDir, StaleArtifactError, load_npy, save_npy
+from clusterclip.store import LinkInRunDirError, RunDir, StaleArtifactError, load_npy, save_npy
+from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
 
 DOLLAR = "$\\frac{1}{$"
@@ -199,14 +199,19 @@ def test_a_rebuilt_embedding_makes_clusters_and_plans_stale_with_every_command(r
     assert run.stale_reason(stage) is None and run.stale_reason(A.CLUSTER_STAGE) is None
 
 
-def test_a_plan_record_without_upstream_hashes_is_still_found_stale(run):
+def test_a_plan_record_without_upstream_hashes_is_corrupt_and_rebuilt(run):
+    """Every record the stage runner writes lists its upstream outputs; one without them cannot be
+    checked for staleness, so it counts as corrupt (never silently current)."""
     path = run.path(A.plan_path(TEMP, A.PLAN_RECORD))
     rec = json.loads(path.read_text())
     del rec["upstream"]
     path.write_text(json.dumps(rec))
-    assert run.stale_reason(A.plan_stage_name(TEMP)) is None
-    assert main(["cluster", str(run.root), "--k", "5", "-q"]) == 0
-    assert "`cluster` or `corpus` was rebuilt" in run.stale_reason(A.plan_stage_name(TEMP))
+    stage = A.plan_stage_name(TEMP)
+    assert "its record is corrupt" in run.stale_reason(stage)
+    command = run.rebuild_command(stage)
+    assert command.endswith("--force") and "OPTIONS" not in command
+    follow(command)
+    assert run.stale_reason(stage) is None and "upstream" in run.record(stage)
 
 
 def test_plans_before_an_add_are_behind_not_stale_until_a_refit(run, tmp_path, capsys):

@@ -32,7 +32,7 @@ from clusterclip.report.metrics import (
     purity_from_table,
     top_share,
 )
-from clusterclip.rundir import save_json, save_npy
+from clusterclip.store import save_json, save_npy
 
 SECTIONS = [
     "summary",

@@ -9,19 +9,19 @@ import time
 import numpy as np
 import pytest
 
-from clusterclip import rundir
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import (
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import (
     TMP_PREFIX,
     RunDir,
     StaleArtifactError,
     atomic_write,
     file_digest,
     load_npy,
+    rundir,
     save_json,
     save_npy,
 )
-from clusterclip.stages import Built, Job, Stage, run_stage
 
 
 def test_atomic_write_leaves_old_content_on_failure(tmp_path):

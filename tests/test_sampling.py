@@ -19,7 +19,7 @@ from clusterclip.plan import (
     plan_stage,
     water_fill,
 )
-from clusterclip.rundir import RunDir, artifact_checksums, load_json, load_npy, save_npy
+from clusterclip.store import RunDir, artifact_checksums, load_json, load_npy, save_npy
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

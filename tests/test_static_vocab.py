@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip import artifacts as A
 from clusterclip import embed as E
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError, artifact_checksums
+from clusterclip.store import RunDir, StaleArtifactError, artifact_checksums
+from clusterclip.store import layout as A
 from tests.test_embed import _make_run
 
 pytest.importorskip("sklearn")

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 from clusterclip.errors import ClusterClipError  # noqa: E402
 from clusterclip.plan import PlanConfig, plan_stage  # noqa: E402
-from clusterclip.rundir import RunDir, save_json, save_npy  # noqa: E402
+from clusterclip.store import RunDir, save_json, save_npy  # noqa: E402
 from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset  # noqa: E402
 
 

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import artifacts as A
 from clusterclip.experiment.stats import bootstrap_means, format_interval, paired_interval, verdict
+from clusterclip.store import layout as A
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")

@@ -29,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip import artifacts as A
 from clusterclip.corpus import (
     PART_ROWS,
     ReadOptions,
@@ -42,17 +41,18 @@ from clusterclip.corpus import (
     work_units,
 )
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.rundir import (
+from clusterclip.settings import Settings, between, setting
+from clusterclip.stages import grow_stage
+from clusterclip.store import (
     RunDir,
     atomic_path,
     config_hash,
-    grown_from,
     load_json,
     load_npy,
     save_json,
     save_npy,
 )
-from clusterclip.settings import Settings, between, setting
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
@@ -335,32 +335,24 @@ def _write_records(run: RunDir, journal: dict[str, Any], new: _NewDocs, shards: 
     groups = Counter(corpus.get("groups", {})) + new.groups
     corpus_cfg = {**corpus["config"], "added": [*corpus["config"].get("added", []),
                                                  {"inputs": journal["inputs"], "read": journal["read"]}]}
-    run.write_record(
-        A.CORPUS_STAGE, corpus_cfg, config_hash({"base": corpus["inputs_hash"], "added": journal["key"]}),
-        [*_parts(corpus), *new.parts, A.TOKENS], corpus["seconds"] + seconds, known=_untouched(corpus),
-        count=n, tokens=int(corpus["tokens"]) + int(new.tokens.sum()),
-        skipped=corpus["skipped"] + new.stats.skipped,
-        skipped_examples=(corpus.get("skipped_examples", []) + new.stats.examples)[:ReadStats.max_examples],
-        duplicate_ids=corpus.get("duplicate_ids", 0), groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
-        inputs=[*corpus.get("inputs", []), *journal["fingerprint"]], engine=corpus.get("engine", "local"),
-        additions=[*corpus.get("additions", []), entry], grown_from=grown_from(corpus))
-    extra = {k: v for k, v in embed.items() if k not in _RECORD_KEYS}
-    run.write_record(A.EMBED_STAGE, embed["config"], run.output_hash(A.CORPUS_STAGE),
-                     [*embed["artifacts"], *(s["file"] for s in shards)], embed["seconds"], known=_untouched(embed),
-                     **{**extra, "count": n, "shards": [*embed["shards"], *shards], "grown_from": grown_from(embed)})
-    extra = {k: v for k, v in cluster.items() if k not in _RECORD_KEYS}
+    grow_stage(run, corpus, config_hash({"base": corpus["inputs_hash"], "added": journal["key"]}),
+               [*_parts(corpus), *new.parts, A.TOKENS], seconds, _untouched(corpus), (),
+               config=corpus_cfg, count=n, tokens=int(corpus["tokens"]) + int(new.tokens.sum()),
+               skipped=corpus["skipped"] + new.stats.skipped,
+               skipped_examples=(corpus.get("skipped_examples", []) + new.stats.examples)[:ReadStats.max_examples],
+               groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
+               inputs=[*corpus.get("inputs", []), *journal["fingerprint"]],
+               additions=[*corpus.get("additions", []), entry])
+    grow_stage(run, embed, run.output_hash(A.CORPUS_STAGE), [*embed["artifacts"], *(s["file"] for s in shards)], 0.0,
+               _untouched(embed), (A.CORPUS_STAGE,), count=n, shards=[*embed["shards"], *shards])
     objective = (float(cluster["objective"]) * n_old + float(scores_new.sum(dtype=np.float64))) / n
-    run.write_record(A.CLUSTER_STAGE, cluster["config"], run.output_hash(A.EMBED_STAGE), list(cluster["artifacts"]),
-                     cluster["seconds"], known=_untouched(cluster),
-                     **{**extra, "objective": objective, "fit_count": int(cluster.get("fit_count", n_old)),
-                        "size_min": int(sizes.min()), "size_median": float(np.median(sizes)),
-                        "size_max": int(sizes.max()), "grown_from": grown_from(cluster)})
+    grow_stage(run, cluster, run.output_hash(A.EMBED_STAGE), list(cluster["artifacts"]), 0.0, _untouched(cluster),
+               (A.EMBED_STAGE,), objective=objective, fit_count=int(cluster.get("fit_count", n_old)),
+               size_min=int(sizes.min()), size_median=float(np.median(sizes)), size_max=int(sizes.max()))
 
 
 _GROWN = (A.TOKENS, A.LABELS, A.SCORES, A.SIZES)
 """Artifacts an add rewrites: their recorded metadata is never reused (they are hashed again)."""
-_RECORD_KEYS = ("stage", "format_version", "config", "config_hash", "inputs_hash", "finished_at", "seconds",
-                "artifacts", "upstream")
 
 
 def _untouched(rec: dict[str, Any]) -> dict[str, Any]:

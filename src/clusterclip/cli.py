@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterclip import __version__
-from clusterclip import artifacts as A
 from clusterclip.add import READ_FIELDS, AddConfig
 from clusterclip.cluster import ClusterConfig
-from clusterclip.corpus import CorpusConfig, ReadOptions
+from clusterclip.corpus import CORPUS_FIELDS, CorpusConfig, ReadOptions
 from clusterclip.errors import ClusterClipError
 from clusterclip.pipeline import DEFAULT_STRATEGIES, EmbedOptions
-from clusterclip.plan import STRATEGIES, PlanConfig, load_weights
+from clusterclip.plan import PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
 from clusterclip.settings import add_arguments, error_message, from_args
+from clusterclip.store import layout as A
 
 log = logging.getLogger("clusterclip")
 
@@ -47,9 +47,8 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
         return super()._get_help_string(action)
 
 
-CORPUS_FIELDS = ("text_field", "id_field", "group_field", "split", "on_bad_record", "tokenizer")
+
 EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
-PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window")
 
 
 def _add_common(p: argparse.ArgumentParser, force: bool = True) -> None:
@@ -233,7 +232,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_embed(a: argparse.Namespace) -> int:
     from clusterclip.pipeline import embed_corpus, engine_session
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     run = RunDir(a.out)
     with run.lock(), engine_session(a.engine, a.ray_address):
@@ -247,7 +246,7 @@ def cmd_embed(a: argparse.Namespace) -> int:
 def cmd_cluster(a: argparse.Namespace) -> int:
     from clusterclip.cluster import cluster_stage
     from clusterclip.pipeline import engine_session
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     run = RunDir(a.run_dir)
     with run.lock(), engine_session(a.engine, a.ray_address):
@@ -260,7 +259,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
 
 def cmd_add(a: argparse.Namespace) -> int:
     from clusterclip.add import add_documents, format_drift
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     run = RunDir(a.run_dir)
     with run.lock():
@@ -275,7 +274,7 @@ def cmd_add(a: argparse.Namespace) -> int:
 
 def cmd_plan(a: argparse.Namespace) -> int:
     from clusterclip.plan import continuation, plan_stage
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     run = RunDir(a.run_dir)
     (cfg,) = _plan_configs(a, [a.strategy])
@@ -310,7 +309,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 def cmd_export(a: argparse.Namespace) -> int:
     from clusterclip.export import ExportConfig, export_plan
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a))
     for path in written:
@@ -320,7 +319,7 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 def cmd_status(a: argparse.Namespace) -> int:
     from clusterclip.pipeline import format_audit, format_summary, summarize
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     run = RunDir(a.run_dir)
     if not run.root.is_dir():

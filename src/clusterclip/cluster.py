@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, save_npy
-from clusterclip.settings import Settings, SettingsError, at_least, optional, setting
+from clusterclip.settings import Settings, SettingsError, at_least, command_flags, optional, setting
 from clusterclip.stages import Built, Stage, run_stage
+from clusterclip.store import RunDir, save_npy
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
@@ -215,9 +215,12 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     previous = run.previous_record(A.CLUSTER_STAGE) or {}
     kept_fit = not refit and config.k is None and previous.get("inputs_hash") == run.output_hash(A.EMBED_STAGE)
     k = config.effective_k(int(previous.get("fit_count", embed_rec["count"]) if kept_fit else embed_rec["count"]))
-    stage = Stage(A.CLUSTER_STAGE, {**asdict(config), "k": k}, run.output_hash(A.EMBED_STAGE),
+    settings = {**asdict(config), "k": k}
+    stage = Stage(A.CLUSTER_STAGE, settings, run.output_hash(A.EMBED_STAGE),
                   reads={A.EMBED_STAGE: None},
-                  build=lambda job: _build_clusters(run, config, k, embed_rec, progress, engine))
+                  build=lambda job: _build_clusters(run, config, k, embed_rec, progress, engine),
+                  command=("clusterclip", "cluster", A.RUN,
+                           *command_flags(ClusterConfig, settings, defaults={"k": None})))
     return run_stage(run, stage, force or refit)
 
 
@@ -271,7 +274,7 @@ def load_labels(run: RunDir, mmap: bool = False) -> np.ndarray:
     """Cluster labels of a finished cluster stage, after verifying the checksums of the stage's arrays
     (all of them: they are small, and callers use the centroids and sizes beside the labels).
     ``mmap`` maps the labels read-only."""
-    from clusterclip.rundir import load_npy
+    from clusterclip.store import load_npy
 
     run.require(A.CLUSTER_STAGE)
     return load_npy(run.path(A.LABELS), mmap=mmap)

@@ -39,13 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip import artifacts as A
 from clusterclip.engines import check_engine
 from clusterclip.errors import BadRecordError, ClusterClipError, DiskFullError, disk_full_at
 from clusterclip.progress import progress_bar
-from clusterclip.rundir import RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
-from clusterclip.settings import Settings, SettingsError, at_least, is_text, optional, setting
+from clusterclip.settings import Settings, SettingsError, at_least, command_flags, is_text, optional, setting
 from clusterclip.stages import Built, Stage, run_stage
+from clusterclip.store import RUN, RunDir, StaleArtifactError, atomic_path, config_hash, save_npy
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
@@ -904,6 +904,7 @@ def corpus_stage(
     force: bool = False,
     progress: bool = True,
     engine: str = "local",
+    command: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Read ``inputs`` (or the default corpus) into ``corpus/part-*.parquet`` and ``tokens.npy``.
 
@@ -925,9 +926,22 @@ def corpus_stage(
     if not inputs:
         cfg["group_field"] = "module"
     stage = Stage(A.CORPUS_STAGE, cfg, config_hash(fingerprint),
-                  build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint))
+                  build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint),
+                  command=command or corpus_command(inputs, config))
     with disk_full_at(run.root):
         return run_stage(run, stage, force)
+
+
+CORPUS_FIELDS = ("text_field", "id_field", "group_field", "split", "on_bad_record", "tokenizer")
+"""The settings of :class:`CorpusConfig` that are options of ``clusterclip embed`` and ``run``."""
+
+
+def corpus_command(inputs: Sequence[str | os.PathLike[str]], config: CorpusConfig) -> list[str]:
+    """The ``clusterclip embed`` command line that reads ``inputs`` with ``config`` (the default corpus
+    when ``inputs`` is empty), before any embed option."""
+    defaults = {} if inputs else {"group_field": "module"}
+    return ["clusterclip", "embed", *map(str, inputs), "--out", RUN,
+            *command_flags(CorpusConfig, asdict(config), CORPUS_FIELDS, defaults)]
 
 
 def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],

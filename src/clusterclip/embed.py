@@ -43,11 +43,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from clusterclip import artifacts as A
 from clusterclip.corpus import corpus_parts, open_parquet
 from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar
-from clusterclip.rundir import (
+from clusterclip.settings import SettingsError, at_least
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import (
     TMP_PREFIX,
     RunDir,
     atomic_path,
@@ -57,8 +58,7 @@ from clusterclip.rundir import (
     save_json,
     save_npy,
 )
-from clusterclip.settings import SettingsError, at_least
-from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import layout as A
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
@@ -708,7 +708,7 @@ class StaticVocabEmbedder(StaticEmbedder):
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Copy the fitted model into ``folder`` with this embedder's options (atomic files; see
-        :data:`clusterclip.artifacts.STATIC_VOCAB_FILES`)."""
+        :data:`clusterclip.store.layout.STATIC_VOCAB_FILES`)."""
         src = self.ensure_model()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -903,7 +903,7 @@ class LsaEmbedder(_Base):
         self._counter = None
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
-        """Write the fitted model into ``folder`` (atomic files; see :data:`clusterclip.artifacts.LSA_FILES`)."""
+        """Write the fitted model into ``folder`` (atomic files; see :data:`clusterclip.store.layout.LSA_FILES`)."""
         if not self.fitted:
             raise ClusterClipError("lsa embedder: nothing to save, the model is not fitted")
         folder = Path(folder)
@@ -1150,6 +1150,7 @@ def embed_stage(
     force: bool = False,
     progress: bool = True,
     engine: str = "local",
+    command: Sequence[str] = (),
     **embedder_kw: Any,
 ) -> dict[str, Any]:
     """Embed every corpus document into ``embeddings/shard-NNNNN.npy`` and write the ``embed`` record.
@@ -1179,7 +1180,8 @@ def embed_stage(
     cfg = {"embedder": emb.config(), "shard_size": shard_size}
     model = cfg["embedder"].get("model", emb.name)
     stage = Stage(A.EMBED_STAGE, cfg, inputs_hash, reads={A.CORPUS_STAGE: None},
-                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job))
+                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job),
+                  command=command or run.require(A.CORPUS_STAGE, verify=False).get("command", ()))
     with disk_full_at(run.path(A.EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
         return run_stage(run, stage, force)
 

@@ -36,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip import artifacts as A
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
 from clusterclip.export_writers import WRITERS
-from clusterclip.rundir import RunDir, StaleArtifactError, load_json, save_json
 from clusterclip.settings import Settings, at_least, optional, setting
+from clusterclip.store import RunDir, StaleArtifactError, load_json, save_json
+from clusterclip.store import layout as A
 
 FORMATS = tuple(WRITERS)
 _EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
@@ -422,7 +422,7 @@ def _estimate_bytes(corpus: _CorpusIndex, run: RunDir, plan_record: dict[str, An
     corpus's mean document per draw and the plan's token count at the corpus's bytes per token) plus a
     row's fields; with a tokenizer, one token per two bytes of text; ``hf`` twice (its stream, then the
     saved copy)."""
-    from clusterclip.rundir import load_npy
+    from clusterclip.store import load_npy
 
     planned = plan_record.get("stats", {}).get("tokens")
     text = draws * corpus.text_bytes / max(corpus.n, 1)

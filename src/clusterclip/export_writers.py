@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip import artifacts as A
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import file_digest
+from clusterclip.store import file_digest
+from clusterclip.store import layout as A
 
 
 def _missing(fmt: str, package: str, exc: ImportError) -> ClusterClipError:

@@ -10,21 +10,21 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clusterclip import artifacts as A
 from clusterclip.cluster import ClusterConfig, cluster_stage
-from clusterclip.corpus import CorpusConfig, corpus_stage
+from clusterclip.corpus import CorpusConfig, corpus_command, corpus_stage
 from clusterclip.embed import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.engines import ENGINES
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import list_plans
-from clusterclip.rundir import RunDir, load_npy, save_json
-from clusterclip.settings import Settings, at_least, is_text, optional, setting
+from clusterclip.settings import Settings, at_least, command_flags, is_text, optional, setting
+from clusterclip.store import RunDir, load_npy, save_json
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,17 @@ def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: 
     """Corpus and embed stages (what ``clusterclip embed`` does)."""
     from clusterclip.embed import embed_stage
 
-    corpus_stage(run, inputs, corpus, force=force, progress=progress, engine=embed.engine)
+    command = embed_command(inputs, corpus, embed)
+    corpus_stage(run, inputs, corpus, force=force, progress=progress, engine=embed.engine, command=command)
     return embed_stage(run, embedder=embed.embedder, batch_size=embed.batch_size, shard_size=embed.shard_size,
-                       force=force, progress=progress, device=embed.device, engine=embed.engine, **embed.extra)
+                       force=force, progress=progress, device=embed.device, engine=embed.engine, command=command,
+                       **embed.extra)
+
+
+def embed_command(inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig, embed: EmbedOptions) -> list[str]:
+    """The ``clusterclip embed`` command line that builds the corpus and embed stages with these settings."""
+    names = ["embedder", "shard_size", *(("batch_size", "device") if embed.embedder == "minilm" else ())]
+    return [*corpus_command(inputs, corpus), *command_flags(EmbedOptions, asdict(embed), names)]
 
 
 def run_pipeline(

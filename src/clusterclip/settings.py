@@ -35,7 +35,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -310,3 +310,22 @@ def error_message(exc: BaseException, flag: Callable[[str], str] | None = None) 
         if exc.owner is not None and dataclasses.is_dataclass(exc.owner) else {}
     spelled = fields[exc.param].metadata.get("cli_none") if exc.param in fields else None
     return text.replace("(or None)", f"(or {spelled})", 1) if spelled else text
+
+
+def command_flags(cls: type, values: Mapping[str, Any], names: Iterable[str] | None = None,
+                  defaults: Mapping[str, Any] | None = None, always: Collection[str] = ()) -> list[str]:
+    """``[--flag, value, ...]`` of the settings of ``cls`` in ``values`` that differ from their defaults
+    (``defaults``, else the declared ones; ``always`` listed whatever their value), in declaration order
+    or that of ``names``: the options of a command line that rebuilds a stage with these settings."""
+    declared = {f.name: _default(f) for f in dataclasses.fields(cls)}
+    out: list[str] = []
+    for f in _cli_fields(cls, None if names is None else dict.fromkeys(names)):
+        value = values.get(f.name)
+        default = (defaults or {}).get(f.name, declared.get(f.name))
+        if value is None or (value == default and f.name not in always):
+            continue
+        if isinstance(value, bool):
+            out.append(flag_of(cls, f.name))
+            continue
+        out += [flag_of(cls, f.name), _shown(f"{value:g}" if isinstance(value, float) else value)]
+    return out

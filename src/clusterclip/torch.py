@@ -83,8 +83,8 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
     A path without a record, or an array, has no name and its identity is computed from the order
     (``clusterclip.plan.identity_of``) when first needed.
     """
-    from clusterclip import artifacts as A
     from clusterclip.plan.identity import record_identity
+    from clusterclip.store import layout as A
 
     if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
         return PlanInfo(plan.config.name(), plan.identity or None)

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from clusterclip.embed import DEFAULT_EMBEDDER, EMBEDDERS
-from clusterclip.rundir import config_hash
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -26,6 +25,7 @@ from clusterclip.settings import (
     optional,
     setting,
 )
+from clusterclip.store import config_hash
 
 STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "device", "threads")

@@ -73,7 +73,7 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, path: str | os.PathLi
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from clusterclip.rundir import atomic_path
+    from clusterclip.store import atomic_path
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

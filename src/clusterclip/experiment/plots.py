@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.rundir import atomic_path
+from clusterclip.store import atomic_path
 
 
 def _save(fig: Any, path: Path) -> str:

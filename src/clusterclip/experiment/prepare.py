@@ -26,8 +26,8 @@ from clusterclip.experiment.data import (
     stratified_split,
     train_tokenizer,
 )
-from clusterclip.rundir import RunDir, atomic_write, config_hash
 from clusterclip.settings import SettingsError
+from clusterclip.store import RunDir, atomic_write, config_hash
 
 NO_DOMAIN = "(none)"
 
@@ -162,7 +162,7 @@ def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progre
     from clusterclip.cluster import ClusterConfig, cluster_stage
     from clusterclip.corpus import CorpusConfig, corpus_stage
     from clusterclip.embed import embed_stage
-    from clusterclip.rundir import load_npy
+    from clusterclip.store import load_npy
 
     with run.lock():
         run.clean_temp_files()

@@ -15,8 +15,8 @@ import numpy as np
 
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.stats import format_interval, paired_interval
-from clusterclip.rundir import atomic_write, load_json, save_json
 from clusterclip.settings import SettingsError
+from clusterclip.store import atomic_write, load_json, save_json
 
 log = logging.getLogger(__name__)
 

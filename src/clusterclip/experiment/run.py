@@ -50,8 +50,8 @@ from clusterclip.experiment.prepare import Prepared, Tokenized, prepare_data, to
 from clusterclip.experiment.results import PRIMARY, RESULTS_VERSION, discard, reusable_results, write_results
 from clusterclip.experiment.train import train_model
 from clusterclip.plan import PlanConfig, build_plan
-from clusterclip.rundir import RunDir, config_hash
 from clusterclip.settings import SettingsError
+from clusterclip.store import RunDir, config_hash
 
 log = logging.getLogger(__name__)
 

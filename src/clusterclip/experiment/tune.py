@@ -32,11 +32,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from clusterclip import artifacts as A
 from clusterclip.experiment.config import ExperimentConfig, _ints, _strs
 from clusterclip.experiment.stats import format_interval, paired_interval
-from clusterclip.rundir import config_hash, load_json, save_json
 from clusterclip.settings import Settings, SettingsError, at_least, each, finite, one_of, optional, setting
+from clusterclip.store import config_hash, load_json, save_json
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +405,7 @@ def run_tune(
     ``runner`` replaces the training runs (tests); ``write_plan`` False skips the whole-corpus plan.
     Returns the results dictionary.
     """
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
 
     cfg, tune = cfg or ExperimentConfig(), tune or TuneConfig()
     tune_dir = Path(out) / A.TUNE_DIR
@@ -485,8 +485,8 @@ def unseen_check(s: Search, winner: str) -> dict[str, Any]:
 
 def plan_command(run_dir: Path, pc: Any) -> str:
     """The ``clusterclip plan`` command that builds the same plan (rendered by
-    :meth:`RunDir.rebuild_command <clusterclip.rundir.RunDir.rebuild_command>`, like every other)."""
-    from clusterclip.rundir import RunDir
+    :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`, like every other)."""
+    from clusterclip.store import RunDir
 
     return RunDir(run_dir).rebuild_command(A.plan_stage_name(pc.name()), {"config": pc.to_json()})
 
@@ -499,7 +499,7 @@ def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, c
     from clusterclip.corpus import CorpusConfig, corpus_stage
     from clusterclip.embed import embed_stage
     from clusterclip.plan import PlanConfig, plan_stage
-    from clusterclip.rundir import RunDir, load_npy
+    from clusterclip.store import RunDir, load_npy
 
     run = RunDir(run_dir)
     with run.lock():

@@ -10,6 +10,7 @@ from clusterclip.plan.config import (
     BUDGET_UNITS,
     DEFAULT_MAX_REPEAT,
     ORDERS,
+    PLAN_FIELDS,
     STRATEGIES,
     PlanConfig,
     PlanConfigError,
@@ -30,8 +31,8 @@ from clusterclip.plan.stage import PLAN_FORMAT, continuation, list_plans, plan_s
 from clusterclip.plan.stats import N_WINDOWS
 
 __all__ = [
-    "BLOCK_ENTRIES", "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FORMAT",
-    "STRATEGIES",
+    "BLOCK_ENTRIES", "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FIELDS",
+    "PLAN_FORMAT", "STRATEGIES",
     "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "PlanIntegrityError", "PlanReader",
     "block_checksums", "build_plan", "continuation", "identity_of", "list_plans", "load_weights", "open_plan",
     "plan_command",

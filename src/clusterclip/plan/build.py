@@ -192,7 +192,7 @@ def _output(out: str | os.PathLike[str] | None, length: int) -> Iterator[np.ndar
 
 @contextlib.contextmanager
 def _reserved(out: Path, length: int) -> Iterator[np.ndarray]:
-    from clusterclip.rundir import atomic_path
+    from clusterclip.store import atomic_path
 
     need = 8 * length + 4096
     free = shutil.disk_usage(out.parent).free

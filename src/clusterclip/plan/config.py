@@ -23,6 +23,8 @@ BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
 DEFAULT_MAX_REPEAT = 4
 MAX_BUDGET = 1 << 53
+PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window")
+"""The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
 accepts 0 (an empty order); the plan stage refuses it."""

@@ -120,7 +120,7 @@ class PlanReader:
     @classmethod
     def open(cls, plan: str | os.PathLike[str], plan_name: str | None = None) -> PlanReader:
         """Open ``plan.npy`` (or a plan folder, or a run directory) in O(1): size, record and ``blocks.npy``."""
-        from clusterclip import artifacts as A
+        from clusterclip.store import layout as A
 
         path = resolve_plan_path(plan, plan_name)
         rec = read_record(path)
@@ -208,7 +208,7 @@ class PlanReader:
         return PlanIntegrityError(f"{self.where}: {what}{fix}")
 
     def _verify_whole(self) -> None:
-        from clusterclip.rundir import file_digest
+        from clusterclip.store import file_digest
 
         assert self.path is not None and self.sha256 is not None
         if file_digest(self.path) != self.sha256:
@@ -252,8 +252,8 @@ def _n_docs(rec: Mapping[str, Any]) -> int | None:
 
 def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, Any], count: int,
                     fix: str) -> np.ndarray:
-    from clusterclip import artifacts as A
-    from clusterclip.rundir import file_digest
+    from clusterclip.store import file_digest
+    from clusterclip.store import layout as A
 
     path = folder / str(blocks.get("file", A.PLAN_BLOCKS))
     name = str(rec.get("name") or folder.name)
@@ -277,8 +277,8 @@ def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, A
 def _require_current(path: Path, name: str) -> None:
     """Refuse a plan of a run directory whose clusters (or anything upstream) were rebuilt after it: its
     indices would point at documents of another clustering (the error names the rebuild commands)."""
-    from clusterclip import artifacts as A
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
+    from clusterclip.store import layout as A
 
     root = path.parent.parent.parent
     if path.parent.parent.name == A.PLANS_DIR and (root / A.record(A.CLUSTER_STAGE)).exists():

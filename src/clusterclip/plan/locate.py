@@ -26,10 +26,10 @@ class PlanNotFoundError(ClusterClipError):
 
 def plan_command(run_root: str | os.PathLike[str], record: Mapping[str, Any]) -> str:
     """The ``clusterclip plan ... --force`` command that rebuilds the plan of ``record`` (its settings):
-    :meth:`RunDir.rebuild_command <clusterclip.rundir.RunDir.rebuild_command>`, the one renderer of
+    :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`, the one renderer of
     rebuild commands."""
-    from clusterclip import artifacts as A
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
+    from clusterclip.store import layout as A
 
     name = str(record.get("name") or "")
     return RunDir(run_root).rebuild_command(A.plan_stage_name(name), record, force=True)
@@ -40,9 +40,9 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
     A run directory must hold exactly one finished plan unless ``plan_name`` picks one.
     """
-    from clusterclip import artifacts as A
     from clusterclip.plan.stage import list_plans
-    from clusterclip.rundir import RunDir
+    from clusterclip.store import RunDir
+    from clusterclip.store import layout as A
 
     p = Path(plan)
     if p.is_file():
@@ -65,7 +65,7 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
 def read_record(path: Path) -> dict[str, Any] | None:
     """The ``plan.json`` beside ``plan.npy``, or None; a corrupt record is a :class:`PlanIntegrityError`."""
-    from clusterclip import artifacts as A
+    from clusterclip.store import layout as A
 
     rec_path = path.parent / A.PLAN_RECORD
     if not rec_path.is_file():

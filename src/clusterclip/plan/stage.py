@@ -8,19 +8,21 @@ repetition histogram, and ``plan.json`` the record (options, statistics, checksu
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import disk_full_at
 from clusterclip.plan.build import build_plan
-from clusterclip.plan.config import MAX_BUDGET, PlanConfig, PlanConfigError
+from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
 from clusterclip.plan.identity import record_identity, short
 from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
 from clusterclip.plan.prior import prior_counts
-
-if TYPE_CHECKING:
-    from clusterclip.rundir import RunDir
+from clusterclip.settings import command_flags
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import RUN, RunDir, StaleArtifactError, config_hash, load_npy, save_npy
+from clusterclip.store import layout as A
 
 PLAN_FORMAT = 2
 """Version of the plan bytes: 2 draws ``random`` as passes of one pseudo-cluster (1: its own epochs).
@@ -36,10 +38,6 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     order's content hash under ``"identity"``). ``continues`` (from :func:`continuation`) builds a
     continuation of a parent plan instead, named and recorded with its parent and switch position.
     """
-    from clusterclip import artifacts as A
-    from clusterclip.rundir import config_hash, load_npy, save_npy
-    from clusterclip.stages import Built, Job, Stage, run_stage
-
     use_tokens = _check_inputs(run, config)
     inputs = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
     reads = {A.CLUSTER_STAGE: [A.LABELS, A.SIZES]}
@@ -79,16 +77,27 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
         return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
 
     with disk_full_at(run.path(A.plan_path(name)), kept="the temp files were removed"):
-        return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads),
-                         force)
+        return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
+                                    command=plan_argv(config, continues)), force)
+
+
+def plan_argv(config: PlanConfig, continues: Mapping[str, Any] | None = None) -> list[str]:
+    """The ``clusterclip plan`` command line that builds this plan (``WEIGHTS_FILE`` stands for the
+    weights, whose file is not kept)."""
+    values = {k: v for k, v in config.to_json().items() if k != "weights"}
+    default = PlanConfig(strategy=config.strategy).to_json()
+    out = ["clusterclip", "plan", RUN, *command_flags(PlanConfig, values, PLAN_FIELDS, default,
+                                                      always=("strategy",))]
+    if config.weights is not None:
+        out += ["--weights", "WEIGHTS_FILE"]
+    if continues is not None:
+        out += ["--continue", str(continues["name"]), "--consumed", str(continues["consumed"])]
+    return out
 
 
 def _check_inputs(run: RunDir, config: PlanConfig) -> bool:
     """Refuse what the plan cannot be built from (a zero budget, a stale clustering, token counts whose
     corpus record is gone); returns whether the plan uses token counts."""
-    from clusterclip import artifacts as A
-    from clusterclip.rundir import StaleArtifactError
-
     if config.budget == 0:
         raise PlanConfigError("budget", f"must be an integer in 1..{MAX_BUDGET} (or None: one epoch), got 0",
                               type(config))
@@ -109,8 +118,6 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
     The budget is the continuation's own length; without one it is the parent's remaining length, so the
     run keeps the length it was scheduled for. Returns ``(config, continues)`` for :func:`plan_stage`.
     """
-    from clusterclip import artifacts as A
-
     if parent not in list_plans(run):
         raise PlanConfigError("continue", f"names no finished plan {parent!r}; plans here: "
                               f"{', '.join(list_plans(run)) or 'none'}")

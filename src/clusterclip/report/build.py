@@ -14,14 +14,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from clusterclip import artifacts as a
 from clusterclip.corpus import corpus_parts
 from clusterclip.report.charts import Chart
 from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.load import Run, load_run
 from clusterclip.report.model import OWN_CHART, ChartSpec, page_model
 from clusterclip.report.render import render_page
-from clusterclip.rundir import RunDir, StaleArtifactError, atomic_write, config_hash
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import RUN, RunDir, StaleArtifactError, atomic_write, config_hash
+from clusterclip.store import layout as a
 
 
 def build_report(
@@ -41,10 +42,18 @@ def build_report(
     rd = RunDir(run_dir)
     if not rd.root.is_dir():
         return _build(run_dir, rd.root, progress)  # load_run says it is not a run directory
-    with rd.lock():
-        html_path = _build(run_dir, rd.path(a.REPORT_DIR), progress)
-        _write_report_record(rd, html_path)
-    return html_path
+    upstream = _upstream(rd)
+    built: list[Path] = []
+
+    def build(job: Job) -> Built:
+        built.append(_build(run_dir, rd.path(a.REPORT_DIR), progress))
+        files = [built[0], *sorted(p for p in built[0].parent.glob("*.png") if OWN_CHART.match(p.name))]
+        return Built([p.relative_to(rd.root).as_posix() for p in files])
+
+    # Rebuilt every time: experiment and tune results shown on the page are not stages.
+    run_stage(rd, Stage(a.REPORT_STAGE, {}, config_hash(upstream), build, reads=dict.fromkeys(upstream, ()),
+                        command=("clusterclip", "report", RUN)), force=True)
+    return built[0]
 
 
 def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
@@ -61,8 +70,8 @@ def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
     return html_path
 
 
-def _write_report_record(rd: RunDir, html_path: Path) -> None:
-    """``report.json``: the output hashes of the stages the report was built from (``upstream``), so that
+def _upstream(rd: RunDir) -> dict[str, str]:
+    """The output hashes of the stages the report is built from; recorded (``report.json``), so that
     rebuilding any of them makes the report stale (``clusterclip status`` says so)."""
     upstream = {}
     for stage in rd.stages():
@@ -70,9 +79,7 @@ def _write_report_record(rd: RunDir, html_path: Path) -> None:
             rec = rd.record(stage) if stage != a.REPORT_STAGE else None
             if rec is not None and "artifacts" in rec:
                 upstream[stage] = rd.output_hash(stage)
-    files = [html_path, *sorted(p for p in html_path.parent.glob("*.png") if OWN_CHART.match(p.name))]
-    rels = [p.relative_to(rd.root).as_posix() for p in files]
-    rd.write_record(a.REPORT_STAGE, {}, config_hash(upstream), rels, 0.0, upstream=upstream)
+    return upstream
 
 
 def scan_run_corpus(run: Run, progress: bool) -> CorpusScan | None:

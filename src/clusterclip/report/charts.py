@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from clusterclip.report.metrics import effective_number
-from clusterclip.rundir import atomic_path
+from clusterclip.store import atomic_path
 
 if TYPE_CHECKING:
     from clusterclip.report.continued import Switch

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clusterclip import artifacts as a
 from clusterclip.plan.identity import record_identity
 from clusterclip.report.load import PlanView
+from clusterclip.store import layout as a
 
 
 @dataclass(frozen=True)

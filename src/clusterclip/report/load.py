@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip import artifacts as a
 from clusterclip.errors import ClusterClipError
-from clusterclip.rundir import RunDir, StaleArtifactError, load_json, load_npy
+from clusterclip.store import RunDir, StaleArtifactError, load_json, load_npy
+from clusterclip.store import layout as a
 
 STAGES = ("corpus", "embed", "cluster")
 

@@ -1,5 +1,7 @@
 """Every file name of the run directory, in one place (the contract is ``docs/run-directory.md``).
 
+Names only: this module is data, and the storage layer uses it without knowing what a stage does.
+
 Stages, the report, the sampler and the exporters refer to artifacts only through these names, so the
 layout is written down once. Paths are relative to the run directory unless a function says otherwise.
 """
@@ -98,6 +100,9 @@ def plan_stage_name(name: str) -> str:
 
 # records and whole-run outputs
 SUMMARY = "summary.json"
+COMMANDS = "commands.json"
+"""The command line that last built each stage (``{stage: argv}``), kept beside the records so that a message
+about a damaged record can still name the command that rebuilds it; read for messages only."""
 REPORT_DIR = "report"
 REPORT_HTML = "report.html"
 REPORT_STAGE = "report"
@@ -124,3 +129,17 @@ def export_shard(i: int, fmt: str) -> str:
 def record(stage: str) -> str:
     """The record that marks ``stage`` finished (``plans/<name>/plan`` -> ``plans/<name>/plan.json``)."""
     return f"{stage}.json"
+
+
+RUN = "{run}"
+"""Stands for the run directory in the ``command`` a stage record holds (so a moved run still renders)."""
+
+
+def command(stage: str) -> tuple[str, ...]:
+    """The generic command that builds ``stage`` when its record (and so its exact command) is unknown;
+    options it cannot know are shown as placeholders."""
+    if stage in (CORPUS_STAGE, EMBED_STAGE):
+        return ("clusterclip", "embed", "INPUT...", "--out", RUN)
+    if stage.startswith(PLANS_DIR + "/"):
+        return ("clusterclip", "plan", RUN, "--strategy", "STRATEGY", "OPTIONS...")
+    return ("clusterclip", stage.split("/")[0], RUN)

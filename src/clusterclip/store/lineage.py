@@ -1,0 +1,143 @@
+"""Which stages of a run directory can still be used: staleness and lineage, from the records alone.
+
+A record lists the output hash of every upstream stage it was built from (``upstream``). It is *stale*
+when one of those stages was rebuilt since, directly or further up; consumers refuse a stale stage with
+the commands that rebuild it, upstream first. A record that *grew* (``grown_from``: the output hashes of
+the versions it extends, e.g. after documents were appended) does not make what was built on an earlier
+version stale: that stage is *behind* (still valid over the documents it was built from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from clusterclip.store.files import StaleArtifactError, config_hash
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def record_output_hash(rec: Mapping[str, Any]) -> str:
+    """Hash that identifies a stage's outputs, from its record (config, inputs, artifact checksums)."""
+    return config_hash({"config": rec.get("config_hash"), "inputs": rec.get("inputs_hash"),
+                        "artifacts": artifact_checksums(rec)})
+
+
+def artifact_checksums(record: Mapping[str, Any]) -> dict[str, str | None]:
+    """``{artifact: sha256}`` of a stage record: what its outputs are, whenever they were written."""
+    return {rel: meta.get("sha256") if isinstance(meta, Mapping) else None
+            for rel, meta in record.get("artifacts", {}).items()}
+
+
+def grown_from(rec: Mapping[str, Any]) -> list[str]:
+    """The ``grown_from`` field of a record that extends ``rec`` (documents appended): the output hashes of the
+    versions it grew from. What was built on those covers fewer documents but stays valid."""
+    return [*rec.get("grown_from", []), record_output_hash(rec)]
+
+
+class Lineage:
+    """Staleness methods of :class:`clusterclip.store.RunDir` (which supplies ``record``, ``require``,
+    ``verify`` and ``rebuild_command``)."""
+
+    root: Path
+
+    def record(self, stage: str) -> dict[str, Any] | None: ...
+    def require(self, stage: str, verify: bool = True, only: Collection[str] | None = None) -> dict[str, Any]: ...
+    def verify(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True,
+               only: Collection[str] | None = None) -> None: ...
+    def rebuild_command(self, stage: str, rec: Any = ..., force: bool = False) -> str: ...
+
+    def output_hash(self, stage: str) -> str:
+        """Hash that identifies a finished stage's outputs: the input hash of the stages after it."""
+        return record_output_hash(self.require(stage, verify=False))
+
+    def require_current(self, stage: str, upstream: str | None = None, *, verify: bool = False,
+                        only: Collection[str] | None = None) -> dict[str, Any]:
+        """The record of ``stage``, checked to be built from the current outputs of the stages before it.
+
+        Refuses to mix artifacts: if an upstream stage was rebuilt after ``stage`` (directly, or further
+        up), ``stage`` is stale and this raises :class:`StaleArtifactError` with the commands that rebuild
+        it. ``upstream`` checks only that one stage's direct input hash. With ``verify`` the artifacts (or
+        the ``only`` ones) are checksum-verified too. This is the call for every consumer of a stage's
+        artifacts (report, export, sampler).
+        """
+        rec = self.require(stage, verify=False)
+        if upstream is not None:
+            if rec.get("inputs_hash") != self.output_hash(upstream):
+                raise StaleArtifactError(
+                    f"{self.root}: stage `{stage}` was built from an older `{upstream}` output; "
+                    f"re-run it: `{self.rebuild_command(stage)}`"
+                )
+        else:
+            why = self.stale_reason(stage)
+            if why:
+                raise StaleArtifactError(why)
+        if verify:
+            self.verify(stage, rec, only=only)
+        return rec
+
+    def stale_reason(self, stage: str) -> str | None:
+        """Why ``stage`` can no longer be used, as one line ending in the commands that rebuild it; None
+        when it is current or has not run.
+
+        A stage is stale when an upstream stage it was built from was rebuilt since (its output hash is
+        not the one the stage recorded), directly or further up: plans after ``cluster``, ``cluster`` after
+        ``embed``, ``embed`` after ``corpus``. A corrupt record (its own or an upstream one) is a reason
+        too. Only the records are read. A plan built before ``clusterclip add`` grew the run is not stale
+        (its indices are still valid; it covers the documents it was built from): see :meth:`behind_note`.
+        """
+        found = self._stale(stage, set())
+        if found is None:
+            return None
+        reason, commands = found
+        steps = ", then ".join(f"`{c}`" for c in dict.fromkeys(commands))
+        return f"{self.root}: stage `{stage}` is stale: {reason}; rebuild: {steps}"
+
+    def behind_note(self, stage: str) -> str | None:
+        """A note when ``stage`` (a plan) was built before ``clusterclip add`` grew an upstream stage: still
+        usable, over the documents it was built from; None otherwise."""
+        try:
+            rec = self.record(stage)
+            if rec is None or self._stale(stage, set()):
+                return None
+            for up, h in self._upstream_hashes(stage, rec).items():
+                up_rec = self.record(up)
+                if up_rec is not None and h != record_output_hash(up_rec) and h in up_rec.get("grown_from", []):
+                    return (f"stage `{stage}` was built before `clusterclip add` grew `{up}`: it covers only the "
+                            f"documents before the add; `{self.rebuild_command(stage)}` rebuilds it over all of them")
+        except StaleArtifactError:
+            return None
+        return None
+
+    def _stale(self, stage: str, seen: set[str]) -> tuple[str, list[str]] | None:
+        """``(reason, commands)`` when ``stage`` is stale, else None (see :meth:`stale_reason`)."""
+        if stage in seen:
+            return None
+        seen.add(stage)
+        try:
+            rec = self.record(stage)
+        except StaleArtifactError:
+            return "its record is corrupt", [self.rebuild_command(stage, None, force=True)]
+        if rec is None:
+            return None
+        for up, h in self._upstream_hashes(stage, rec).items():
+            try:
+                up_rec = self.record(up)
+            except StaleArtifactError:
+                return (f"the record of `{up}`, which it was built from, is corrupt",
+                        [self.rebuild_command(up, None, force=True)])
+            if up_rec is None:
+                return f"`{up}`, which it was built from, is gone", [self.rebuild_command(stage, rec)]
+            if h != record_output_hash(up_rec) and h not in up_rec.get("grown_from", []):
+                return f"`{up}` was rebuilt after it", [self.rebuild_command(stage, rec)]
+            found = self._stale(up, seen)
+            if found is not None:
+                return f"`{up}`, which it was built from, is stale ({found[0]})", \
+                    [*found[1], self.rebuild_command(stage, rec)]
+        return None
+
+    def _upstream_hashes(self, stage: str, rec: Mapping[str, Any]) -> dict[str, str]:
+        """``{upstream stage: its output hash when ``stage`` was built}``, as its record lists them."""
+        upstream = rec.get("upstream")
+        return dict(upstream) if isinstance(upstream, Mapping) else {}

@@ -1,0 +1,94 @@
+"""The one writer lock of a run directory (or of an export folder): an ``flock`` on its ``.lock`` file.
+
+Every command that writes takes it for as long as it writes; a second writer fails at once with a clear
+message (or waits up to a timeout). The lock is re-entrant within a process, so a command that runs
+several stages holds it once around all of them and each stage still takes it. It is an ``flock``, so it
+is released when its holder dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.store.files import LinkInRunDirError, refuse_links
+from clusterclip.store.layout import LOCK as LOCK_FILE
+
+_held: dict[str, int] = {}
+_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def exclusive(root: str | os.PathLike[str], wait: bool = False, timeout: float = 0.0,
+              what: str = "run directory") -> Iterator[None]:
+    """Hold the writer lock of ``root`` (created if missing) inside the ``with`` block."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ClusterClipError(f"{root}: cannot be a {what}: a file is in its place or in its path; choose "
+                               "another --out") from None
+    key = os.path.realpath(root)
+    with _guard:
+        if _held.get(key):
+            _held[key] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _guard:
+                _held[key] -= 1
+        return
+    with _flock(root, wait, timeout, what):
+        with _guard:
+            _held[key] = 1
+        try:
+            yield
+        finally:
+            with _guard:
+                _held.pop(key, None)
+
+
+@contextlib.contextmanager
+def _flock(root: Path, wait: bool, timeout: float, what: str) -> Iterator[None]:
+    path = refuse_links(root, root / LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkInRunDirError(path) from None
+        raise
+    fh = os.fdopen(fd, "r+")
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if not wait or time.monotonic() >= deadline:
+                    raise ClusterClipError(
+                        f"{root}: another clusterclip process is writing this {what} (lock held on {LOCK_FILE}); "
+                        "wait for it to finish or use another --out") from None
+                time.sleep(0.2)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        fh.close()
