@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.store import RunDir
+from clusterclip.store import layout as A
 
 
 class PlanIntegrityError(ClusterClipError, ValueError):
@@ -28,9 +30,6 @@ def plan_command(run_root: str | os.PathLike[str], record: Mapping[str, Any]) ->
     """The ``clusterclip plan ... --force`` command that rebuilds the plan of ``record`` (its settings):
     :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`, the one renderer of
     rebuild commands."""
-    from clusterclip.store import RunDir
-    from clusterclip.store import layout as A
-
     name = str(record.get("name") or "")
     return RunDir(run_root).rebuild_command(A.plan_stage_name(name), record, force=True)
 
@@ -40,10 +39,6 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
     A run directory must hold exactly one finished plan unless ``plan_name`` picks one.
     """
-    from clusterclip.plan.stage import list_plans
-    from clusterclip.store import RunDir
-    from clusterclip.store import layout as A
-
     p = Path(plan)
     if p.is_file():
         return p
@@ -65,7 +60,6 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
 def read_record(path: Path) -> dict[str, Any] | None:
     """The ``plan.json`` beside ``plan.npy``, or None; a corrupt record is a :class:`PlanIntegrityError`."""
-    from clusterclip.store import layout as A
 
     rec_path = path.parent / A.PLAN_RECORD
     if not rec_path.is_file():
@@ -80,3 +74,11 @@ def read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(rec, dict):
         raise PlanIntegrityError(f"{rec_path}: corrupt plan record (not a JSON object)")
     return rec
+
+
+def list_plans(run: RunDir) -> list[str]:
+    """Names of the finished plans in the run directory (those with a ``plan.json`` record)."""
+    root = run.path("plans")
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "plan.json").is_file())

@@ -7,63 +7,17 @@ seeded cluster order. ``random`` is the same construction on one pseudo-cluster 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan.config import PlanConfig, PlanConfigError
+from clusterclip.plan.groups import Corpus, Groups, Quotas
 from clusterclip.plan.weights import group_weights, water_fill_log
 
 _SALT_JITTER = 0x6A17
 _INT_ROOM = np.iinfo(np.int64).max // 2
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """The planner's inputs, validated: cluster ``labels`` [N], optional ``tokens`` [N], ``k`` clusters
-    and their ``sizes`` (documents per cluster, counted once here)."""
-
-    labels: np.ndarray
-    tokens: np.ndarray | None
-    k: int
-    sizes: np.ndarray
-
-    @property
-    def n(self) -> int:
-        return int(self.labels.shape[0])
-
-
-@dataclass(frozen=True)
-class Groups:
-    """What the planner samples from: the clusters, or for ``random`` one group holding every document.
-
-    ``sizes`` and ``unit_sizes`` (documents, or tokens in token mode) are per group.
-    """
-
-    labels: np.ndarray
-    k: int
-    sizes: np.ndarray
-    unit_sizes: np.ndarray
-    pseudo: bool
-
-
-@dataclass(frozen=True)
-class Quotas:
-    """Per-group weights and integer quotas (in budget units), the cap, the water level and the jitter.
-
-    ``u`` is each group's seeded jitter in [0, 1) (it places the group's draws in virtual time) and
-    ``rank`` the groups ordered by it (ties in rounding and rounds go to groups first in ``rank``).
-    """
-
-    weights: np.ndarray
-    quota: np.ndarray
-    cap: int | None
-    budget: int
-    level: float
-    u: np.ndarray
-    rank: np.ndarray
 
 
 def check_inputs(labels: Any, tokens: Any, n_clusters: int | None) -> Corpus:

@@ -18,6 +18,7 @@ from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
 from clusterclip.plan.identity import record_identity, short
 from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
+from clusterclip.plan.locate import list_plans
 from clusterclip.plan.prior import prior_counts
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Job, Stage, run_stage
@@ -129,11 +130,3 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
         config = dataclasses.replace(config, budget=length - consumed)
     ident = record_identity(rec, A.plan_path(parent, A.PLAN_ORDER))
     return config, {"name": parent, "identity": ident, "consumed": int(consumed)}
-
-
-def list_plans(run: RunDir) -> list[str]:
-    """Names of the finished plans in the run directory (those with a ``plan.json`` record)."""
-    root = run.path("plans")
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "plan.json").is_file())

@@ -7,16 +7,11 @@ over- or underflow, so the quotas are water-filled from the log-weights instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan.config import PlanConfig, PlanConfigError
-
-if TYPE_CHECKING:
-    from clusterclip.plan.quotas import Groups
-
+from clusterclip.plan.groups import Groups
 
 _LOG_SAFE = 300.0
 """Weights within ``e^+-300`` of 1 are used as given; beyond, they are handled in log space."""
