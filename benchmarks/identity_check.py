@@ -22,8 +22,7 @@ SKIP_SUFFIXES = (".json", ".html", ".png", ".lock")
 
 
 def clusterclip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "clusterclip", "-q", *args] if args[0] == "--version" else
-                   [sys.executable, "-m", "clusterclip", *args, "-q"], check=True)
+    subprocess.run([sys.executable, "-m", "clusterclip", *args, "-q"], check=True, stdout=subprocess.DEVNULL)
 
 
 def main(out: str) -> None:
@@ -45,13 +44,18 @@ def main(out: str) -> None:
                     "--out", str(root / f"export-{fmt}"))
     clusterclip("add", str(run), str(second))
     clusterclip("plan", str(run), "--strategy", "uniform", "--seed", "3")
-    digests = {}
+    json.dump(digests(root), sys.stdout, indent=1, sort_keys=True)
+
+
+def digests(root: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``root`` but records, reports and the lock."""
+    found = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
         if rel.endswith(SKIP_SUFFIXES) or "/report/" in rel:
             continue
-        digests[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    json.dump(digests, sys.stdout, indent=1, sort_keys=True)
+        found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
 
 
 if __name__ == "__main__":

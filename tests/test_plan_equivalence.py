@@ -44,7 +44,9 @@ def cases(draw):
     budget = int(frac * cap * total * 0.95)
     kw = dict(STRATEGY_KW[strategy])
     if strategy == "weights":
-        kw["weights"] = tuple((c, w) for c, w in kw["weights"] if c < k)
+        # build_plan counts clusters up to the largest label present: trailing empty clusters do not exist
+        present = max(c for c, s in enumerate(sizes) if s) + 1
+        kw["weights"] = tuple((c, w) for c, w in kw["weights"] if c < present)
         if not any(s for c, s in enumerate(sizes) if c != 1):  # only the cluster weighted 0 has documents
             kw["weights"] = ((1, 1.0),)
     config = PlanConfig(strategy=strategy, order=order, budget_unit=unit, budget=budget,
