@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from clusterclip import corpus as corpus_module
-from clusterclip import embed as embed_module
 from clusterclip.cli import main
+from clusterclip.corpus import compressed as opener_module
+from clusterclip.corpus import limits as corpus_limits
+from clusterclip.corpus import parts as parts_module
+from clusterclip.embed import stage as embed_module
 from clusterclip.store import TMP_PREFIX, RunDir, load_npy
 
 
@@ -117,7 +119,7 @@ def _deny(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
         return PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
 
     real_open, real_scandir, real_read_bytes = open, os.scandir, Path.read_bytes
-    monkeypatch.setattr(corpus_module, "open", lambda p, *a, **k: (_ for _ in ()).throw(denied())
+    monkeypatch.setattr(opener_module, "open", lambda p, *a, **k: (_ for _ in ()).throw(denied())
                         if Path(p) == target else real_open(p, *a, **k), raising=False)
     monkeypatch.setattr(os, "scandir", lambda p=".": (_ for _ in ()).throw(denied())
                         if Path(p) == target else real_scandir(p))
@@ -202,8 +204,8 @@ def test_disk_full_in_corpus_stage(tmp_path: Path, capsys: pytest.CaptureFixture
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jsonl(tmp_path / "c.jsonl", _records(40))
     out = tmp_path / "run"
-    monkeypatch.setattr(corpus_module, "PART_ROWS", 10)
-    monkeypatch.setattr(corpus_module.pq, "write_table", _full_disk_after(2, corpus_module.pq.write_table))
+    monkeypatch.setattr(corpus_limits, "PART_ROWS", 10)
+    monkeypatch.setattr(parts_module.pq, "write_table", _full_disk_after(2, parts_module.pq.write_table))
     rc, err = _embed(capsys, [path], out)
     assert rc == 2 and "disk is full" in err and "nothing half-written was kept" in err
     assert str(out / "corpus") in err

@@ -84,7 +84,7 @@ def test_parquet_reads_like_jsonl_in_clean_and_bad_batches(tmp_path, monkeypatch
     stats and messages as the JSON lines of the same records."""
     import clusterclip.corpus as corpus
 
-    monkeypatch.setattr(corpus, "BATCH_ROWS", 4)
+    monkeypatch.setattr(corpus.limits, "BATCH_ROWS", 4)
     records = [{"id": i, "text": f"document {i}", "domain": ["a", None, "b"][i % 3]} for i in range(20)]
     records[6]["text"] = " "
     records[13]["id"] = None
@@ -233,7 +233,7 @@ def test_large_parquet_splits_into_row_group_runs_that_read_the_same(tmp_path, m
     texts[25] = None
     path = tmp_path / "big.parquet"
     pq.write_table(pa.table({"text": texts}), path, row_group_size=6)
-    monkeypatch.setattr(corpus, "PARQUET_ROWS_PER_UNIT", 20)
+    monkeypatch.setattr(corpus.limits, "PARQUET_ROWS_PER_UNIT", 20)
     resolved = expand_inputs([path])
     units = corpus.work_units(resolved, split=True)
     assert [u.row_groups for u in units] == [(0, 4), (4, 8)], "runs of >= 20 rows, the rest in the last"
@@ -265,7 +265,7 @@ def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkey
     expected = [(i, t) for b in iter_documents(resolved, opts, whole) for i, t in zip(b.ids, b.texts, strict=True)]
     assert len(expected) == 10 and expected[-1][0] == "big.jsonl:12"
     for size in range(1, path.stat().st_size + 2):
-        monkeypatch.setattr(corpus, "JSONL_BYTES_PER_UNIT", size)
+        monkeypatch.setattr(corpus.limits, "JSONL_BYTES_PER_UNIT", size)
         units = corpus.work_units(resolved, split=True)
         counts = [corpus.count_newlines(u.path, *u.byte_range) for u in units if u.byte_range is not None]
         assert sum(counts) == (11 if path.stat().st_size > size else 0), "files up to the size stay whole"
@@ -275,5 +275,5 @@ def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkey
         assert got == expected, size
         assert stats.examples == whole.examples and "big.jsonl:8" in stats.examples[0]
     gz = write_jsonl(tmp_path / "big.jsonl.gz", RECORDS * 50, gzip.open)
-    monkeypatch.setattr(corpus, "JSONL_BYTES_PER_UNIT", 10)
+    monkeypatch.setattr(corpus.limits, "JSONL_BYTES_PER_UNIT", 10)
     assert corpus.work_units(expand_inputs([gz]), split=True) == [corpus.WorkUnit(gz, "jsonl+gzip")], "not seekable"

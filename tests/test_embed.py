@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,22 @@ def _make_run(path: Path, texts: list[str], n_parts: int = 2) -> RunDir:
         rels.append(rel)
     run.write_record("corpus", {"inputs": ["fixture"]}, "h", rels, 0.0, count=len(texts))
     return run
+
+
+def _assert_damaged_model_is_an_error(run: RunDir, cls: Any, damaged: Path, saved: bytes) -> None:
+    """With ``damaged`` (a file of the run's fitted ``cls`` model, its bytes were ``saved``) edited, then
+    missing, then back but with a ``vocabulary.json`` that does not fit: each is a clear error."""
+    with pytest.raises(StaleArtifactError, match=re.escape(damaged.name)):
+        E.run_embedder(run)
+    damaged.unlink()
+    with pytest.raises(ClusterClipError, match=f"fitted {cls.name} model missing"):
+        E.run_embedder(run)
+    with pytest.raises(ClusterClipError, match=f"fitted {cls.name} model missing"):
+        cls.load(run.path(cls.MODEL_DIR))
+    damaged.write_bytes(saved)
+    run.path(f"{cls.MODEL_DIR}/vocabulary.json").write_text('["only", "two"]')
+    with pytest.raises(ClusterClipError, match="do not fit together"):
+        cls.load(run.path(cls.MODEL_DIR))
 
 
 class Counting:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from clusterclip import embed as E
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import RunDir, StaleArtifactError
+from clusterclip.store import RunDir
 from clusterclip.store import layout as A
-from tests.test_embed import _make_run
+from tests.test_embed import _assert_damaged_model_is_an_error, _make_run
 
 pytest.importorskip("sklearn")
 
@@ -113,17 +113,7 @@ def test_missing_or_edited_model_is_a_clear_error(tmp_path: Path) -> None:
     arr = np.load(comps)
     arr[0, 0] += 1.0
     np.save(comps, arr)
-    with pytest.raises(StaleArtifactError, match=r"components\.npy"):
-        E.run_embedder(run)
-    comps.unlink()
-    with pytest.raises(ClusterClipError, match="fitted lsa model missing"):
-        E.run_embedder(run)
-    with pytest.raises(ClusterClipError, match="fitted lsa model missing"):
-        E.LsaEmbedder.load(run.path(A.LSA_DIR))
-    comps.write_bytes(saved)
-    run.path(f"{A.LSA_DIR}/vocabulary.json").write_text('["only", "two"]')
-    with pytest.raises(ClusterClipError, match="do not fit together"):
-        E.LsaEmbedder.load(run.path(A.LSA_DIR))
+    _assert_damaged_model_is_an_error(run, E.LsaEmbedder, comps, saved)
 
 
 def test_resume_reuses_the_model_and_ends_byte_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

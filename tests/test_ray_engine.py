@@ -51,12 +51,12 @@ def test_ray_engine_matches_local_with_the_fitted_lsa_model(tmp_path, ray_local)
 
 
 def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypatch):
-    import clusterclip.corpus
+    import clusterclip.corpus.limits
     from clusterclip.corpus import corpus_stage
     from clusterclip.embed import embed_stage
 
-    monkeypatch.setattr(clusterclip.corpus, "PART_ROWS", 40)
-    monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 20)
+    monkeypatch.setattr(clusterclip.corpus.limits, "PART_ROWS", 40)
+    monkeypatch.setattr(clusterclip.corpus.limits, "BATCH_ROWS", 20)
 
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 90, "sailing": 40})
     run = RunDir(tmp_path / "run")
@@ -96,14 +96,14 @@ def _mixed_inputs(root):
 
 
 def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, monkeypatch):
-    import clusterclip.corpus
+    import clusterclip.corpus.limits
     from clusterclip.corpus import CorpusConfig, corpus_stage
 
-    monkeypatch.setattr(clusterclip.corpus, "PART_ROWS", 40)
-    monkeypatch.setattr(clusterclip.corpus, "BATCH_ROWS", 16)
-    monkeypatch.setattr(clusterclip.corpus, "TXT_FILES_PER_UNIT", 10)
-    monkeypatch.setattr(clusterclip.corpus, "PARQUET_ROWS_PER_UNIT", 15)
-    monkeypatch.setattr(clusterclip.corpus, "JSONL_BYTES_PER_UNIT", 3000)
+    monkeypatch.setattr(clusterclip.corpus.limits, "PART_ROWS", 40)
+    monkeypatch.setattr(clusterclip.corpus.limits, "BATCH_ROWS", 16)
+    monkeypatch.setattr(clusterclip.corpus.limits, "TXT_FILES_PER_UNIT", 10)
+    monkeypatch.setattr(clusterclip.corpus.limits, "PARQUET_ROWS_PER_UNIT", 15)
+    monkeypatch.setattr(clusterclip.corpus.limits, "JSONL_BYTES_PER_UNIT", 3000)
     inputs = _mixed_inputs(tmp_path / "in")
     config = CorpusConfig(id_field="id", on_bad_record="skip")
     local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False)

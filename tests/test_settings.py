@@ -11,9 +11,10 @@ import pytest
 from clusterclip import cli
 from clusterclip.cluster import ClusterConfig
 from clusterclip.corpus import CorpusConfig, ReadOptions
-from clusterclip.embed import DEFAULT_BATCH_SIZES, get_embedder
+from clusterclip.embed import DEFAULT_BATCH_SIZES, EmbedConfig, get_embedder
+from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import DEFAULT_STRATEGIES, EmbedOptions
+from clusterclip.pipeline import DEFAULT_STRATEGIES
 from clusterclip.plan import PlanConfig, PlanConfigError
 from clusterclip.settings import (
     Settings,
@@ -31,7 +32,7 @@ from clusterclip.settings import (
     setting,
 )
 
-CONFIGS = (ReadOptions, CorpusConfig, EmbedOptions, ClusterConfig, PlanConfig)
+CONFIGS = (ReadOptions, CorpusConfig, EmbedConfig, EngineConfig, ClusterConfig, PlanConfig)
 COMMANDS = {"run": [], "embed": ["--out", "x"], "cluster": ["x"], "plan": ["x"]}
 CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights")}
 """Options the CLI declares itself: a comma-separated list of strategies, a weights file."""
@@ -45,10 +46,10 @@ CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights")}
         (CorpusConfig, {"id_field": 3}, "id_field"),
         (CorpusConfig, {"min_words": 0}, "min_words"),
         (CorpusConfig, {"tokenizer": ""}, "tokenizer"),
-        (EmbedOptions, {"embedder": "bert"}, "embedder"),
-        (EmbedOptions, {"batch_size": 0}, "batch_size"),
-        (EmbedOptions, {"shard_size": -1}, "shard_size"),
-        (EmbedOptions, {"engine": "spark"}, "engine"),
+        (EmbedConfig, {"embedder": "bert"}, "embedder"),
+        (EmbedConfig, {"batch_size": 0}, "batch_size"),
+        (EmbedConfig, {"shard_size": -1}, "shard_size"),
+        (EngineConfig, {"engine": "spark"}, "engine"),
         (ClusterConfig, {"k": 0}, "k"),
         (ClusterConfig, {"k": 2.5}, "k"),
         (ClusterConfig, {"seed": -1}, "seed"),
@@ -117,9 +118,9 @@ def test_cli_without_options_builds_the_default_configs():
     parser = cli.build_parser()
     run = parser.parse_args(["run"])
     assert cli._corpus_config(run) == CorpusConfig()
-    assert cli._embed_options(run) == EmbedOptions()
+    assert cli._embed_options(run) == EmbedConfig()
     assert cli._cluster_config(run) == ClusterConfig()
-    assert cli._embed_options(parser.parse_args(["embed", "--out", "x"])) == EmbedOptions()
+    assert cli._embed_options(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
     assert cli._cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
     assert cli._plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
     assert cli._plan_configs(run, run.strategy.split(",")) == [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
@@ -134,7 +135,7 @@ def test_every_config_field_is_on_the_command_line():
 
 
 def test_one_batch_size_default():
-    assert EmbedOptions().batch_size is None
+    assert EmbedConfig().batch_size is None
     for name, size in DEFAULT_BATCH_SIZES.items():
         assert get_embedder(name).batch_size == size
         assert f"{name} {size}" in _actions("embed")["--batch-size"].help

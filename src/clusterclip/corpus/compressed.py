@@ -1,0 +1,63 @@
+"""Opening a JSON-lines file as a binary stream: plain, gzip, or zstd that fails loudly when truncated."""
+
+from __future__ import annotations
+
+import gzip
+import io
+from pathlib import Path
+from typing import Any
+
+
+def open_binary(path: Path, fmt: str) -> io.BufferedIOBase:
+    """``path`` opened for reading bytes, decompressed as format ``fmt`` says (``jsonl+gzip``,
+    ``jsonl+zstd``; anything else is read as is)."""
+    if fmt.endswith("gzip"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if fmt.endswith("zstd"):
+        return io.BufferedReader(ZstdStream(path), buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+class ZstdStream(io.RawIOBase):
+    """Decompress every zstd frame of a file and fail loudly on a truncated last frame.
+
+    ``zstandard``'s stream reader ends silently at a truncated frame, which would drop documents
+    without a word; here a frame that has not reached its end when the file does is an error.
+    """
+
+    def __init__(self, path: Path, chunk: int = 1 << 20) -> None:
+        import zstandard
+
+        self._zstd = zstandard
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._chunk = chunk
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = b""
+        self._in_frame = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self._pending:
+            data = self._fh.read(self._chunk)
+            if not data:
+                if self._in_frame:
+                    raise EOFError("zstd stream ends inside a frame")
+                return 0
+            while data:
+                self._in_frame = True
+                self._pending += self._dobj.decompress(data)
+                if not self._dobj.eof:
+                    break
+                data = self._dobj.unused_data
+                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                self._in_frame = False
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()

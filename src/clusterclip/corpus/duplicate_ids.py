@@ -1,0 +1,84 @@
+"""Duplicate document ids: counted from id hashes, and the first repeat named with where both copies are."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.default_corpus import DEFAULT_CORPUS
+from clusterclip.corpus.inputs import work_units
+from clusterclip.corpus.parts import WrittenParts
+from clusterclip.corpus.reading import located_documents
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.store import RunDir
+
+log = logging.getLogger(__name__)
+
+
+def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | os.PathLike[str]],
+                        resolved: Sequence[tuple[Path, str]], config: CorpusConfig) -> int:
+    """The number of duplicate ids; with ``id_field`` set, the first repeat raises (``on_bad_record="error"``,
+    naming where both copies are) or is logged (kept)."""
+    duplicates = int(read.id_hashes.size - np.unique(read.id_hashes).size)
+    if not duplicates or config.id_field is None:
+        return duplicates
+    first, second = _first_duplicate(read.id_hashes)
+    doc_id = _ids_at(run, read, (first,))[0]
+    msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
+    if config.on_bad_record == "error":
+        where = _document_locations(resolved, config, (first, second)) if inputs else {}
+        at = [where.get(i, f"document {i}") for i in (first, second)]
+        raise ClusterClipError(f"{', '.join(map(str, inputs)) or DEFAULT_CORPUS}: {msg}, the first {doc_id!r} at "
+                               f"{at[0]} and again at {at[1]}; ids must be unique (or use --on-bad-record skip "
+                               "to keep them, counted)")
+    log.warning("corpus: %s, the first %r (kept)", msg, doc_id)
+    return duplicates
+
+
+def _first_duplicate(hashes: np.ndarray) -> tuple[int, int]:
+    """Document indices ``(first, second)`` of the earliest repeat: ``second`` is the smallest index whose
+    id hash occurred before, ``first`` where it did."""
+    order = np.argsort(hashes, kind="stable")
+    sorted_hashes = hashes[order]
+    repeat = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1]) + 1
+    at = repeat[np.argmin(order[repeat])]
+    return int(order[np.searchsorted(sorted_hashes, sorted_hashes[at])]), int(order[at])
+
+
+def _ids_at(run: RunDir, read: WrittenParts, indices: Sequence[int]) -> list[str]:
+    """The ids of documents ``indices`` as written in the corpus parts of ``read``."""
+    ends = np.cumsum(read.part_sizes)
+    out = []
+    for i in indices:
+        part = int(np.searchsorted(ends, i, side="right"))
+        row = i - (int(ends[part - 1]) if part else 0)
+        out.append(pq.read_table(run.path(read.parts[part]), columns=["id"]).column(0)[row].as_py())
+    return out
+
+
+def _document_locations(inputs: Sequence[tuple[Path, str]], opts: ReadOptions,
+                        indices: Sequence[int]) -> dict[int, str]:
+    """``FILE:LINE`` (or ``FILE:ROW``, or the file) of the documents at ``indices``, found by reading the inputs
+    again up to the last of them, under the same bad-record policy: only for error messages, so that the
+    reading that writes the corpus keeps no per-document locations."""
+    wanted, found, n = set(indices), {}, 0
+    last = max(indices)
+    for unit in work_units(inputs):
+        for (source, loc, record), to_document in located_documents(unit, opts):
+            try:
+                to_document(record, opts, source, loc)
+            except BadRecordError:
+                continue
+            if n in wanted:
+                found[n] = source if loc is None else f"{source}:{loc}"
+            if n == last:
+                return found
+            n += 1
+    return found

@@ -1,0 +1,141 @@
+"""Corpus parts: writing documents into ``corpus/part-*.parquet`` with global indices, and reading them back.
+
+Parts hold exactly ``limits.PART_ROWS`` rows (the last one fewer) and their bytes depend only on their rows,
+whoever wrote them (this process, Ray tasks, ``clusterclip add``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clusterclip.corpus import limits
+from clusterclip.corpus.parquet import open_parquet
+from clusterclip.corpus.records import DocBatch, ReadStats
+from clusterclip.errors import disk_full_at
+from clusterclip.store import RunDir, atomic_path
+from clusterclip.store import layout as A
+
+CORPUS_SCHEMA = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("n_tokens", pa.int64()),
+        ("group", pa.string()),
+    ]
+)
+
+
+@dataclass
+class WrittenParts:
+    """What writing some documents leaves for the stage record: the parts (run-relative) and their sizes,
+    and per document its token count and id hash, with the group counts and read stats."""
+
+    parts: list[str]
+    part_sizes: list[int]
+    tokens: np.ndarray
+    id_hashes: np.ndarray
+    groups: Counter[str]
+    stats: ReadStats
+
+
+def write_part(path: Path, table: pa.Table) -> None:
+    """Write one corpus part atomically; chunks are combined first so the bytes depend only on the rows."""
+    with disk_full_at(path), atomic_path(path) as tmp:
+        pq.write_table(table.combine_chunks(), tmp, row_group_size=limits.ROW_GROUP_ROWS)
+
+
+class PartWriter:
+    """Writes documents into parts ``name(0), name(1), ...`` of exactly ``part_rows`` rows (the last one
+    fewer), indexed from ``first_index`` (``clusterclip add`` continues after the corpus), and keeps what
+    the stage record needs: token counts, id hashes, groups."""
+
+    def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
+                 part_rows: int, first_index: int = 0) -> None:
+        self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
+        self.first_index = first_index
+        self.parts: list[str] = []
+        self.part_sizes: list[int] = []
+        self.tokens: list[np.ndarray] = []
+        self.id_hashes: list[np.ndarray] = []
+        self.groups: Counter[str] = Counter()
+        self.n = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def add(self, batch: DocBatch) -> None:
+        tokens = self.count_tokens(batch.texts)
+        start = self.first_index + self.n
+        rb = pa.record_batch([pa.array(np.arange(start, start + len(batch), dtype=np.int64)),
+                              pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
+                              pa.array(tokens), pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA)
+        self.tokens.append(tokens)
+        self.id_hashes.append(hash_ids(batch.ids))
+        self.groups.update(g for g in batch.groups if g is not None)
+        self.n += len(batch)
+        while rb.num_rows:
+            take = min(rb.num_rows, self.part_rows - self._pending_rows)
+            self._pending.append(rb.slice(0, take))
+            self._pending_rows += take
+            rb = rb.slice(take)
+            if self._pending_rows == self.part_rows:
+                self._flush()
+
+    def finish(self, stats: ReadStats) -> WrittenParts:
+        """Write the last part; what was read, for the stage record."""
+        if self._pending:
+            self._flush()
+        return WrittenParts(self.parts, self.part_sizes, concat(self.tokens, np.int64),
+                            concat(self.id_hashes, np.uint64), self.groups, stats)
+
+    def _flush(self) -> None:
+        rel = self.name(len(self.parts))
+        write_part(self.root / rel, pa.Table.from_batches(self._pending, CORPUS_SCHEMA))
+        self.parts.append(rel)
+        self.part_sizes.append(self._pending_rows)
+        self._pending, self._pending_rows = [], 0
+
+
+def concat(chunks: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    """The chunks end to end as ``dtype`` (empty when there are none)."""
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype)
+
+
+def hash_ids(ids: list[str]) -> np.ndarray:
+    """A 64-bit hash of every id (to count duplicate ids without keeping the ids)."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
+                        for s in ids), dtype=np.uint64, count=len(ids))
+
+
+def corpus_parts(run: RunDir) -> list[Path]:
+    """The corpus parquet parts of a run directory, in index order: those its corpus record lists, or,
+    without a record, every ``corpus/part-*.parquet``."""
+    artifacts = (run.record(A.CORPUS_STAGE) or {}).get("artifacts", {})
+    rels = sorted(r for r in artifacts if fnmatch.fnmatch(r, f"{A.CORPUS_DIR}/{A.CORPUS_PART_GLOB}"))
+    if not rels:
+        return sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB))
+    return [run.path(r) for r in rels]
+
+
+def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
+    """Stream the corpus of a run directory in index order, only the given columns."""
+    for part in corpus_parts(run):
+        yield from open_parquet(part).iter_batches(batch_size=batch_rows, columns=list(columns))
+
+
+def read_column(run: RunDir, column: str) -> list[Any]:
+    """One corpus column as a Python list (e.g. ids or groups); O(N) memory."""
+    out: list[Any] = []
+    for rb in iter_corpus(run, (column,)):
+        out.extend(rb.column(0).to_pylist())
+    return out

@@ -1,0 +1,92 @@
+"""Reading the corpus with Ray tasks: work units in parallel into staging parts, then cut into the final
+parts with global indices, byte for byte the parts this process would write."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clusterclip.corpus import limits
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.inputs import WorkUnit, number_lines, work_units
+from clusterclip.corpus.jsonl import count_newlines
+from clusterclip.corpus.parts import PartWriter, WrittenParts, concat, write_part
+from clusterclip.corpus.reading import read_unit
+from clusterclip.corpus.records import ReadStats
+from clusterclip.corpus.tokens import make_token_counter
+from clusterclip.engines import ray_tasks
+from clusterclip.store import layout as A
+
+Piece = tuple[str, int, int]
+"""Rows ``[start, stop)`` of a staging part."""
+
+
+def read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: CorpusConfig, bar: Any) -> WrittenParts:
+    """Read the inputs' work units with Ray tasks (after counting the lines of split JSONL files), then cut
+    their staging parts into final parts of ``limits.PART_ROWS`` rows with global indices: the same parts,
+    byte for byte, as reading them in this process."""
+    part_rows = limits.PART_ROWS
+    units = work_units(resolved, split=True)
+    ranges = [(str(u.path), *u.byte_range) for u in units if u.byte_range is not None]
+    units = number_lines(units, ray_tasks(count_newlines, ranges))
+
+    reads: list[WrittenParts] = ray_tasks(
+        _read_unit_task, [(str(root), i, unit, config, part_rows) for i, unit in enumerate(units)],
+        on_done=lambda r: bar.update(r.tokens.size))
+    staged = [(rel, size) for r in reads for rel, size in zip(r.parts, r.part_sizes, strict=True)]
+    cuts = _cut_parts(staged, part_rows)
+    ray_tasks(_assemble_part_task, [(str(root), rel, pieces, first) for rel, pieces, first in cuts])
+    stats = ReadStats()
+    groups: Counter[str] = Counter()
+    for r in reads:
+        stats.merge(r.stats)
+        groups.update(r.groups)
+    n = sum(size for _, size in staged)
+    sizes = [min(part_rows, n - first) for _, _, first in cuts]
+    return WrittenParts([rel for rel, _, _ in cuts], sizes, concat([r.tokens for r in reads], np.int64),
+                        concat([r.id_hashes for r in reads], np.uint64), groups, stats)
+
+
+def _cut_parts(staged: Sequence[tuple[str, int]], part_rows: int) -> list[tuple[str, list[Piece], int]]:
+    """``(final part, its pieces of staging parts, index of its first row)`` for parts of ``part_rows`` rows
+    cut from the staging parts ``(name, rows)`` end to end."""
+    n = sum(size for _, size in staged)
+    cuts: list[tuple[str, list[Piece], int]] = []
+    src, offset = 0, 0
+    for first in range(0, n, part_rows):
+        pieces, want = [], min(part_rows, n - first)
+        while want:
+            name, size = staged[src]
+            take = min(want, size - offset)
+            pieces.append((name, offset, offset + take))
+            want -= take
+            offset += take
+            if offset == size:
+                src, offset = src + 1, 0
+        cuts.append((A.corpus_part(len(cuts)), pieces, first))
+    return cuts
+
+
+def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfig, part_rows: int) -> WrittenParts:
+    """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
+    stats = ReadStats()
+    writer = PartWriter(Path(root), functools.partial(A.corpus_staging_part, unit_no),
+                        make_token_counter(config.tokenizer), part_rows)
+    for batch in read_unit(unit, config, stats):
+        writer.add(batch)
+    return writer.finish(stats)
+
+
+def _assemble_part_task(root: str, rel: str, pieces: list[Piece], first_index: int) -> None:
+    """Ray task: write final part ``rel`` from row ranges ``[start, stop)`` of staging parts, re-indexed."""
+    table = pa.concat_tables(pq.read_table(Path(root) / src).slice(start, stop - start)
+                             for src, start, stop in pieces)
+    index = pa.array(np.arange(first_index, first_index + table.num_rows, dtype=np.int64))
+    write_part(Path(root) / rel, table.set_column(0, "index", index))

@@ -1,0 +1,215 @@
+"""Records into documents, once for every format: reader options, the bad-record policy and batching.
+
+A format only reads (see :mod:`clusterclip.corpus.jsonl` and its siblings). A row format (JSON lines,
+``.txt`` files) yields located records ``(source, location, record)``, the location being the 1-based line
+(None: the whole file is the record), and names the function that turns a record into a document; a column
+format (Parquet, Hugging Face datasets) yields ``(source, rows before, columns)`` batches. Field extraction,
+the bad-record policy (stop at the first bad record, or skip it and count it) and batching live here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Container, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from clusterclip.corpus import limits
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.settings import Settings, is_text, optional, setting
+
+
+@dataclass(frozen=True)
+class ReadOptions(Settings):
+    """How records are turned into documents; validated on construction."""
+
+    text_field: str = setting("text", check=is_text, help="field or column holding the document text")
+    id_field: str | None = setting(None, check=optional(is_text),
+                                   help="field holding a unique document id (default: FILE:LINE of each record)")
+    group_field: str | None = setting("domain", check=optional(is_text),
+                                      help="optional ground-truth field kept for reports and experiments "
+                                           "(never used to cluster)")
+    on_bad_record: str = setting("error", choices=("error", "skip"),
+                                 help="stop at the first bad record, or skip bad records and count them")
+    split: str = setting("train", check=is_text, help="split to read from a Hugging Face DatasetDict")
+
+
+@dataclass
+class ReadStats:
+    """Counts kept while reading; ``examples`` holds the first few skipped-record messages."""
+
+    read: int = 0
+    skipped: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    max_examples: ClassVar[int] = 10
+
+    def skip(self, err: BadRecordError) -> None:
+        self.skipped += 1
+        if len(self.examples) < self.max_examples:
+            self.examples.append(str(err))
+
+    def merge(self, later: ReadStats) -> None:
+        """Add the counts of documents read after these (examples stay the first few in order)."""
+        self.read += later.read
+        self.skipped += later.skipped
+        self.examples.extend(later.examples[: self.max_examples - len(self.examples)])
+
+
+@dataclass
+class DocBatch:
+    """Documents as parallel columns: ids, texts and (optional) ground-truth groups."""
+
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    groups: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def add(self, doc_id: str, text: str, group: str | None) -> None:
+        self.ids.append(doc_id)
+        self.texts.append(text)
+        self.groups.append(group)
+
+
+Document = tuple[str, str, str | None]
+Located = tuple[str, int | None, Any]
+ToDocument = Callable[[Any, ReadOptions, str, int | None], Document]
+ColumnBatch = tuple[str, int, dict[str, list]]
+
+
+def read_documents(records: Iterable[Located], to_document: ToDocument, opts: ReadOptions,
+                   stats: ReadStats) -> Iterator[DocBatch]:
+    """Documents of located records in batches of ``limits.BATCH_ROWS``, under the bad-record policy: a record
+    that ``to_document`` rejects stops the read (``on_bad_record="error"``) or is skipped and counted."""
+    batch = DocBatch()
+    for source, loc, record in records:
+        try:
+            batch.add(*to_document(record, opts, source, loc))
+        except BadRecordError as err:
+            if opts.on_bad_record == "error":
+                raise
+            stats.skip(err)
+            continue
+        stats.read += 1
+        if len(batch.texts) >= limits.BATCH_ROWS:
+            yield batch
+            batch = DocBatch()
+    if batch:
+        yield batch
+
+
+def read_column_batches(batches: Iterable[ColumnBatch], opts: ReadOptions, stats: ReadStats,
+                        null_absent: Container[str] | None = None) -> Iterator[DocBatch]:
+    """Documents of located column batches (Parquet, Hugging Face datasets), one batch for each.
+
+    A batch whose rows are all good is converted a column at a time (:func:`column_documents`); any other
+    goes row by row through :func:`read_documents`, a null being an absent field (with ``null_absent``,
+    only in those columns; elsewhere it stays ``None``).
+    """
+    for source, before, cols in batches:
+        batch = column_documents(cols, opts, source, before)
+        if batch is None:
+            yield from read_documents(column_records(source, cols, before, null_absent), record_document,
+                                      opts, stats)
+        elif batch:
+            stats.read += len(batch)
+            yield batch
+
+
+def column_documents(cols: dict[str, list], opts: ReadOptions, source: str, before: int) -> DocBatch | None:
+    """What :func:`record_document` makes of every row of a column batch (rows numbered from
+    ``before + 1``), computed a column at a time; None when some row is bad."""
+    texts = cols[opts.text_field]
+    if not all(isinstance(t, str) and t.strip() for t in texts):
+        return None
+    if opts.id_field is None:
+        ids = [_default_id(source, row) for row in range(before + 1, before + len(texts) + 1)]
+    elif opts.id_field in cols and all(v is not None and not isinstance(v, (dict, list)) for v in cols[opts.id_field]):
+        ids = [str(v) for v in cols[opts.id_field]]
+    else:
+        return None
+    groups = cols.get(opts.group_field) if opts.group_field else None
+    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts))
+
+
+def column_records(source: str, cols: dict[str, list], before: int,
+                   null_absent: Container[str] | None) -> Iterator[Located]:
+    """The rows of a column batch as records numbered from ``before + 1``: a null in a ``null_absent``
+    column (None: any) is an absent field, elsewhere it stays ``None``."""
+    names = list(cols)
+    for row, values in enumerate(zip(*cols.values(), strict=True), before + 1):
+        yield source, row, {c: v for c, v in zip(names, values, strict=True)
+                            if v is not None or (null_absent is not None and c not in null_absent)}
+
+
+def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> Document:
+    """``(id, text, group)`` of a record of named fields, as ``opts`` names them."""
+    text = _text_of(record, opts, source, loc)
+    return _id_of(record, opts, source, loc), text, _group_of(record, opts)
+
+
+def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
+    if opts.text_field not in record:
+        keys = ", ".join(sorted(map(str, record))[:8]) or "none"
+        raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}); "
+                             "choose another with --text-field")
+    text = record[opts.text_field]
+    if not isinstance(text, str):
+        raise BadRecordError(source, loc, f"text field {opts.text_field!r} is "
+                             f"{type(text).__name__}, expected a string")
+    if not text.strip():
+        raise BadRecordError(source, loc, f"text field {opts.text_field!r} is empty")
+    return text
+
+
+def _id_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
+    if opts.id_field is None:
+        return _default_id(source, loc)
+    value = record.get(opts.id_field)
+    if value is None:
+        raise BadRecordError(source, loc, f"missing id field {opts.id_field!r}")
+    if isinstance(value, (dict, list)):
+        raise BadRecordError(source, loc, f"id field {opts.id_field!r} must be a string or number")
+    return str(value)
+
+
+def _group_of(record: dict[str, Any], opts: ReadOptions) -> str | None:
+    return None if opts.group_field is None else _group_value(record.get(opts.group_field))
+
+
+def _group_value(value: Any) -> str | None:
+    return None if value is None or isinstance(value, (dict, list)) else str(value)
+
+
+def _default_id(source: str, loc: int | None) -> str:
+    return f"{_file_name(source)}:{loc}"
+
+
+@functools.lru_cache(maxsize=256)
+def _file_name(source: str) -> str:
+    return Path(source).name
+
+
+def is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (from a JSON escape or an undecodable file name),
+    which no UTF-8 column can store."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def not_utf8(source: str, loc: int | None, exc: UnicodeDecodeError) -> BadRecordError:
+    """The bad-record error of bytes that do not decode as UTF-8."""
+    return BadRecordError(source, loc, f"not valid UTF-8 (byte {exc.start})")
+
+
+def unreadable(path: Path, exc: OSError) -> ClusterClipError:
+    """The one-line error of an input that cannot be listed or read (permission denied, I/O error)."""
+    return ClusterClipError(f"{path}: cannot read: {exc.strerror or exc}")

@@ -1,0 +1,66 @@
+"""The ``minilm`` embedder: all-MiniLM-L6-v2 through sentence-transformers, loaded offline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, minilm_path, set_offline
+
+
+class MiniLMEmbedder(EmbedderBase):
+    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the local package.
+
+    Texts are sorted by length (longest first) before batching, so batches hold similar lengths and
+    little padding; results are put back in input order. The model is loaded on first use.
+    """
+
+    name = "minilm"
+    dim = 384
+    DEFAULT_BATCH_SIZE = 64
+
+    def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu", max_seq_length: int = 256,
+                 progress: bool = True) -> None:
+        super().__init__(batch_size, progress)
+        self.device = device
+        self.max_seq_length = max_seq_length
+        self._model: Any = None
+
+    def config(self) -> dict[str, Any]:
+        """Model id and weights checksum, pooling, truncation, batch size and device type.
+
+        Batch size and device are included because padding and kernels change the float results in the
+        last bits, and the stage promises byte-identical re-runs.
+        """
+        return {
+            "name": self.name,
+            "model": MINILM_ID,
+            "weights_sha256": digest(minilm_path() / "model.safetensors"),
+            "dim": self.dim,
+            "max_seq_length": self.max_seq_length,
+            "pooling": "mean",
+            "normalize": True,
+            "batch_size": self.batch_size,
+            "device": self.device.split(":")[0],
+        }
+
+    def _load(self) -> Any:
+        if self._model is None:
+            path = minilm_path()
+            set_offline()
+            from sentence_transformers import SentenceTransformer
+
+            self._model = SentenceTransformer(str(path), device=self.device)
+            self._model.max_seq_length = self.max_seq_length
+        return self._model
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+        model = self._load()
+        order = np.argsort(-np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), kind="stable")
+        for start in range(0, len(texts), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            vecs = model.encode([texts[i] for i in idx], batch_size=len(idx), convert_to_numpy=True,
+                                normalize_embeddings=True, show_progress_bar=False)
+            yield idx, np.asarray(vecs, dtype=np.float32)

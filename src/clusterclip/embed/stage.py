@@ -1,0 +1,192 @@
+"""The ``embed`` stage: corpus parts in, float16 shards of unit vectors out, resumable shard by shard."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.corpus import corpus_parts
+from clusterclip.embed.base import Embedder, EmbedderBase
+from clusterclip.embed.lsa import LsaEmbedder
+from clusterclip.embed.registry import DEFAULT_EMBEDDER, FITTED_EMBEDDERS, get_embedder
+from clusterclip.embed.static_vocab import StaticVocabEmbedder
+from clusterclip.embed.texts import TextReader, count_rows, sample_texts
+from clusterclip.errors import ClusterClipError, disk_full_at
+from clusterclip.progress import progress_bar
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import RunDir, file_digest, load_json, save_json, save_npy
+from clusterclip.store import layout as A
+
+CHUNKS_PER_CALL = 16
+"""Encoder batches per ``encode`` call: the stage encodes chunks of ``CHUNKS_PER_CALL`` x the batch size."""
+
+
+def _reusable_shards(run: RunDir, progress: Any, job: Job, shard_size: int, n_docs: int) -> list[dict[str, Any]]:
+    """Leading shards listed in the progress file that match this build's config and inputs and are intact
+    (checked by checksum: their bytes become part of the stage's output)."""
+    if not isinstance(progress, dict) or progress.get("config_hash") != job.config_hash \
+            or progress.get("inputs_hash") != job.inputs_hash:
+        return []
+    done: list[dict[str, Any]] = []
+    for i, entry in enumerate(progress.get("shards", [])):
+        rel = A.embed_shard(i)
+        path = run.path(rel)
+        if entry.get("file") != rel or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
+                or not path.is_file() or file_digest(path) != entry.get("sha256"):
+            break
+        done.append(entry)
+    return done
+
+
+def _start_progress(run: RunDir, job: Job, shard_size: int, n_docs: int) -> dict[str, Any]:
+    """The progress file of this build, written at once: the shards reusable from an interrupted build of
+    the same config and corpus (none when forced)."""
+    path = run.path(A.EMBED_PROGRESS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = None
+    if not job.force and path.exists():
+        with contextlib.suppress(ValueError, OSError):
+            previous = load_json(path)
+    state = {"config_hash": job.config_hash, "inputs_hash": job.inputs_hash, "shard_size": shard_size,
+             "shards": _reusable_shards(run, previous, job, shard_size, n_docs)}
+    if state["shards"] and isinstance(previous, dict) and isinstance(previous.get("model"), dict):
+        state["model"] = previous["model"]
+    save_json(path, state)
+    return state
+
+
+def _chunk_rows(emb: Embedder, shard_size: int) -> int:
+    """Texts per encode call: fixed chunks from each shard's start, so results do not depend on resumes."""
+    return min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
+
+
+def _encode_checked(emb: Embedder, texts: list[str]) -> np.ndarray:
+    """``emb``'s vectors of ``texts``; a wrong shape or a non-finite value (a foreign embedder) is an error."""
+    vecs = np.asarray(emb.encode(texts, progress=False) if isinstance(emb, EmbedderBase) else emb.encode(texts))
+    if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all():
+        raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
+                               f"values for {len(texts)} texts (expected dim {emb.dim})")
+    return vecs
+
+
+def encode_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
+                  bar: Any) -> Iterator[np.ndarray]:
+    """Encode the shards from ``first_shard`` on in this process (float16, ``shard_size`` rows but the last)."""
+    chunk_rows = _chunk_rows(emb, shard_size)
+    reader = TextReader(parts, first_shard * shard_size)
+    for start in range(first_shard * shard_size, n_docs, shard_size):
+        rows = min(shard_size, n_docs - start)
+        shard = np.empty((rows, emb.dim), dtype=np.float16)
+        for off in range(0, rows, chunk_rows):
+            texts = reader.take(min(chunk_rows, rows - off))
+            shard[off:off + len(texts)] = _encode_checked(emb, texts)
+            bar.update(len(texts))
+        yield shard
+
+
+def _ray_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
+                bar: Any) -> Iterator[np.ndarray]:
+    """Encode the shards from ``first_shard`` on with Ray Data actors (same bytes as :func:`encode_shards`)."""
+    from clusterclip.engines import ray_embed_shards
+
+    for shard in ray_embed_shards(parts, first_shard * shard_size, n_docs, shard_size, emb,
+                                  batch_rows=_chunk_rows(emb, shard_size)):
+        bar.update(len(shard))
+        yield shard
+
+
+def embed_stage(
+    run: RunDir,
+    embedder: str | Embedder = DEFAULT_EMBEDDER,
+    batch_size: int | None = None,
+    shard_size: int = 65536,
+    force: bool = False,
+    progress: bool = True,
+    engine: str = "local",
+    command: Sequence[str] = (),
+    **embedder_kw: Any,
+) -> dict[str, Any]:
+    """Embed every corpus document into ``embeddings/shard-NNNNN.npy`` and write the ``embed`` record.
+
+    Shards hold ``shard_size`` float16 unit-norm rows (the last one fewer), in document order. The stage
+    is skipped when its record is fresh (same config, same corpus, intact shards) unless ``force``. It
+    resumes after a kill: ``embeddings/progress.json`` lists finished shards with their checksums, and
+    shards that match the current config and corpus are reused. Texts are encoded in fixed chunks that
+    start at shard boundaries, so the result does not depend on where a run resumed. ``embedder`` is a
+    name from :data:`EMBEDDERS` (built with ``batch_size`` and ``embedder_kw``) or an :class:`Embedder`.
+    ``engine="ray"`` encodes on Ray Data actors (:mod:`clusterclip.engines`; the name is validated where the
+    session opens, :class:`clusterclip.engines.EngineConfig`) with the same result; the engine is not part of
+    the config, so switching engines does not re-run a finished stage. Memory is bounded by one shard; the
+    build runs under the run directory's lock. Returns the record.
+    """
+    if shard_size < 1:
+        raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
+    inputs_hash = run.output_hash(A.CORPUS_STAGE)
+    if isinstance(embedder, str):
+        emb: Embedder = get_embedder(embedder, batch_size=batch_size, progress=progress, **embedder_kw)
+    else:
+        if batch_size is not None or embedder_kw:
+            raise ClusterClipError("pass batch_size and embedder options to the Embedder, not to embed_stage")
+        emb = embedder
+    cfg = {"embedder": emb.config(), "shard_size": shard_size}
+    model = cfg["embedder"].get("model", emb.name)
+    stage = Stage(A.EMBED_STAGE, cfg, inputs_hash, reads={A.CORPUS_STAGE: None},
+                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job),
+                  command=command or run.require(A.CORPUS_STAGE, verify=False).get("command", ()))
+    with disk_full_at(run.path(A.EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
+        return run_stage(run, stage, force)
+
+
+def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, engine: str, progress: bool,
+                      job: Job) -> Built:
+    """Encode every shard not reusable from an interrupted build, listing each in the progress file as
+    soon as it is in place; remove shards of an earlier, longer corpus."""
+    parts = corpus_parts(run)
+    n_docs = count_rows(parts)
+    state = _start_progress(run, job, shard_size, n_docs)
+    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, FITTED_EMBEDDERS) else []
+    model = getattr(emb, "model_name", None) or model
+    done = state["shards"]
+    first = len(done)
+    bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
+    shards = (_ray_shards if engine == "ray" else encode_shards)(emb, parts, first, shard_size, n_docs, bar)
+    with bar:
+        for s, shard in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
+            rel = A.embed_shard(s)
+            save_npy(run.path(rel), shard)
+            done.append({"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel))})
+            save_json(run.path(A.EMBED_PROGRESS), state)
+    files = [d["file"] for d in done]
+    for p in run.path(A.EMBED_DIR).glob(A.EMBED_SHARD_GLOB):
+        if f"{A.EMBED_DIR}/{p.name}" not in files:
+            p.unlink()
+    for cls in FITTED_EMBEDDERS:
+        if not (model_files and isinstance(emb, cls)):
+            shutil.rmtree(run.path(cls.MODEL_DIR), ignore_errors=True)
+    return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
+                             count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
+
+
+def _fit_model(run: RunDir, emb: LsaEmbedder | StaticVocabEmbedder, parts: Sequence[Path], n_docs: int,
+               state: dict[str, Any]) -> list[str]:
+    """Fit ``emb`` on a seeded sample of the corpus and save it under its ``MODEL_DIR`` (or, when resuming,
+    load the model the reused shards were made with); returns the model's files for the stage record."""
+    rels = [f"{emb.MODEL_DIR}/{f}" for f in emb.MODEL_FILES]
+    kept = state.get("model")
+    if isinstance(kept, dict) and set(kept) == set(rels) and all(
+            run.path(r).is_file() and file_digest(run.path(r)) == kept[r] for r in rels):
+        emb.adopt(type(emb).load(run.path(emb.MODEL_DIR)))  # type: ignore[arg-type]
+        return rels
+    if n_docs < 2:
+        raise ClusterClipError(f"the {emb.name} embedder needs at least 2 documents to fit, the corpus has {n_docs}")
+    emb.fit(sample_texts(parts, n_docs, emb.sample_size, emb.seed))
+    emb.save(run.path(emb.MODEL_DIR))
+    state["shards"] = []
+    state["model"] = {r: file_digest(run.path(r)) for r in rels}
+    save_json(run.path(A.EMBED_PROGRESS), state)
+    return rels

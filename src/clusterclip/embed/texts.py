@@ -1,0 +1,70 @@
+"""Corpus texts for the embed stage: streamed in document order, or a seeded sample of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from clusterclip.corpus import open_parquet
+from clusterclip.errors import ClusterClipError
+
+
+def count_rows(parts: Sequence[Path]) -> int:
+    """Documents in the corpus parts, from their Parquet metadata (no rows read)."""
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+
+
+class TextReader:
+    """Texts of the corpus parts in document order, from row ``start``, handed out ``take(k)`` at a time.
+
+    Whole row groups before ``start`` are skipped without being read.
+    """
+
+    def __init__(self, parts: Sequence[Path], start: int = 0, read_rows: int = 8192) -> None:
+        self._batches = self._iter(parts, start, read_rows)
+        self._buf: list[str] = []
+        self._pos = 0
+
+    @staticmethod
+    def _iter(parts: Sequence[Path], skip: int, read_rows: int) -> Iterator[list[str]]:
+        for part in parts:
+            pf = open_parquet(part)
+            for rg in range(pf.num_row_groups):
+                rg_rows = pf.metadata.row_group(rg).num_rows
+                if skip >= rg_rows:
+                    skip -= rg_rows
+                    continue
+                for batch in pf.iter_batches(batch_size=read_rows, row_groups=[rg], columns=["text"]):
+                    texts = [t if t is not None else "" for t in batch.column(0).to_pylist()]
+                    if skip:
+                        texts, skip = texts[skip:], max(0, skip - len(texts))
+                    if texts:
+                        yield texts
+
+    def take(self, k: int) -> list[str]:
+        while len(self._buf) - self._pos < k:
+            try:
+                more = next(self._batches)
+            except StopIteration:
+                raise ClusterClipError("corpus parts hold fewer rows than their metadata says; "
+                                       "re-run the corpus stage") from None
+            self._buf = self._buf[self._pos:] + more
+            self._pos = 0
+        out = self._buf[self._pos:self._pos + k]
+        self._pos += k
+        return out
+
+
+def sample_texts(parts: Sequence[Path], n_docs: int, size: int, seed: int) -> list[str]:
+    """The texts of a seeded uniform sample of ``min(size, n_docs)`` documents, read in one streaming pass."""
+    rows = np.sort(np.random.default_rng(seed).choice(n_docs, size=min(size, n_docs), replace=False))
+    reader, out, pos = TextReader(parts), [], 0
+    for start in range(0, n_docs, 8192):
+        texts = reader.take(min(8192, n_docs - start))
+        hi = int(np.searchsorted(rows, start + len(texts)))
+        out.extend(texts[int(r) - start] for r in rows[pos:hi])
+        pos = hi
+    return out
