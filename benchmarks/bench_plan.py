@@ -31,11 +31,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from memwatch import AnonPeak
 
-try:
-    from clusterclip.plan import PlanConfig, build_plan
-except ImportError:  # --baseline-src: a checkout from before the plan package
-    from clusterclip.sampling import PlanConfig, build_plan
+from clusterclip.plan import PlanConfig, build_plan
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 START, END = "<!-- bench_plan:start -->", "<!-- bench_plan:end -->"
@@ -103,8 +101,6 @@ def wrs_baseline(labels: np.ndarray, budget: int) -> np.ndarray:
 
 def memmap_check(labels: np.ndarray, draws: int, tmp: Path) -> None:
     """Stream a huge plan to disk; report time and peak anonymous RSS (file pages are page cache)."""
-    from clusterclip.memwatch import AnonPeak
-
     watch = AnonPeak(0.2)
     cap = -(-draws // labels.size) + 10
     out = tmp / "bench-plan-memmap.npy"

@@ -26,10 +26,10 @@ from bench_pipeline import stage
 
 from clusterclip.store import RunDir
 
-PLAN = """
+PLAN = f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n" + """
 import json, resource, sys, time
 import numpy as np
-from clusterclip.memwatch import AnonPeak
+from memwatch import AnonPeak
 from clusterclip.plan import PlanConfig, build_plan
 watch = AnonPeak(0.05)
 n, draws, k, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from clusterclip.experiment.config import preset_config
-from clusterclip.experiment.run import prepare_split
+from clusterclip.experiment.splits import prepare_split
 from clusterclip.plan import PlanConfig, build_plan
 
 

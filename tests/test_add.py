@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.add import AddConfig, add_documents, append_npy, drift_report, lower_percentile
+from clusterclip.add import AddConfig, add_documents, drift_report, lower_percentile
 from clusterclip.cli import main
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, ReadOptions, corpus_stage, read_column
@@ -21,6 +21,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig, plan_stage
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
+from clusterclip.store.npy_rows import append_npy
 from clusterclip.torch import ClusterClipSampler, load_plan
 from tests.test_cli import TOPICS, make_corpus
 

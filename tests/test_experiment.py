@@ -15,9 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
+from clusterclip.cli.experiment import add_experiment_parser  # noqa: E402
+from clusterclip.cli.options import experiment_config, experiment_flag  # noqa: E402
 from clusterclip.errors import ClusterClipError  # noqa: E402
 from clusterclip.experiment import ExperimentConfig, quick_config, run_experiment  # noqa: E402
-from clusterclip.experiment.cli import add_experiment_parser, config_from_args, experiment_flag  # noqa: E402
 from clusterclip.experiment.config import RUNTIME_FIELDS  # noqa: E402
 from clusterclip.experiment.data import (  # noqa: E402
     TokenizedDocs,
@@ -301,14 +302,14 @@ def test_cli_overrides_the_preset() -> None:
     add_experiment_parser(parser.add_subparsers())
     a = parser.parse_args(["experiment", "x.jsonl", "--out", "o", "--quick", "--seeds", "0,1", "--k", "5",
                            "--max-repeat", "7,8", "--docs", "0"])
-    cfg = config_from_args(a)
+    cfg = experiment_config(a)
     assert cfg.seeds == (0, 1) and cfg.k == 5 and cfg.max_repeats == (7, 8) and cfg.docs is None
     assert cfg.model == quick_config().model and cfg.embedder == "hashing"
-    nested = config_from_args(parser.parse_args(["experiment", "--out", "o", "--quick", "--layers", "3",
+    nested = experiment_config(parser.parse_args(["experiment", "--out", "o", "--quick", "--layers", "3",
                                                  "--d-model", "96", "--lr", "0.01", "--weight-decay", "0"]))
     assert nested.model == dataclasses.replace(quick_config().model, n_layer=3, d_model=96)
     assert nested.train == dataclasses.replace(quick_config().train, lr=0.01, weight_decay=0.0)
-    default = config_from_args(parser.parse_args(["experiment", "--out", "o"]))
+    default = experiment_config(parser.parse_args(["experiment", "--out", "o"]))
     assert default == ExperimentConfig()
 
 
@@ -372,6 +373,13 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
     assert "| clusterclip-R5 | 1 |" in (out / "experiment" / "results.md").read_text()
     assert res["summary"]["uniform"]["heldout_macro_cluster_minus_random"] == pytest.approx(
         uni["heldout_macro_cluster"] - rnd["heldout_macro_cluster"], abs=1e-4)
+
+    # the experiment is a stage of OUT/experiment: its record lists the results; the same settings skip it
+    record = json.loads((out / "experiment" / "experiment.json").read_text())
+    assert {"results.json", "results.md", "loss-curves.png"} <= set(record["artifacts"])
+    assert record["command"][:2] == ["clusterclip", "experiment"] and "--quick" not in record["command"]
+    written = path.stat().st_mtime_ns
+    assert run_experiment([corpus], out, cfg)["runs"] == saved["runs"] and path.stat().st_mtime_ns == written
 
     # a restart with one more seed trains only the new run and keeps the finished ones
     more = run_experiment([corpus], out, quick_config(strategies=("random",), seeds=(0, 1)))

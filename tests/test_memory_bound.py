@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,10 +23,12 @@ from clusterclip.store import RunDir
 
 BOUND_MIB = 40
 SHARD = 3000
+MEMWATCH = f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'benchmarks')!r})\n"
+"""Lets a measuring script (run with ``python -c``) import ``memwatch`` from the benchmarks folder."""
 
-MEASURE = """
+MEASURE = MEMWATCH + """
 import json, sys
-from clusterclip.memwatch import AnonPeak
+from memwatch import AnonPeak
 watch = AnonPeak()
 import clusterclip.cluster
 from clusterclip.cluster import ClusterConfig, cluster_stage
@@ -76,10 +79,10 @@ def test_lsa_peak_memory_is_bounded_by_its_fit_sample(tmp_path):
     assert large - small < BOUND_MIB, f"peak anonymous memory grew {large - small:.0f} MiB ({small:.0f} -> {large:.0f})"
 
 
-READ_PARQUET = """
+READ_PARQUET = MEMWATCH + """
 import json, sys
 from clusterclip.corpus import ReadOptions, ReadStats, expand_inputs, iter_documents
-from clusterclip.memwatch import AnonPeak
+from memwatch import AnonPeak
 watch = AnonPeak()
 base = watch.read()
 n = sum(len(b) for b in iter_documents(expand_inputs([sys.argv[1]]), ReadOptions(group_field=None), ReadStats()))
@@ -116,9 +119,9 @@ def test_reading_a_parquet_input_streams(tmp_path):
     assert large - small < BOUND_MIB, f"reading grew memory by {small:.0f} MiB, then {large:.0f} MiB for 3x the file"
 
 
-ADD = """
+ADD = MEMWATCH + """
 import json, sys
-from clusterclip.memwatch import AnonPeak
+from memwatch import AnonPeak
 watch = AnonPeak()
 from clusterclip.add import add_documents
 from clusterclip.store import RunDir

@@ -9,6 +9,7 @@ import pickle
 import pytest
 
 from clusterclip import cli
+from clusterclip.cli.options import cluster_config, corpus_config, embed_config, plan_configs
 from clusterclip.cluster import ClusterConfig
 from clusterclip.corpus import CorpusConfig, ReadOptions
 from clusterclip.embed import DEFAULT_BATCH_SIZES, EmbedConfig, get_embedder
@@ -117,13 +118,13 @@ def test_cli_defaults_equal_dataclass_defaults(command):
 def test_cli_without_options_builds_the_default_configs():
     parser = cli.build_parser()
     run = parser.parse_args(["run"])
-    assert cli._corpus_config(run) == CorpusConfig()
-    assert cli._embed_options(run) == EmbedConfig()
-    assert cli._cluster_config(run) == ClusterConfig()
-    assert cli._embed_options(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
-    assert cli._cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
-    assert cli._plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
-    assert cli._plan_configs(run, run.strategy.split(",")) == [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
+    assert corpus_config(run) == CorpusConfig()
+    assert embed_config(run) == EmbedConfig()
+    assert cluster_config(run) == ClusterConfig()
+    assert embed_config(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
+    assert cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
+    assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
+    assert plan_configs(run, run.strategy.split(",")) == [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
 
 
 def test_every_config_field_is_on_the_command_line():

@@ -228,6 +228,24 @@ def test_resume_after_sigkill_reuses_finished_runs_and_matches_an_uninterrupted_
     assert _comparable(resumed) == _comparable(whole)
 
 
+def test_proxy_runs_are_stage_records_and_a_damaged_or_foreign_one_is_retrained(tmp_path: Path) -> None:
+    from clusterclip.store import RunDir
+
+    first = _tune(tmp_path, FakeRunner(EFFECTS))
+    runs = sorted((tmp_path / "tune" / "runs").glob("*.json"))
+    rec = json.loads(runs[0].read_text())
+    assert rec["stage"] == f"runs/{runs[0].stem}" and rec["config"]["spec"]["name"] in first["grid"]
+    assert {"heldout_macro_cluster", "heldout_micro"} <= set(rec["metrics"])
+    runs[0].write_text("{ damaged")  # retrained with a warning, not fatal
+    foreign = json.loads(runs[1].read_text())
+    runs[1].write_text(json.dumps({**foreign, "inputs_hash": "another corpus"}))  # copied in: not reused
+    runner = FakeRunner(EFFECTS)
+    again = _tune(tmp_path, runner)
+    assert len(runner.calls) == 2 and again["progress"]["reused"] == len(runs) - 2
+    assert _comparable(again) == _comparable(first)
+    assert RunDir(tmp_path / "tune").problems("search") == []
+
+
 # ------------------------------------------------------------------------------------- parallel runs
 
 
@@ -321,19 +339,19 @@ def test_quick_tune_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_presets_and_split_seed_on_the_command_line() -> None:
     from clusterclip.cli import build_parser
-    from clusterclip.experiment.cli import config_from_args
-    from clusterclip.experiment.tune_cli import configs_from_args
+    from clusterclip.cli.options import experiment_config
+    from clusterclip.cli.tune import tune_configs
 
     parser = build_parser()
-    assert config_from_args(parser.parse_args(["experiment", "--out", "o"])).splits() == (0, 1, 2)
-    assert config_from_args(parser.parse_args(["experiment", "--out", "o", "--split-seed", "4"])).splits() == (4,)
+    assert experiment_config(parser.parse_args(["experiment", "--out", "o"])).splits() == (0, 1, 2)
+    assert experiment_config(parser.parse_args(["experiment", "--out", "o", "--split-seed", "4"])).splits() == (4,)
     both = parser.parse_args(["experiment", "--out", "o", "--split-seed", "4", "--split-seeds", "5,6"])
-    assert config_from_args(both).splits() == (5, 6)
-    skewed = config_from_args(parser.parse_args(["experiment", "--out", "o", "--preset", "skewed", "--k", "100"]))
+    assert experiment_config(both).splits() == (5, 6)
+    skewed = experiment_config(parser.parse_args(["experiment", "--out", "o", "--preset", "skewed", "--k", "100"]))
     assert (skewed.k, skewed.docs, skewed.max_repeats) == (100, 3000, (4, 6))
-    cfg, tune = configs_from_args(parser.parse_args(["tune", "--out", "o", "--quick", "--eta", "2"]))
+    cfg, tune = tune_configs(parser.parse_args(["tune", "--out", "o", "--quick", "--eta", "2"]))
     assert cfg.seeds == (0, 1) and cfg.embedder == "hashing" and tune.caps == (5,) and tune.eta == 2
-    cfg, tune = configs_from_args(parser.parse_args(["tune", "--out", "o", "--max-runs", "0", "--device", "cuda"]))
+    cfg, tune = tune_configs(parser.parse_args(["tune", "--out", "o", "--max-runs", "0", "--device", "cuda"]))
     assert tune.max_runs is None and cfg.device == "cuda"
     assert "no limit (default: 0)" in " ".join(parser._subparsers._group_actions[0].choices["tune"].format_help()
                                                .split())

@@ -3,7 +3,8 @@
 Memory is bounded by the training sample (``points_per_centroid * k`` rows, float32) plus one batch of
 embeddings during assignment, never ``N x dim``: embeddings stay in their float16 shards on disk.
 Clusters left empty by the full assignment are removed and the labels renumbered, so downstream
-stages can rely on ``sizes > 0`` for every cluster ``0..K-1``.
+stages can rely on ``sizes > 0`` for every cluster ``0..K-1``. Documents appended by ``clusterclip add``
+are assigned to the frozen centroids by :func:`grow_clusters` (the stage's record: :func:`grow_cluster_record`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from clusterclip.corpus import check_inputs_unchanged
+from clusterclip.embed import gather_embeddings, iter_embeddings
+from clusterclip.engines import check_engine, ray_assign
 from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_bar
 from clusterclip.settings import Settings, SettingsError, at_least, command_flags, optional, setting
-from clusterclip.stages import Built, Stage, run_stage
-from clusterclip.store import RunDir, save_npy
+from clusterclip.stages import Built, Stage, grow_stage, run_stage
+from clusterclip.store import RunDir, load_npy, save_npy
 from clusterclip.store import layout as A
+from clusterclip.store.npy_rows import append_npy
 
 log = logging.getLogger(__name__)
 
@@ -203,9 +209,6 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     (the default k stays the one derived from them, so the stage stays fresh); ``refit`` fits new centroids
     over all documents (the default k from their count), which makes every plan stale.
     """
-    from clusterclip.corpus import check_inputs_unchanged
-    from clusterclip.engines import check_engine
-
     config = config or ClusterConfig()
     check_engine(engine)
     embed_rec = run.require(A.EMBED_STAGE, verify=False)
@@ -227,9 +230,6 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
 def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed_rec: dict[str, Any], progress: bool,
                     engine: str) -> Built:
     """Fit ``k`` centroids on a seeded sample, assign every document, drop empty clusters, save the arrays."""
-    from clusterclip.embed import gather_embeddings, iter_embeddings
-    from clusterclip.engines import ray_assign
-
     t0 = time.perf_counter()
     n = int(embed_rec["count"])
     rows = sample_rows(n, k * config.points_per_centroid, config.seed)
@@ -261,8 +261,6 @@ def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed_rec: dict[
 
 
 def _progress_blocks(blocks: Iterable[np.ndarray], total: int, enabled: bool) -> Iterator[np.ndarray]:
-    from clusterclip.progress import progress_bar
-
     bar = progress_bar("assign", "docs", total, enabled)
     for block in blocks:
         yield block
@@ -274,7 +272,44 @@ def load_labels(run: RunDir, mmap: bool = False) -> np.ndarray:
     """Cluster labels of a finished cluster stage, after verifying the checksums of the stage's arrays
     (all of them: they are small, and callers use the centroids and sizes beside the labels).
     ``mmap`` maps the labels read-only."""
-    from clusterclip.store import load_npy
-
     run.require(A.CLUSTER_STAGE)
     return load_npy(run.path(A.LABELS), mmap=mmap)
+
+
+# ----------------------------------------------------------------------------- growing (clusterclip add)
+
+GROWN_ARRAYS = (A.LABELS, A.SCORES, A.SIZES)
+"""The cluster arrays an add rewrites (the centroids stay)."""
+
+
+def grow_clusters(run: RunDir, new_shards: Sequence[str], n_old: int,
+                  old_sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Assign the documents of the appended embedding shards (run-relative) to the frozen centroids, append
+    their labels and cosines to ``labels.npy`` and ``scores.npy`` after the first ``n_old`` rows, and write
+    the grown ``sizes.npy`` (``old_sizes`` plus the new counts). Returns the new labels, cosines and sizes.
+    The caller holds the lock; the record follows with :func:`grow_cluster_record`."""
+    def blocks() -> Iterator[np.ndarray]:
+        for rel in new_shards:
+            arr = load_npy(run.path(rel), mmap=True)
+            for start in range(0, len(arr), ASSIGN_BATCH):
+                yield np.asarray(arr[start:start + ASSIGN_BATCH], dtype=np.float32)
+
+    labels, scores = assign(blocks(), load_npy(run.path(A.CENTROIDS)))
+    sizes = np.asarray(old_sizes, dtype=np.int64) + np.bincount(labels, minlength=len(old_sizes))
+    append_npy(run.path(A.LABELS), n_old, labels)
+    append_npy(run.path(A.SCORES), n_old, scores)
+    save_npy(run.path(A.SIZES), sizes)
+    return labels, scores, sizes
+
+
+def grow_cluster_record(run: RunDir, previous: Mapping[str, Any], n_old: int, new_scores: np.ndarray,
+                        sizes: np.ndarray) -> dict[str, Any]:
+    """Rewrite the cluster record after :func:`grow_clusters`: built from the grown embeddings, the objective
+    and size statistics over all documents, and ``fit_count``, the documents the centroids were fitted on
+    (while the record is current the default k stays the one derived from it, see :func:`cluster_stage`)."""
+    n = n_old + len(new_scores)
+    objective = (float(previous["objective"]) * n_old + float(new_scores.sum(dtype=np.float64))) / n
+    known = {rel: meta for rel, meta in previous["artifacts"].items() if rel not in GROWN_ARRAYS}
+    return grow_stage(run, previous, run.output_hash(A.EMBED_STAGE), list(previous["artifacts"]), 0.0, known,
+                      (A.EMBED_STAGE,), objective=objective, fit_count=int(previous.get("fit_count", n_old)),
+                      size_min=int(sizes.min()), size_median=float(np.median(sizes)), size_max=int(sizes.max()))

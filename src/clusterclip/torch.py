@@ -26,8 +26,17 @@ import torch
 from torch.utils.data import Sampler
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan.integrity import PlanIntegrityError, PlanNotFoundError, PlanReader, open_plan, resolve_plan_path
+from clusterclip.plan.identity import identity_of, record_identity, short
+from clusterclip.plan.integrity import (
+    PlanIntegrityError,
+    PlanNotFoundError,
+    PlanReader,
+    open_plan,
+    read_record,
+    resolve_plan_path,
+)
 from clusterclip.settings import is_int
+from clusterclip.store import layout as A
 
 __all__ = ["ClusterClipSampler", "PlanInfo", "PlanIntegrityError", "PlanNotFoundError", "SamplerArgumentError",
            "load_plan", "plan_info", "reorder_dataset", "resolve_plan_path"]
@@ -72,8 +81,6 @@ class PlanInfo:
 
     def describe(self, identity: str | None = None) -> str:
         """``name (hash)`` for messages."""
-        from clusterclip.plan.identity import short
-
         return f"{self.name or 'unnamed plan'} ({short(identity or self.identity)})"
 
 
@@ -83,15 +90,10 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
     A path without a record, or an array, has no name and its identity is computed from the order
     (``clusterclip.plan.identity_of``) when first needed.
     """
-    from clusterclip.plan.identity import record_identity
-    from clusterclip.store import layout as A
-
     if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
         return PlanInfo(plan.config.name(), plan.identity or None)
     if not isinstance(plan, (str, os.PathLike)):
         return PlanInfo()
-    from clusterclip.plan.integrity import read_record
-
     path = resolve_plan_path(plan, plan_name)
     rec = read_record(path)
     if rec is None:
@@ -184,8 +186,6 @@ class ClusterClipSampler(Sampler[int]):
     def identity(self) -> str:
         """The plan's identity (content hash of its order; computed once from the order if unrecorded)."""
         if self.info.identity is None:
-            from clusterclip.plan.identity import identity_of
-
             self.info = PlanInfo(self.info.name, identity_of(self._plan), self.info.continues)
         assert self.info.identity is not None
         return self.info.identity

@@ -16,7 +16,7 @@ __all__ = ["ExperimentConfig", "ModelConfig", "TrainConfig", "quick_config", "ru
 
 def __getattr__(name: str) -> Any:
     if name == "run_experiment":
-        from clusterclip.experiment.run import run_experiment
+        from clusterclip.experiment.proxy_runs import run_experiment
 
         return run_experiment
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

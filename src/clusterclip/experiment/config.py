@@ -7,12 +7,16 @@ Torch-free on purpose: the command line derives its options from these classes w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clusterclip.corpus import ReadOptions
 from clusterclip.embed import DEFAULT_EMBEDDER, EMBEDDERS
+from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, clusterclip_spec, plain_spec, temperature_spec
+from clusterclip.plan.config import DEFAULT_TAU
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -20,17 +24,23 @@ from clusterclip.settings import (
     between,
     each,
     finite,
-    is_text,
     one_of,
     optional,
     setting,
 )
 from clusterclip.store import config_hash
 
-STRATEGIES = ("random", "uniform", "temperature", "clusterclip", "clusterclip-spread", "clusterclip-shuffled")
+STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS)
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "device", "threads")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
 reuses the finished runs; every other setting changes the numbers of every run."""
+DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder",
+               "k")
+SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "tau", "seeds")
+MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
+PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
+"""Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
+and measuring; ``tune`` takes data and the proxy runs' settings (its grid replaces the strategies)."""
 MIN_BPE_VOCAB = 300
 POSITIVE = between(0, math.inf)
 
@@ -56,6 +66,13 @@ def torch_device(value: object) -> str | None:
 def _count_or_all(text: str) -> int | None:
     """Command-line count where 0 means no limit (None)."""
     return int(text) or None
+
+
+def _read_setting(name: str, help: str) -> Any:
+    """The :class:`~clusterclip.corpus.ReadOptions` declaration of ``name`` (default and check), with the
+    experiment's own help."""
+    f = next(f for f in dataclasses.fields(ReadOptions) if f.name == name)
+    return setting(f.default, check=f.metadata["check"], help=help)
 
 
 @dataclass(frozen=True)
@@ -105,9 +122,9 @@ class ExperimentConfig(Settings):
         (0, 1, 2), check=each(at_least(0), nonempty=False), parse=_ints,
         help="held-out splits, comma-separated: each draws its own subset, split and k-means and trains every "
              "(strategy, seed) on it; empty: the one --split-seed")
-    text_field: str = setting("text", check=is_text, help="field holding the text")
-    group_field: str | None = setting("domain", check=optional(is_text),
-                                      help="ground-truth field for per-domain metrics and stratification")
+    text_field: str = _read_setting("text_field", help="field holding the text")
+    group_field: str | None = _read_setting("group_field",
+                                            help="ground-truth field for per-domain metrics and stratification")
     embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS, help="embedder of the pipeline")
     k: int = setting(24, check=at_least(2), help="number of clusters")
     strategies: tuple[str, ...] = setting(
@@ -118,7 +135,7 @@ class ExperimentConfig(Settings):
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
                                            flag="--max-repeat", help="clusterclip caps to sweep, comma-separated")
-    tau: float = setting(0.5, check=finite(), help="temperature strategy: cluster weight n_c**tau")
+    tau: float = setting(DEFAULT_TAU, check=finite(), help="temperature strategy: cluster weight n_c**tau")
     seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0)), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
@@ -136,7 +153,7 @@ class ExperimentConfig(Settings):
         if self.model.vocab_size < MIN_BPE_VOCAB:
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
-        if not any(s.startswith("clusterclip") for s in self.strategies):
+        if not any(s in CLUSTERCLIP_VARIANTS for s in self.strategies):
             return
         if not self.max_repeats:
             raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip strategies",
@@ -171,14 +188,12 @@ class ExperimentConfig(Settings):
         """One entry per trained strategy: name and the :class:`PlanConfig` options it needs."""
         specs: list[dict[str, Any]] = []
         for s in self.strategies:
-            if s.startswith("clusterclip"):
-                specs += [{"name": f"{s}-R{r}", "strategy": "clusterclip", "max_repeat": int(r),
-                           "order": "spread" if s.endswith("spread") else "equal-rate",
-                           "shuffle": s.endswith("shuffled")} for r in self.max_repeats]
+            if s in CLUSTERCLIP_VARIANTS:
+                specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s]) for r in self.max_repeats]
             elif s == "temperature":
-                specs.append({"name": f"temperature-{self.tau:g}", "strategy": s, "tau": float(self.tau)})
+                specs.append(temperature_spec(self.tau))
             else:
-                specs.append({"name": s, "strategy": s})
+                specs.append(plain_spec(s))
         return specs
 
 

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.cluster import ClusterConfig, assign, cluster_stage, fit_centroids, load_labels
+from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
+from clusterclip.embed import embed_stage, encode_texts
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.data import (
     TokenizedDocs,
@@ -27,7 +30,8 @@ from clusterclip.experiment.data import (
     train_tokenizer,
 )
 from clusterclip.settings import SettingsError
-from clusterclip.store import RunDir, atomic_write, config_hash
+from clusterclip.store import RunDir, atomic_write, config_hash, load_npy
+from clusterclip.store import layout as A
 
 NO_DOMAIN = "(none)"
 
@@ -75,10 +79,6 @@ def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     and an error explains why, unless ``force``. ``source_dir`` holds the corpus stage on the whole
     input (default ``OUT/experiment/source``); several splits share one.
     """
-    from clusterclip.cluster import assign, load_labels
-    from clusterclip.corpus import read_column
-    from clusterclip.embed import encode_texts
-
     run = RunDir(out)
     exp = run.root / "experiment"
     subset = _read_subset(inputs, source_dir or exp / "source", cfg, progress)
@@ -128,13 +128,8 @@ def tokenize(prep: Prepared, cfg: ExperimentConfig, path: Path, reuse: bool) -> 
 def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg: ExperimentConfig,
                  progress: bool) -> Subset:
     """Corpus stage on the whole input, then the seeded subset of ``docs`` documents, cut to ``max_words``."""
-    from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
-
     source = RunDir(source_dir)
-    with source.lock():
-        source.clean_temp_files()
-        corpus_stage(source, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field),
-                     progress=progress)
+    pipeline_stages(source, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field), progress)
     texts = read_column(source, "text")
     ids = read_column(source, "id")
     groups = read_column(source, "group")
@@ -149,8 +144,6 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
 
 def _heldout_mask(emb: np.ndarray, domains: list[str], cfg: ExperimentConfig) -> np.ndarray:
     """``heldout`` of every (cluster, domain) cell, the clusters a k-means of the whole subset."""
-    from clusterclip.cluster import assign, fit_centroids
-
     fit = fit_centroids(emb, cfg.k, seed=cfg.split_seed)
     split_labels, _ = assign([emb], fit.centroids)
     strata = np.array([f"{c}|{d}" for c, d in zip(split_labels.tolist(), domains, strict=True)])
@@ -159,17 +152,22 @@ def _heldout_mask(emb: np.ndarray, domains: list[str], cfg: ExperimentConfig) ->
 
 def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progress: bool) -> np.ndarray:
     """Corpus, embed and cluster stages on the training split (``OUT`` is its run directory); its centroids."""
-    from clusterclip.cluster import ClusterConfig, cluster_stage
-    from clusterclip.corpus import CorpusConfig, corpus_stage
-    from clusterclip.embed import embed_stage
-    from clusterclip.store import load_npy
+    pipeline_stages(run, [train_file], CorpusConfig(id_field="id", group_field="domain"), progress, cfg.embedder,
+                    ClusterConfig(k=cfg.k, seed=cfg.split_seed))
+    return load_npy(run.path(A.CENTROIDS))
 
+
+def pipeline_stages(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig, progress: bool,
+                    embedder: str | None = None, cluster: ClusterConfig | None = None) -> None:
+    """The corpus stage into ``run``, then the embed stage (with ``embedder``) and the cluster stage (with
+    ``cluster``) when given; under the run's lock, after removing the temp files a killed run left."""
     with run.lock():
         run.clean_temp_files()
-        corpus_stage(run, [train_file], CorpusConfig(id_field="id", group_field="domain"), progress=progress)
-        embed_stage(run, embedder=cfg.embedder, progress=progress)
-        cluster_stage(run, ClusterConfig(k=cfg.k, seed=cfg.split_seed), progress=progress)
-    return load_npy(run.root / "centroids.npy")
+        corpus_stage(run, inputs, corpus, progress=progress)
+        if embedder is not None:
+            embed_stage(run, embedder=embedder, progress=progress)
+        if cluster is not None:
+            cluster_stage(run, cluster, progress=progress)
 
 
 def _data_summary(subset: Subset, train_documents: int, labels: np.ndarray, heldout_labels: np.ndarray,
@@ -189,6 +187,17 @@ def _domain_sizes(train_domains: np.ndarray, heldout_domains: np.ndarray) -> dic
     held = dict(zip(hkeys.tolist(), hcounts.tolist(), strict=True))
     return {k: {"train_documents": int(c), "heldout_documents": int(held.get(k, 0))}
             for k, c in sorted(zip(keys.tolist(), counts.tolist(), strict=True), key=lambda t: -t[1])}
+
+
+def input_fingerprint(inputs: Sequence[str | os.PathLike[str]]) -> list[Any]:
+    """Each input's path, size and modification time: what the finished runs of an experiment or a search
+    were trained on (a changed corpus invalidates them)."""
+    out: list[Any] = []
+    for p in inputs:
+        path = Path(p)
+        st = path.stat() if path.exists() else None
+        out.append([str(path.resolve()), st.st_size if st else None, st.st_mtime_ns if st else None])
+    return out
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -21,6 +21,8 @@ from clusterclip.settings import is_int as is_int
 STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
 BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
+DEFAULT_ORDER = "equal-rate"
+DEFAULT_TAU = 0.5
 DEFAULT_MAX_REPEAT = 4
 MAX_BUDGET = 1 << 53
 PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window")
@@ -61,20 +63,21 @@ class PlanConfig(Settings):
     max_repeat: int | None = setting(None, check=optional(at_least(1)),
                                      help=f"cap on how often one document may appear (default: {DEFAULT_MAX_REPEAT} "
                                           "for clusterclip, none otherwise)")
-    tau: float = setting(0.5, check=finite(), help="temperature: cluster weight n_c**tau (1: natural, 0: uniform)")
+    tau: float = setting(DEFAULT_TAU, check=finite(),
+                         help="temperature: cluster weight n_c**tau (1: natural, 0: uniform)")
     weights: tuple[tuple[int, float], ...] | None = setting(
         None, help="(cluster, weight) pairs of strategy weights (see load_weights); 0 drops a cluster")
     seed: int = setting(0, check=at_least(0), help="plan seed")
     window: int | None = setting(None, check=optional(at_least(1)),
                                  help="window (in draws) of the mixture statistics (default: budget/100)")
-    order: str = setting("equal-rate", choices=ORDERS,
+    order: str = setting(DEFAULT_ORDER, choices=ORDERS,
                          help="equal-rate: the paper's schedule, balanced first, clipped clusters drop out as they "
                               "run out; spread: the same draws with each cluster's spread evenly over the whole "
                               "run (cluster strategies only)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.order != "equal-rate" and self.strategy == "random":
+        if self.order != DEFAULT_ORDER and self.strategy == "random":
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
                                   "'random' (which is epochs of permutations)", type(self))
         if self.strategy == "weights":
@@ -122,7 +125,7 @@ class PlanConfig(Settings):
         parts.append(f"s{int(self.seed)}")
         if self.window is not None:
             parts.append(f"win{int(self.window)}")
-        if self.order != "equal-rate":
+        if self.order != DEFAULT_ORDER:
             parts.append(self.order)
         return "-".join(parts)
 
@@ -131,9 +134,9 @@ class PlanConfig(Settings):
         weights = obj.get("weights")
         return cls(strategy=obj.get("strategy", "clusterclip"), budget=obj.get("budget"),
                    budget_unit=obj.get("budget_unit", "docs"), max_repeat=obj.get("max_repeat"),
-                   tau=0.5 if obj.get("tau") is None else obj["tau"],
+                   tau=DEFAULT_TAU if obj.get("tau") is None else obj["tau"],
                    weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
-                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", "equal-rate"))
+                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", DEFAULT_ORDER))
 
 
 def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:

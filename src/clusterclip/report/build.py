@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clusterclip.corpus import corpus_parts
+from clusterclip.progress import progress_bar
 from clusterclip.report.charts import Chart
 from clusterclip.report.keywords import CorpusScan, scan_corpus
-from clusterclip.report.load import Run, load_run
+from clusterclip.report.load import RunView, load_run
 from clusterclip.report.model import OWN_CHART, ChartSpec, page_model
 from clusterclip.report.render import render_page
 from clusterclip.stages import Built, Job, Stage, run_stage
@@ -82,7 +83,7 @@ def _upstream(rd: RunDir) -> dict[str, str]:
     return upstream
 
 
-def scan_run_corpus(run: Run, progress: bool) -> CorpusScan | None:
+def scan_run_corpus(run: RunView, progress: bool) -> CorpusScan | None:
     """Keywords, examples and group counts from one pass over the corpus (None without text or labels)."""
     parts = corpus_parts(RunDir(run.root))
     if not parts or run.labels is None or not run.k:
@@ -92,10 +93,12 @@ def scan_run_corpus(run: Run, progress: bool) -> CorpusScan | None:
 
 def draw_charts(specs: Sequence[ChartSpec], out: Path, progress: bool) -> dict[str, Chart]:
     """Draw every chart into ``out``; returns them by file name."""
-    from tqdm.auto import tqdm
-
-    bar = tqdm(specs, desc="report: charts", unit="chart", disable=not progress, leave=False)
-    return {spec.file: spec.draw(out / spec.file) for spec in bar}
+    made = {}
+    with progress_bar("report: charts", "chart", len(specs), progress, leave=False) as bar:
+        for spec in specs:
+            made[spec.file] = spec.draw(out / spec.file)
+            bar.update(1)
+    return made
 
 
 def _remove_stale_charts(out: Path, keep: set[str]) -> None:

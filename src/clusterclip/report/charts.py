@@ -4,13 +4,13 @@ Figures are built with :class:`matplotlib.figure.Figure` and rendered by the Agg
 through ``pyplot``: nothing is registered in pyplot's global figure list (so nothing leaks when a report
 is built inside a long-lived process or a notebook), no GUI backend is ever touched and the caller's
 backend choice is left alone. Every chart has a title and axis labels; :class:`Chart` returns them so
-tests and the HTML page can use them.
+tests and the HTML page can use them. The centroid map is in :mod:`clusterclip.report.centroid_map`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,13 +78,15 @@ class Chart:
     caption: str = ""
 
 
-def _new_figure(width: float = 8.0, height: float = 4.2) -> Figure:
+def new_figure(width: float = 8.0, height: float = 4.2) -> Figure:
+    """A figure on its own Agg canvas (never registered with pyplot)."""
     fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Figure, path: str | os.PathLike[str], title: str, caption: str = "") -> Chart:
+def save_chart(fig: Figure, path: str | os.PathLike[str], title: str, caption: str = "") -> Chart:
+    """Write ``fig`` as a PNG to ``path`` atomically, clear it, and return what it drew."""
     path = Path(path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
@@ -115,7 +117,7 @@ def plot_sizes(sizes: np.ndarray, path: str | os.PathLike[str]) -> Chart:
     s = np.sort(np.asarray(sizes, dtype=np.int64))[::-1]
     title = f"Cluster size distribution (K={s.size})"
     with rc_context(STYLE):
-        fig = _new_figure()
+        fig = new_figure()
         ax = fig.add_subplot()
         ranks = np.arange(1, s.size + 1)
         ax.bar(ranks, np.maximum(s, 0), width=1.0, color=CATEGORICAL[0], linewidth=0)
@@ -128,7 +130,7 @@ def plot_sizes(sizes: np.ndarray, path: str | os.PathLike[str]) -> Chart:
         ax.set_xlabel("cluster rank (largest first)")
         ax.set_ylabel("documents (log scale)")
         ax.set_title(title)
-        return _save(fig, path, title)
+        return save_chart(fig, path, title)
 
 
 def plot_mixture(
@@ -166,7 +168,7 @@ def plot_mixture(
     shares = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
     x = np.arange(len(m)) * max(int(window), 1) if switch is None else np.asarray(switch.positions)
     with rc_context(STYLE):
-        fig = _new_figure(9.0, 4.4)
+        fig = new_figure(9.0, 4.4)
         ax = fig.add_subplot()
         if k and len(m):
             layers, labels, colours = _mixture_layers(shares, sizes, order)
@@ -185,7 +187,7 @@ def plot_mixture(
         ax.set_xlabel(f"training position (draws; windows of {int(window):,})")
         ax.set_ylabel("share of draws in window")
         ax.set_title(title)
-        return _save(fig, path, title)
+        return save_chart(fig, path, title)
 
 
 def _mixture_layers(
@@ -237,7 +239,7 @@ def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: st
     h = np.asarray(repeat_hist, dtype=np.int64)
     title = f"Repetition: {plan}"
     with rc_context(STYLE):
-        fig = _new_figure(6.0, 3.8)
+        fig = new_figure(6.0, 3.8)
         ax = fig.add_subplot()
         times = np.arange(h.size)
         colours = [OTHER_COLOUR if t == 0 else CATEGORICAL[0] for t in times]
@@ -262,7 +264,7 @@ def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: st
         ax.set_xlabel("times a document is drawn")
         ax.set_ylabel("documents")
         ax.set_title(title)
-        return _save(fig, path, title)
+        return save_chart(fig, path, title)
 
 
 def plot_effective_clusters(
@@ -282,7 +284,7 @@ def plot_effective_clusters(
     title = "Effective number of clusters per window"
     windows: set[int] = set()
     with rc_context(STYLE):
-        fig = _new_figure()
+        fig = new_figure()
         ax = fig.add_subplot()
         for i, (name, (mixture, window)) in enumerate(plans.items()):
             m = np.asarray(mixture)
@@ -312,7 +314,7 @@ def plot_effective_clusters(
         ax.set_xlabel("training position (draws)")
         ax.set_ylabel("effective number of clusters")
         ax.set_title(title)
-        return _save(fig, path, title)
+        return save_chart(fig, path, title)
 
 
 def expected_random_effective(sizes: np.ndarray, window: int, n_sims: int = 200, seed: int = 0) -> float:
@@ -328,74 +330,6 @@ def expected_random_effective(sizes: np.ndarray, window: int, n_sims: int = 200,
     return float(effective_number(draws, axis=1).mean())
 
 
-def centroid_projection(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """2-D PCA of the centroids via SVD: (coordinates [K, 2], explained variance ratio of the 2 axes)."""
-    c = np.asarray(centroids, dtype=np.float64)
-    k = c.shape[0]
-    if k == 0:
-        return np.zeros((0, 2)), np.zeros(2)
-    centred = c - c.mean(axis=0)
-    u, s, _ = np.linalg.svd(centred, full_matrices=False)
-    coords = np.zeros((k, 2))
-    n = min(2, s.size)
-    coords[:, :n] = u[:, :n] * s[:n]
-    var = s**2
-    ratio = np.zeros(2)
-    if var.sum() > 0:
-        ratio[:n] = var[:n] / var.sum()
-    return coords, ratio
-
-
-def plot_centroid_map(
-    centroids: np.ndarray,
-    sizes: np.ndarray,
-    path: str | os.PathLike[str],
-    groups: Sequence[str | None] | None = None,
-    annotate: int = 10,
-) -> Chart:
-    """Centroids projected on their first two principal components; area ∝ cluster size.
-
-    With ``groups`` (the majority ground-truth group of each cluster) points are coloured by group, so
-    one can see whether the embedding separates the known domains.
-    """
-    sizes = np.asarray(sizes, dtype=np.float64)
-    coords, ratio = centroid_projection(centroids)
-    title = "Map of the cluster centroids (PCA)"
-    with rc_context(STYLE):
-        fig = _new_figure(8.0, 6.0)
-        ax = fig.add_subplot()
-        area = 12 + 600 * sizes / max(sizes.max(initial=0.0), 1.0)
-        if groups is not None:
-            names = sorted({g for g in groups if g is not None})
-            colour_of = {g: CATEGORICAL[i % len(CATEGORICAL)] for i, g in enumerate(names)}
-            for g in [*names, None]:
-                sel = np.array([x == g for x in groups], dtype=bool)
-                if sel.any():
-                    ax.scatter(
-                        coords[sel, 0],
-                        coords[sel, 1],
-                        s=area[sel],
-                        alpha=0.7,
-                        edgecolors="white",
-                        linewidths=0.6,
-                        color=colour_of.get(g, OTHER_COLOUR),
-                        label=g if g is not None else "no group",
-                    )
-            legend = ax.legend(title="majority group", loc="center left", bbox_to_anchor=(1.01, 0.5))
-            for handle in legend.legend_handles:
-                handle.set_sizes([50])
-        else:
-            ax.scatter(
-                coords[:, 0], coords[:, 1], s=area, alpha=0.7, edgecolors="white", linewidths=0.6, color=CATEGORICAL[0]
-            )
-        for c in np.argsort(-sizes, kind="stable")[:annotate]:
-            ax.annotate(str(int(c)), coords[c], fontsize=8, ha="center", va="center")
-        ax.set_xlabel(f"PC 1 ({ratio[0]:.0%} of centroid variance)")
-        ax.set_ylabel(f"PC 2 ({ratio[1]:.0%} of centroid variance)")
-        ax.set_title(title)
-        return _save(fig, path, title, caption="labels: ids of the largest clusters")
-
-
 def plot_curves(
     series: Mapping[str, tuple[np.ndarray, np.ndarray]],
     path: str | os.PathLike[str],
@@ -405,7 +339,7 @@ def plot_curves(
 ) -> Chart:
     """Generic line chart of named (x, y) series, used for an experiment's loss curves."""
     with rc_context(STYLE):
-        fig = _new_figure()
+        fig = new_figure()
         ax = fig.add_subplot()
         for i, (name, (x, y)) in enumerate(series.items()):
             ax.plot(
@@ -420,4 +354,4 @@ def plot_curves(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        return _save(fig, path, title)
+        return save_chart(fig, path, title)

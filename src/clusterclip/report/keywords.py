@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
+
+from clusterclip.corpus import open_parquet
+from clusterclip.progress import progress_bar
 
 _WORD = re.compile(r"[^\W\d_]{3,30}")
 _SPACE = re.compile(r"\s+")
@@ -191,8 +195,6 @@ def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: i
 
 
 def _batches(parts: Sequence[Path], columns: list[str], batch_size: int) -> Iterator[dict[str, list]]:
-    from clusterclip.corpus import open_parquet
-
     for part in parts:
         pf = open_parquet(part)
         cols = [c for c in columns if c in pf.schema_arrow.names]
@@ -215,15 +217,13 @@ def scan_corpus(
     Rows are matched to clusters by their ``index`` column (row order when it is absent); rows whose
     index has no label are ignored. The contingency table is None when no row has a group.
     """
-    from tqdm.auto import tqdm
-
     labels = np.asarray(labels)
     wanted = example_indices(labels, scores, n_clusters, n_examples)
     examples: dict[int, list[tuple[float, str]]] = {}
     ctf = CTfidf(n_clusters)
     group_ids: dict[str, int] = {}
     pairs: list[np.ndarray] = []
-    bar = tqdm(total=_count_rows(parts), desc="report: keywords", unit="doc", disable=not progress, leave=False)
+    bar = progress_bar("report: keywords", "doc", _count_rows(parts), progress, leave=False)
     rows = 0
     for batch in _batches(parts, ["index", "text", "group"], batch_size):
         texts = batch.get("text") or []
@@ -276,6 +276,4 @@ def _contingency(pairs: list[np.ndarray], n_clusters: int, n_groups: int) -> np.
 
 
 def _count_rows(parts: Sequence[Path]) -> int:
-    import pyarrow.parquet as pq
-
     return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)

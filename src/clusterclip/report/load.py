@@ -4,7 +4,7 @@ Every piece is optional. What a stage record lists is verified first (:func:`che
 corrupt record, an artifact that fails its SHA-256, or a stale clustering stops the report with one line
 naming the file and the command that rebuilds it; a stale or broken plan is left out with a note. Arrays
 without a record (a run directory written by hand) are read as they are: a missing one is None, an
-unreadable or inconsistent one is None too and leaves a line in :attr:`Run.notes`, so the page can say
+unreadable or inconsistent one is None too and leaves a line in :attr:`RunView.notes`, so the page can say
 what it left out instead of failing.
 """
 
@@ -55,7 +55,7 @@ class PlanView:
 
 
 @dataclass(frozen=True)
-class Run:
+class RunView:
     """Everything the report reads from a run directory; missing artifacts are None."""
 
     root: Path
@@ -88,7 +88,7 @@ class Run:
         return None
 
 
-def load_run(run_dir: str | os.PathLike[str]) -> Run:
+def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     """Read the records and arrays of a run directory that the report uses."""
     rd = RunDir(run_dir)
     if not rd.root.is_dir():
@@ -104,10 +104,10 @@ def load_run(run_dir: str | os.PathLike[str]) -> Run:
     if tokens is not None and labels is not None and len(tokens) != len(labels):
         notes.append("tokens.npy and labels.npy differ in length; token shares per cluster omitted")
     k = 0 if sizes is None else len(sizes)
-    plans = _load_plans(rd, labels, k, notes)
+    plans = _load_plans(rd, k, notes)
     experiment = _load_experiment(rd, notes)
     tune = _load_json_file(rd, a.TUNE_RESULTS, "tune", notes)
-    return Run(
+    return RunView(
         root=rd.root,
         corpus=records["corpus"],
         embed=records["embed"],
@@ -176,7 +176,7 @@ def _slug(name: str, taken: set[str]) -> str:
     return slug
 
 
-def _load_plans(rd: RunDir, labels: np.ndarray | None, k: int, notes: list[str]) -> tuple[PlanView, ...]:
+def _load_plans(rd: RunDir, k: int, notes: list[str]) -> tuple[PlanView, ...]:
     plans: list[PlanView] = []
     taken: set[str] = set()
     for folder in sorted(p for p in rd.path(a.PLANS_DIR).glob("*/") if not (p / a.PLAN_RECORD).exists()):
@@ -190,7 +190,7 @@ def _load_plans(rd: RunDir, labels: np.ndarray | None, k: int, notes: list[str])
         if rec is None:
             continue
         plans.append(
-            _load_plan(folder, rec if isinstance(rec, dict) else {}, _slug(folder.name, taken), labels, k, notes)
+            _load_plan(folder, rec if isinstance(rec, dict) else {}, _slug(folder.name, taken), k, notes)
         )
     return tuple(plans)
 
@@ -219,9 +219,7 @@ def _checked_plan_record(rd: RunDir, name: str, notes: list[str]) -> dict[str, A
     return rec
 
 
-def _load_plan(
-    folder: Path, record: dict[str, Any], slug: str, labels: np.ndarray | None, k: int, notes: list[str]
-) -> PlanView:
+def _load_plan(folder: Path, record: dict[str, Any], slug: str, k: int, notes: list[str]) -> PlanView:
     """A plan's record and statistics arrays, checked against K."""
     name = folder.name
     order = _array(folder / a.PLAN_ORDER, notes, mmap=True)
@@ -232,10 +230,8 @@ def _load_plan(
     }
     exhausted_at = _array(folder / a.PLAN_EXHAUSTED_AT, notes)
     recorded = record.get("stats") or {}
-    n_draws = len(order) if order is not None else recorded.get("length", recorded.get("draws"))
+    n_draws = len(order) if order is not None else recorded.get("length")
     window = plan_window(record, stats["mixture"], n_draws)
-    if order is not None and labels is not None and len(order) and any(v is None for v in stats.values()):
-        stats = statistics_from_order(stats, order, labels, k, window)
     if window is None:
         notes.append(f"plan {name}: plan.json records no mixture window; mixture over training omitted")
         stats["mixture"] = None
@@ -268,28 +264,6 @@ def plan_window(record: dict[str, Any], mixture: np.ndarray | None, n_draws: int
     if mixture is not None and n_draws and len(mixture):
         return math.ceil(n_draws / len(mixture))
     return None
-
-
-def statistics_from_order(
-    stats: dict[str, np.ndarray | None], order: np.ndarray, labels: np.ndarray, k: int, window: int | None
-) -> dict[str, np.ndarray | None]:
-    """Fill in the per-cluster draws, mixture and repetition histogram that a plan folder lacks.
-
-    The planner always writes them; this serves folders where they are missing or unreadable, by
-    counting ``plan.npy`` against the labels (the mixture only with a known window).
-    """
-    if not (order.min() >= 0 and order.max() < len(labels)):
-        return stats
-    drawn = labels[order]
-    filled = dict(stats)
-    if filled["cluster_draws"] is None:
-        filled["cluster_draws"] = np.bincount(drawn, minlength=k)
-    if filled["mixture"] is None and k and window:
-        win = np.arange(len(order)) // window
-        filled["mixture"] = np.bincount(win * k + drawn, minlength=(int(win[-1]) + 1) * k).reshape(-1, k)
-    if filled["repeat_hist"] is None:
-        filled["repeat_hist"] = np.bincount(np.bincount(order, minlength=len(labels)))
-    return filled
 
 
 def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """The report page as data: what each section shows and which charts it needs, computed from a run.
 
 :func:`page_model` turns what :mod:`clusterclip.report.load` read (plus the corpus scan) into frozen
-records, one per section; :mod:`clusterclip.report.render` only formats them. Numbers here are raw
-(shares as fractions, seconds as floats); every chart is a :class:`ChartSpec` drawn later into the
+records, one per section (those of the clusters and ground-truth sections are in
+:mod:`clusterclip.report.clusters`); :mod:`clusterclip.report.render` only formats them. Numbers here are
+raw (shares as fractions, seconds as floats); every chart is a :class:`ChartSpec` drawn later into the
 output folder.
 """
 
@@ -19,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from clusterclip.report import charts
+from clusterclip.report.centroid_map import plot_centroid_map
+from clusterclip.report.clusters import ClusterTable, GroundTruth, cluster_table, ground_truth, majority_groups
 from clusterclip.report.continued import across_switch
 from clusterclip.report.experiment import experiment_curves, is_scalar, summary_rows
 from clusterclip.report.keywords import CorpusScan
-from clusterclip.report.load import STAGES, PlanView, Run
-from clusterclip.report.metrics import effective_number, nmi_from_table, purity_from_table, top_share
+from clusterclip.report.load import STAGES, PlanView, RunView
+from clusterclip.report.metrics import effective_number, top_share
 
 TOP_IN_MIXTURE = 8
 MAX_EXPERIMENT_CHARTS = 6
@@ -76,34 +79,6 @@ class SizeSummary:
 
 
 @dataclass(frozen=True)
-class ClusterRow:
-    """One cluster: size, shares, cohesion, the share of each plan's draws, description and examples."""
-
-    cluster: int
-    docs: int
-    share: float
-    token_share: float | None
-    mean_cos: float | None
-    draw_shares: tuple[float, ...]
-    majority: tuple[str, float] | None
-    keywords: tuple[str, ...]
-    examples: tuple[str, ...]
-    badge: str
-
-
-@dataclass(frozen=True)
-class ClusterTable:
-    """All clusters, largest first; ``draw_plans`` names the plans of ``ClusterRow.draw_shares``."""
-
-    rows: tuple[ClusterRow, ...]
-    draw_plans: tuple[str, ...]
-    with_tokens: bool
-    with_cohesion: bool
-    with_groups: bool
-    with_text: bool
-
-
-@dataclass(frozen=True)
 class PlanSection:
     """One plan: its options, then the statistics it recorded (JSON values), and its charts (None: not drawn)."""
 
@@ -111,31 +86,6 @@ class PlanSection:
     facts: tuple[tuple[str, object], ...]
     mixture_chart: str | None
     repeats_chart: str | None
-
-
-@dataclass(frozen=True)
-class GroupRow:
-    """How one ground-truth group spreads over the clusters."""
-
-    name: str
-    docs: int
-    share: float
-    clusters_holding: int
-    clusters_leading: int
-    share_in_led: float
-    top_cluster: int
-    top_share: float
-
-
-@dataclass(frozen=True)
-class GroundTruth:
-    """Agreement of the clusters with the corpus's ground-truth groups."""
-
-    nmi: float
-    purity: float
-    labelled: int
-    labelled_share: float
-    groups: tuple[GroupRow, ...]
 
 
 @dataclass(frozen=True)
@@ -174,7 +124,7 @@ class Page:
     tune: dict[str, Any] | None = None
 
 
-def page_model(run: Run, scan: CorpusScan | None) -> Page:
+def page_model(run: RunView, scan: CorpusScan | None) -> Page:
     """The report of ``run`` as data; ``scan`` is the corpus pass (None without corpus text or labels)."""
     majority = majority_groups(scan)
     plan_charts = [_plan_charts(p, run) for p in run.plans]
@@ -186,11 +136,11 @@ def page_model(run: Run, scan: CorpusScan | None) -> Page:
         run_dir=run.root.resolve(),
         summary=_summary(run),
         sizes=_size_summary(run),
-        clusters=_cluster_table(run, scan),
+        clusters=cluster_table(run, scan),
         plans=tuple(_plan_section(p, *c) for p, c in zip(run.plans, plan_charts, strict=True)),
         effective_chart=effective.file if effective else None,
         centroid_map=CentroidMap(centroid_map.file, majority is not None) if centroid_map else None,
-        ground_truth=_ground_truth(run, scan),
+        ground_truth=ground_truth(run, scan),
         experiment=experiment,
         notes=run.notes,
         charts=tuple(c for c in wanted if c is not None),
@@ -210,7 +160,7 @@ def _get(rec: dict[str, Any] | None, *keys: str) -> Any:
 # ---------------------------------------------------------------------------------------------- summary
 
 
-def _summary(run: Run) -> Summary:
+def _summary(run: RunView) -> Summary:
     tokens = _get(run.corpus, "tokens")
     if tokens is None and run.tokens is not None:
         tokens = int(np.asarray(run.tokens).sum())
@@ -232,7 +182,7 @@ def _summary(run: Run) -> Summary:
     )
 
 
-def _details(run: Run, tokens: Any, model: str | None) -> list[tuple[str, object]]:
+def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, object]]:
     """Inputs, skipped records, embedder settings and k-means options, when recorded."""
     n = run.n_docs
     details: list[tuple[str, object]] = []
@@ -260,7 +210,7 @@ def _details(run: Run, tokens: Any, model: str | None) -> list[tuple[str, object
     return details
 
 
-def _size_summary(run: Run) -> SizeSummary | None:
+def _size_summary(run: RunView) -> SizeSummary | None:
     if not run.k:
         return None
     s = np.asarray(run.sizes)
@@ -277,88 +227,8 @@ def _size_summary(run: Run) -> SizeSummary | None:
     )
 
 
-def _size_chart(run: Run) -> ChartSpec | None:
+def _size_chart(run: RunView) -> ChartSpec | None:
     return ChartSpec(SIZES_CHART, partial(charts.plot_sizes, run.sizes)) if run.k else None
-
-
-# --------------------------------------------------------------------------------------------- clusters
-
-
-def _cluster_table(run: Run, scan: CorpusScan | None) -> ClusterTable | None:
-    if not run.k:
-        return None
-    sizes = np.asarray(run.sizes, dtype=np.int64)
-    n = max(int(sizes.sum()), 1)
-    mean_cos, token_share = cluster_cohesion(run), cluster_token_shares(run)
-    drawn = [p for p in run.plans if p.cluster_draws is not None]
-    draw_shares = [p.cluster_draws / max(p.cluster_draws.sum(), 1) for p in drawn]
-    contingency = scan.contingency if scan is not None else None
-    order = np.argsort(-sizes, kind="stable")
-    badges = _badges(order)
-    rows = tuple(
-        ClusterRow(
-            cluster=c,
-            docs=int(sizes[c]),
-            share=float(sizes[c] / n),
-            token_share=None if token_share is None else float(token_share[c]),
-            mean_cos=None if mean_cos is None else float(mean_cos[c]),
-            draw_shares=tuple(float(s[c]) for s in draw_shares),
-            majority=_majority(contingency[c], scan.groups) if contingency is not None else None,
-            keywords=tuple(w for w, _ in scan.keywords[c]) if scan is not None else (),
-            examples=tuple(scan.examples.get(c, [])) if scan is not None else (),
-            badge=badges.get(c, ""),
-        )
-        for c in map(int, order)
-    )
-    return ClusterTable(
-        rows=rows,
-        draw_plans=tuple(p.name for p in drawn),
-        with_tokens=token_share is not None,
-        with_cohesion=mean_cos is not None,
-        with_groups=contingency is not None,
-        with_text=scan is not None,
-    )
-
-
-def cluster_cohesion(run: Run) -> np.ndarray | None:
-    """Mean cosine similarity of each cluster's documents to its centroid (NaN for an empty cluster)."""
-    if run.labels is None or run.scores is None:
-        return None
-    count = np.bincount(run.labels, minlength=run.k)
-    mean_cos = np.bincount(run.labels, weights=run.scores, minlength=run.k) / np.maximum(count, 1)
-    mean_cos[count == 0] = np.nan
-    return mean_cos
-
-
-def cluster_token_shares(run: Run) -> np.ndarray | None:
-    """Each cluster's share of the corpus's tokens."""
-    if run.labels is None or run.tokens is None or len(run.tokens) != len(run.labels):
-        return None
-    tokens = np.bincount(run.labels, weights=np.asarray(run.tokens, dtype=np.float64), minlength=run.k)
-    return tokens / max(tokens.sum(), 1.0)
-
-
-def _badges(order: np.ndarray) -> dict[int, str]:
-    """Badges of the top and bottom 10 % of clusters by size (at most 5 each): "largest", "smallest"."""
-    n_badge = min(5, max(1, len(order) // 10))
-    badges = {int(c): "smallest" for c in order[::-1][:n_badge]}
-    badges.update({int(c): "largest" for c in order[:n_badge]})
-    return badges
-
-
-def _majority(counts: np.ndarray, groups: list[str]) -> tuple[str, float] | None:
-    """The most frequent group among a cluster's labelled documents and its share of them."""
-    if not counts.sum():
-        return None
-    g = int(counts.argmax())
-    return groups[g], float(counts[g] / counts.sum())
-
-
-def majority_groups(scan: CorpusScan | None) -> list[str | None] | None:
-    """Each cluster's majority ground-truth group (None for clusters without labelled documents)."""
-    if scan is None or scan.contingency is None:
-        return None
-    return [m[0] if m else None for m in (_majority(row, scan.groups) for row in scan.contingency)]
 
 
 # ------------------------------------------------------------------------------------------------ plans
@@ -384,7 +254,7 @@ def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec 
     )
 
 
-def _plan_charts(plan: PlanView, run: Run) -> tuple[ChartSpec | None, ChartSpec | None]:
+def _plan_charts(plan: PlanView, run: RunView) -> tuple[ChartSpec | None, ChartSpec | None]:
     """The plan's mixture chart and repetition chart (None where it lacks the data)."""
     mixture = repeats = None
     if plan.mixture is not None and run.k:
@@ -404,53 +274,17 @@ def _plan_charts(plan: PlanView, run: Run) -> tuple[ChartSpec | None, ChartSpec 
     return mixture, repeats
 
 
-def _effective_chart(run: Run) -> ChartSpec | None:
+def _effective_chart(run: RunView) -> ChartSpec | None:
     with_mixture = {p.name: (p.mixture, p.window) for p in run.plans if p.mixture is not None}
     if not with_mixture or not run.k:
         return None
     return ChartSpec(EFFECTIVE_CHART, partial(charts.plot_effective_clusters, with_mixture, run.sizes))
 
 
-def _centroid_map(run: Run, majority: list[str | None] | None) -> ChartSpec | None:
+def _centroid_map(run: RunView, majority: list[str | None] | None) -> ChartSpec | None:
     if run.centroids is None or not run.k or len(run.centroids) != run.k:
         return None
-    return ChartSpec(CENTROID_CHART, partial(charts.plot_centroid_map, run.centroids, run.sizes, groups=majority))
-
-
-# ----------------------------------------------------------------------------------------- ground truth
-
-
-def _ground_truth(run: Run, scan: CorpusScan | None) -> GroundTruth | None:
-    if scan is None or scan.contingency is None:
-        return None
-    t = scan.contingency
-    labelled = int(t.sum())
-    lead = np.where(t.sum(axis=1) > 0, t.argmax(axis=1), -1)
-    rows = []
-    for g, name in enumerate(scan.groups):
-        col = t[:, g]
-        docs = int(col.sum())
-        led = np.flatnonzero(lead == g)
-        top = int(col.argmax())
-        rows.append(
-            GroupRow(
-                name=name,
-                docs=docs,
-                share=docs / max(labelled, 1),
-                clusters_holding=int((col > 0).sum()),
-                clusters_leading=len(led),
-                share_in_led=float(col[led].sum() / max(docs, 1)),
-                top_cluster=top,
-                top_share=float(col[top] / max(docs, 1)),
-            )
-        )
-    return GroundTruth(
-        nmi=nmi_from_table(t),
-        purity=purity_from_table(t),
-        labelled=labelled,
-        labelled_share=labelled / max(run.n_docs or labelled, 1),
-        groups=tuple(rows),
-    )
+    return ChartSpec(CENTROID_CHART, partial(plot_centroid_map, run.centroids, run.sizes, groups=majority))
 
 
 # ------------------------------------------------------------------------------------------- experiment

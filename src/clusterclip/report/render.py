@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from clusterclip import __version__
 from clusterclip.report import html as h
 from clusterclip.report.charts import Chart
+from clusterclip.report.clusters import ClusterRow, ClusterTable, GroundTruth
 from clusterclip.report.model import (
     TOP_IN_MIXTURE,
-    ClusterRow,
-    ClusterTable,
     ExperimentSection,
-    GroundTruth,
     Page,
     PlanSection,
     SizeSummary,

@@ -1,4 +1,4 @@
-"""``clusterclip tune``: the subcommand's parser and handler (registered with ``experiment``'s).
+"""``clusterclip tune``: choose cap, temperature and order for a corpus by proxy training runs.
 
 Proxy runs take the experiment's data, model and training options (and its presets); the search takes
 :class:`~clusterclip.experiment.tune.TuneConfig`'s. See ``docs/tune.md``.
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
-from functools import partial
 from typing import Any
 
-from clusterclip.errors import ClusterClipError
-from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
+from clusterclip.cli.options import add_presets, add_verbosity, experiment_config, settings_error
+from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
+from clusterclip.experiment.tune import TuneConfig, format_summary, print_event, run_tune
+from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE
+from clusterclip.settings import SettingsError, add_arguments, from_args
 
 HELP = "choose cap, temperature and order for a corpus by proxy training runs"
 DESCRIPTION = """\
@@ -35,78 +35,43 @@ examples:
   clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once
   clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384 --heads 6
 """
-DATA = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder", "k")
-PROXY = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
-QUICK_TUNE: dict[str, Any] = {"taus": (0.5,), "caps": (5,)}
-QUICK_SEEDS = (0, 1)
 
 
-def _configure(p: argparse.ArgumentParser) -> None:
-    from clusterclip.experiment.cli import add_preset_arguments
-    from clusterclip.experiment.tune import TuneConfig
-
+def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``tune`` subcommand to ``clusterclip``'s subparsers."""
+    p = sub.add_parser("tune", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="corpus files or folders (as for `clusterclip run`)")
     p.add_argument("--out", required=True, help="run directory: the whole corpus, the chosen plan, and tune/")
-    add_preset_arguments(p)
+    add_presets(p)
     add_arguments(p.add_argument_group("search"), TuneConfig, unset=True)
-    add_arguments(p.add_argument_group("data (as for experiment)"), ExperimentConfig, DATA, unset=True)
-    add_arguments(p.add_argument_group("proxy runs"), ExperimentConfig, PROXY, unset=True)
+    add_arguments(p.add_argument_group("data (as for experiment)"), ExperimentConfig, DATA_FIELDS, unset=True)
+    add_arguments(p.add_argument_group("proxy runs"), ExperimentConfig, PROXY_FIELDS, unset=True)
     add_arguments(p.add_argument_group("proxy model"), ModelConfig, unset=True)
     add_arguments(p.add_argument_group("proxy training"), TrainConfig, unset=True)
     p.add_argument("--no-plan", action="store_true", help="search only; do not write the plan for the whole corpus")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-
-
-def add_tune_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``tune`` subcommand to ``clusterclip``'s subparsers."""
-    p = subparsers.add_parser("tune", help=HELP, description=DESCRIPTION,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    _configure(p)
+    add_verbosity(p, "no progress output")
     p.set_defaults(func=cmd_tune)
     return p
 
 
-def configs_from_args(a: argparse.Namespace) -> tuple[ExperimentConfig, Any]:
-    """The proxy runs' :class:`ExperimentConfig` (preset plus options) and the search's ``TuneConfig``;
+def tune_configs(a: argparse.Namespace) -> tuple[ExperimentConfig, TuneConfig]:
+    """The proxy runs' :class:`ExperimentConfig` (preset plus options) and the search's :class:`TuneConfig`;
     ``--quick`` also shrinks the grid and uses two seeds, so that a winner is possible."""
-    from clusterclip.experiment.cli import config_from_args
-    from clusterclip.experiment.tune import TuneConfig
-
     quick = a.quick or a.preset == "quick"
-    cfg = config_from_args(a)
+    cfg = experiment_config(a)
     if quick and not hasattr(a, "seeds"):
         cfg = dataclasses.replace(cfg, seeds=QUICK_SEEDS)
     tune = from_args(TuneConfig, a, base=TuneConfig(**QUICK_TUNE) if quick else TuneConfig())
     return cfg, tune
 
 
-def _flag(param: str, owner: type | None) -> str:
-    from clusterclip.experiment.cli import experiment_flag
-
-    return experiment_flag(param, owner) if owner is ExperimentConfig else flag_of(owner, param)
-
-
 def cmd_tune(a: argparse.Namespace) -> int:
     """Run the search, printing a line per proxy run, then the candidates, the choice and its command."""
-    from clusterclip.experiment.tune import format_summary, print_event, run_tune
-
     try:
-        cfg, tune = configs_from_args(a)
+        cfg, tune = tune_configs(a)
         res = run_tune(a.inputs, a.out, cfg, tune, progress=not a.quiet, on_event=None if a.quiet else print_event,
                        write_plan=not a.no_plan)
     except SettingsError as exc:
-        raise ClusterClipError(error_message(exc, partial(_flag, owner=exc.owner))) from exc
+        raise settings_error(exc) from exc
     print(format_summary(res))
     return 0
-
-
-def main() -> int:
-    """Standalone entry point: ``clusterclip tune`` with the same arguments and error handling."""
-    from clusterclip import cli
-
-    return cli.main(["tune", *sys.argv[1:]])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The documents of an add: read into corpus parts after the existing ones, and their ids checked against
+the run's and each other's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from clusterclip.corpus import (
+    PART_ROWS,
+    PartWriter,
+    ReadOptions,
+    ReadStats,
+    WorkUnit,
+    located_documents,
+    make_token_counter,
+    open_parquet,
+    read_unit,
+)
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.progress import progress_bar
+from clusterclip.store import RunDir
+from clusterclip.store import layout as A
+
+
+@dataclass
+class NewDocs:
+    """What reading the new inputs wrote and counted; ``unit_ends[u]``: documents read up to work unit ``u``."""
+
+    parts: list[str]
+    tokens: np.ndarray
+    ids: list[str]
+    unit_ends: list[int]
+    stats: ReadStats
+    groups: Counter[str]
+
+
+def corpus_part_files(corpus_rec: Mapping[str, Any]) -> list[str]:
+    """The corpus parts a corpus record lists (run-relative), in order."""
+    return sorted(r for r in corpus_rec["artifacts"] if r.startswith(f"{A.CORPUS_DIR}/") and r.endswith(".parquet"))
+
+
+def read_new_documents(run: RunDir, journal: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
+                       progress: bool) -> NewDocs:
+    """Read the new inputs into corpus parts after the run's and check their ids. On a refusal before the add
+    started (no journal yet) the new parts are removed again."""
+    base = journal["base"]
+    first_part = len(corpus_part_files(base["corpus"]))
+    try:
+        new = _read_new(run, base, units, opts, progress)
+        if not new.ids:
+            raise ClusterClipError(f"{', '.join(journal['inputs'])}: no usable documents to add")
+        check_new_ids(run, base, units, new, opts)
+    except ClusterClipError:
+        if not run.path(A.ADD_JOURNAL).exists():
+            for path in run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB):
+                if int(path.stem.split("-")[1]) >= first_part:
+                    path.unlink()
+        raise
+    return new
+
+
+def _read_new(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
+              progress: bool) -> NewDocs:
+    """Read the new inputs into parts after the corpus', indexed from its count."""
+    first_part = len(corpus_part_files(base["corpus"]))
+    writer = PartWriter(run.root, lambda i: A.corpus_part(first_part + i),
+                        make_token_counter(base["corpus"]["config"].get("tokenizer")), PART_ROWS,
+                        first_index=int(base["corpus"]["count"]))
+    stats, ids, ends = ReadStats(), [], []
+    with progress_bar("add: read", "docs", enabled=progress) as bar:
+        for unit in units:
+            for batch in read_unit(unit, opts, stats):
+                writer.add(batch)
+                ids.extend(batch.ids)
+                bar.update(len(batch))
+            ends.append(len(ids))
+    read = writer.finish(stats)
+    return NewDocs(read.parts, read.tokens, ids, ends, stats, read.groups)
+
+
+def _where_new(units: Sequence[WorkUnit], new: NewDocs, pos: int, opts: ReadOptions) -> str:
+    """File and line (or row) of the ``pos``-th new document (its unit is read again, for the message)."""
+    unit_no = int(np.searchsorted(new.unit_ends, pos, side="right"))
+    skip = pos - (new.unit_ends[unit_no - 1] if unit_no else 0)
+    good = 0
+    for (source, loc, record), to_document in located_documents(units[unit_no], opts):
+        try:
+            to_document(record, opts, source, loc)
+        except BadRecordError:
+            continue
+        if good == skip:
+            return f"{source}:{loc}" if loc is not None else source
+        good += 1
+    return f"{units[unit_no].path} (document {skip + 1})"
+
+
+def check_new_ids(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit], new: NewDocs,
+                  opts: ReadOptions) -> None:
+    """Refuse new ids that an existing document has (streaming the old parts' id column) or that two new
+    documents share; the error names both places."""
+    hint = (f"ids come from field {opts.id_field!r}" if opts.id_field else
+            "ids default to FILE:LINE, so a new file named like an old one collides: rename it or use --id-field")
+    first: dict[str, int] = {}
+    for pos, doc_id in enumerate(new.ids):
+        if doc_id in first:
+            raise ClusterClipError(
+                f"{_where_new(units, new, pos, opts)}: id {doc_id!r} is also the id of "
+                f"{_where_new(units, new, first[doc_id], opts)} (new documents); ids must be unique ({hint})")
+        first[doc_id] = pos
+    values = pa.array(new.ids, pa.string())
+    row0 = 0
+    for rel in corpus_part_files(base["corpus"]):
+        pf = open_parquet(run.path(rel))
+        for rb in pf.iter_batches(batch_size=8192, columns=["id"]):
+            hits = np.flatnonzero(pc.is_in(rb.column(0), value_set=values).to_numpy(zero_copy_only=False))
+            if hits.size:
+                doc_id = rb.column(0)[int(hits[0])].as_py()
+                raise ClusterClipError(
+                    f"{_where_new(units, new, first[doc_id], opts)}: id {doc_id!r} is already in the run, "
+                    f"document {row0 + int(hits[0])} ({rel}); ids must be unique across old and new documents "
+                    f"({hint})")
+            row0 += rb.num_rows

@@ -1,0 +1,112 @@
+"""The steps of ``clusterclip add`` in order, under its journal (``add-journal.json``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.add.drift import drift_report
+from clusterclip.add.grow import embed_new, grow_corpus_record, grow_embed_record
+from clusterclip.add.new_docs import read_new_documents
+from clusterclip.cluster import grow_cluster_record, grow_clusters
+from clusterclip.corpus import ReadOptions, expand_inputs, inputs_fingerprint, work_units
+from clusterclip.engines import check_engine
+from clusterclip.errors import ClusterClipError
+from clusterclip.settings import Settings, between, setting
+from clusterclip.store import RunDir, config_hash, load_json, load_npy, save_json
+from clusterclip.store import layout as A
+from clusterclip.store.npy_rows import append_npy
+
+READ_FIELDS = ("text_field", "id_field", "group_field", "on_bad_record", "split")
+
+
+@dataclass(frozen=True)
+class AddConfig(Settings):
+    """Options of ``clusterclip add`` beyond the reader options (those default to the corpus record's)."""
+
+    drift_threshold: float = setting(
+        0.10, check=between(0.0, 1.0, closed=True),
+        help="recommend `cluster --refit` when more than this share of the new documents is less similar to "
+             "every centroid than the 5th percentile of the existing documents (new documents like the old "
+             "ones give about 0.05; 0.10 is twice that, over 3 standard errors above it from 200 documents on)")
+
+
+def add_key(resolved: Sequence[tuple[Path, str]], opts: ReadOptions) -> tuple[str, list[dict[str, Any]]]:
+    """What identifies an add: the new inputs' fingerprint (paths, sizes, mtimes) and the reader options."""
+    fingerprint = inputs_fingerprint(resolved)
+    return config_hash({"inputs": fingerprint, "read": asdict(opts)}), fingerprint
+
+
+def add_documents(run: RunDir, inputs: Sequence[str | os.PathLike[str]], read: ReadOptions | None = None,
+                  config: AddConfig | None = None, progress: bool = True, engine: str = "local") -> dict[str, Any]:
+    """Append the documents of ``inputs`` to the finished run ``run`` and return the drift report.
+
+    ``read`` defaults to the reader options the corpus stage recorded. Only ``engine="local"`` is
+    supported. A re-run after completion changes nothing and returns ``{"already_added": True, ...}``; a
+    re-run after a kill finishes the add. The caller holds the run-directory lock.
+    """
+    config = config or AddConfig()
+    if check_engine(engine) != "local":
+        raise ClusterClipError("clusterclip add runs on --engine local only: the Ray reader and encoder number "
+                               "documents from 0, not after an existing corpus")
+    if not inputs:
+        raise ClusterClipError("clusterclip add needs at least one NEW_INPUT")
+    corpus_rec = run.require(A.CORPUS_STAGE, verify=False)
+    opts = read or ReadOptions(**{f: corpus_rec["config"][f] for f in READ_FIELDS})
+    resolved = expand_inputs(inputs)
+    key, fingerprint = add_key(resolved, opts)
+    if not run.path(A.ADD_JOURNAL).exists() and key in {a["key"] for a in corpus_rec.get("additions", [])}:
+        return {"already_added": True, "inputs": [str(p) for p in inputs]}
+    journal = _journal(run, key, [str(p) for p in inputs], opts)
+    journal["fingerprint"] = fingerprint
+    return _add(run, journal, resolved, opts, config, progress)
+
+
+def _journal(run: RunDir, key: str, inputs: Sequence[str], opts: ReadOptions) -> dict[str, Any]:
+    """The journal of this add: resumed when one for the same add exists, else started from the current
+    (checked) records."""
+    path = run.path(A.ADD_JOURNAL)
+    if path.exists():
+        journal = load_json(path)
+        if journal["key"] != key:
+            raise ClusterClipError(
+                f"{run.root}: an interrupted `clusterclip add` of {', '.join(journal['inputs'])} is pending "
+                f"({A.ADD_JOURNAL}); re-run that add to finish it first")
+        return journal
+    for stage in A.STAGES:
+        run.require(stage, verify=False)
+        run.verify(stage, checksums=False)
+    run.require_current(A.EMBED_STAGE, A.CORPUS_STAGE)
+    run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
+    base = {stage: run.record(stage) for stage in A.STAGES}
+    return {"key": key, "inputs": list(inputs), "read": asdict(opts), "base": base,
+            "sizes": load_npy(run.path(A.SIZES)).astype(int).tolist()}
+
+
+def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, str]], opts: ReadOptions,
+         config: AddConfig, progress: bool) -> dict[str, Any]:
+    """Read and check the new documents; then, the journal saved, grow tokens, embeddings and clusters,
+    rewrite the corpus, embed and cluster records (in that order, so each stage is current with the one
+    before it), write the drift report and remove the journal."""
+    t0 = time.perf_counter()
+    base, n_old = journal["base"], int(journal["base"]["corpus"]["count"])
+    new = read_new_documents(run, journal, work_units(resolved), opts, progress)
+    save_json(run.path(A.ADD_JOURNAL), journal)
+    append_npy(run.path(A.TOKENS), n_old, new.tokens)
+    shards = embed_new(run, base["embed"], new.parts, len(new.ids), progress)
+    old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
+    labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)
+    # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
+    report = drift_report(run.path(A.SCORES), n_old, scores, labels, old_sizes, config.drift_threshold)
+    grow_corpus_record(run, journal, new, time.perf_counter() - t0)
+    grow_embed_record(run, base["embed"], n_old + len(new.ids), shards)
+    grow_cluster_record(run, base["cluster"], n_old, scores, sizes)
+    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report})
+    run.path(A.ADD_JOURNAL).unlink()
+    return load_json(run.path(A.DRIFT_REPORT))

@@ -1,0 +1,29 @@
+"""``clusterclip export``: the planned stream in a trainer's format."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from clusterclip.cli.options import add_common, command
+from clusterclip.export import ExportConfig, export_plan
+from clusterclip.settings import add_arguments, from_args
+from clusterclip.store import RunDir
+
+
+def add_export_parser(sub: Any) -> argparse.ArgumentParser:
+    p = command(sub, "export", cmd_export, "write the planned stream for a trainer (JSONL, Parquet, hf, litdata, "
+                "Megatron)", "Write the documents in plan order (repeats expanded) in a trainer's format; see "
+                "docs/export.md.", run_dir="run directory with at least one plan")
+    p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
+    p.add_argument("--out", required=True, help="output folder")
+    add_arguments(p, ExportConfig, overrides={"append_eos": {"action": "store_true"}})
+    add_common(p)
+    return p
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a))
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,85 @@
+"""The ``clusterclip`` parser (one sub-command per module of this package) and the entry point: logging,
+and user errors as one-line messages."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from clusterclip import __version__
+from clusterclip.cli.add import add_add_parser
+from clusterclip.cli.cluster import add_cluster_parser
+from clusterclip.cli.embed import add_embed_parser
+from clusterclip.cli.experiment import add_experiment_parser
+from clusterclip.cli.export import add_export_parser
+from clusterclip.cli.options import Formatter
+from clusterclip.cli.plan import add_plan_parser
+from clusterclip.cli.report import add_report_parser
+from clusterclip.cli.run import add_run_parser
+from clusterclip.cli.status import add_status_parser
+from clusterclip.cli.tune import add_tune_parser
+from clusterclip.errors import ClusterClipError
+from clusterclip.settings import error_message
+
+DESCRIPTION = """\
+Balanced data sampling for language-model training (ClusterClip Sampling, arXiv 2402.14526):
+embed every document, cluster the embeddings with spherical k-means, and plan a training order in
+which every cluster is sampled about equally often while no document repeats more than --max-repeat
+times. Every stage writes its artifacts into a run directory (see docs/run-directory.md).
+
+examples:
+  clusterclip run                                   # the embedded default corpus (stdlib docstrings)
+  clusterclip run data/*.jsonl.gz --out runs/web
+  clusterclip embed data.parquet --out runs/web --embedder minilm
+  clusterclip cluster runs/web --k 500
+  clusterclip plan runs/web --strategy clusterclip --max-repeat 4 --budget 2000000 --budget-unit tokens
+  clusterclip plan runs/web --strategy clusterclip --order spread
+  clusterclip plan runs/web --continue clusterclip-R4-docs-Bepoch-s0 --consumed 300000 --max-repeat 2
+  clusterclip report runs/web
+"""
+COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_add_parser, add_plan_parser, add_report_parser,
+            add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)
+"""Each adds one sub-command, in the order ``clusterclip --help`` lists them."""
+NOISY = ("sentence_transformers", "transformers", "faiss", "urllib3", "filelock", "ray")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``clusterclip`` parser with every sub-command."""
+    parser = argparse.ArgumentParser(prog="clusterclip", description=DESCRIPTION, formatter_class=Formatter)
+    parser.add_argument("--version", action="version", version=f"clusterclip {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+def setup_logging(quiet: bool, verbose: bool) -> None:
+    """Log messages on stderr: warnings only with ``quiet``, debug with ``verbose``, else info."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("clusterclip").setLevel(level)
+    for noisy in NOISY:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, run, and turn user errors into one-line messages (exit status 2)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args: Any = build_parser().parse_args(argv)
+    setup_logging(args.quiet, args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except ClusterClipError as exc:
+        print(f"clusterclip: error: {error_message(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("clusterclip: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,173 @@
+"""Options shared by several commands, derived from the settings declarations (never re-declared), and the
+configs built back from them."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any
+
+from clusterclip.cluster import ClusterConfig
+from clusterclip.corpus import CORPUS_FIELDS, CorpusConfig
+from clusterclip.embed import EmbedConfig
+from clusterclip.engines import EngineConfig
+from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
+from clusterclip.pipeline import DEFAULT_STRATEGIES
+from clusterclip.plan import PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
+from clusterclip.plan.config import DEFAULT_ORDER
+from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
+from clusterclip.store import RunDir
+
+EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
+SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
+"""Nested configurations of :class:`ExperimentConfig`, by field name (``train.lr`` is TrainConfig's ``lr``)."""
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default unless its help already does."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "(default:" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], help: str, description: str,
+            run_dir: str | None = None) -> argparse.ArgumentParser:
+    """A sub-command running ``func``; ``run_dir`` is the help of its RUN_DIR argument, if it takes one."""
+    p = sub.add_parser(name, help=help, description=description, formatter_class=Formatter)
+    if run_dir:
+        p.add_argument("run_dir", metavar="RUN_DIR", help=run_dir)
+    p.set_defaults(func=func)
+    return p
+
+
+def add_common(p: argparse.ArgumentParser, force: bool = True) -> None:
+    """``--force`` (unless ``force`` is False), ``--quiet`` and ``--verbose``."""
+    if force:
+        p.add_argument("--force", action="store_true", help="re-run stages even when their outputs are up to date")
+    add_verbosity(p, "no progress bars or log messages")
+
+
+def add_verbosity(p: argparse.ArgumentParser, quiet: str) -> None:
+    """``-q/--quiet`` (help ``quiet``) and ``-v/--verbose``."""
+    p.add_argument("-q", "--quiet", action="store_true", help=quiet)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def add_corpus(p: argparse.ArgumentParser) -> None:
+    """The INPUT arguments and the corpus stage's options."""
+    g = p.add_argument_group("corpus")
+    g.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="JSONL (.jsonl, .jsonl.gz, .jsonl.zst), Parquet, a folder of .txt files or a Hugging "
+                        "Face dataset folder (save_to_disk); none: the embedded default corpus "
+                        "(docstrings of the Python standard library)")
+    add_arguments(g, CorpusConfig, CORPUS_FIELDS)
+
+
+def add_inputs(p: argparse.ArgumentParser, **out: Any) -> None:
+    """The corpus (INPUT arguments and reader options), ``--out`` (``out``: its keywords) and the embedding."""
+    add_corpus(p)
+    p.add_argument("--out", help="run directory", **out)
+    add_embed(p)
+
+
+def add_embed(p: argparse.ArgumentParser) -> None:
+    """The embed stage's options and the engine's."""
+    g = p.add_argument_group("embedding")
+    add_arguments(g, EmbedConfig, EMBED_FIELDS)
+    add_engine(g)
+
+
+def add_engine(g: argparse._ArgumentGroup) -> None:
+    """``--engine`` and ``--ray-address``."""
+    add_arguments(g, EngineConfig)
+
+
+def add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
+    """The cluster stage's options (and the engine's, for ``clusterclip cluster``)."""
+    g = p.add_argument_group("clustering")
+    add_arguments(g, ClusterConfig)
+    if standalone:
+        add_engine(g)
+
+
+def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
+    """The plan options; ``multi`` takes a comma-separated list of strategies."""
+    g = p.add_argument_group("sampling plan")
+    several = {"default": ",".join(DEFAULT_STRATEGIES), "choices": None,
+               "help": f"comma-separated strategies to plan: {', '.join(STRATEGIES)}"}
+    add_arguments(g, PlanConfig, PLAN_FIELDS[:5], overrides={"strategy": several} if multi else None)
+    g.add_argument("--weights", default=None,
+                   help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
+    add_arguments(g, PlanConfig, PLAN_FIELDS[5:])
+
+
+def corpus_config(a: argparse.Namespace) -> CorpusConfig:
+    return from_args(CorpusConfig, a, CORPUS_FIELDS)
+
+
+def embed_config(a: argparse.Namespace) -> EmbedConfig:
+    return from_args(EmbedConfig, a, EMBED_FIELDS)
+
+
+def engine_config(a: argparse.Namespace) -> EngineConfig:
+    return from_args(EngineConfig, a)
+
+
+def cluster_config(a: argparse.Namespace) -> ClusterConfig:
+    return from_args(ClusterConfig, a)
+
+
+def plan_configs(a: argparse.Namespace, strategies: Sequence[str]) -> list[PlanConfig]:
+    """One plan per strategy; ``random`` always takes the default order (it has no clusters to spread)."""
+    weights = load_weights(a.weights) if a.weights else None
+    return [from_args(PlanConfig, a, PLAN_FIELDS, strategy=s, weights=weights if s == "weights" else None,
+                      order=DEFAULT_ORDER if s == "random" else a.order) for s in strategies]
+
+
+@contextlib.contextmanager
+def writing(run: RunDir) -> Iterator[RunDir]:
+    """The run's writer lock around a command's stages, after removing the temp files a killed command left
+    behind (e.g. a plan killed mid-write by a full disk)."""
+    with run.lock():
+        run.clean_temp_files()
+        yield run
+
+
+# ------------------------------------------------------------------------------ experiment and tune
+
+
+def add_presets(p: argparse.ArgumentParser) -> None:
+    """``--preset`` and its shorthand ``--quick``."""
+    p.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                   help="starting values of every option: default (3 splits x 3 seeds), quick (320 docs, 1-layer "
+                        "model, one split and seed, hashing embedder: checks the whole path in seconds, proves "
+                        "nothing), skewed (6,000 docs, K=96: skewed cluster sizes where the cap binds)")
+    p.add_argument("--quick", action="store_true", help="same as --preset quick")
+
+
+def experiment_config(a: argparse.Namespace) -> ExperimentConfig:
+    """The preset (``--preset``, ``--quick`` or the default) with every option the user set applied over it;
+    ``--split-seed`` alone means that one split."""
+    name = a.preset or ("quick" if a.quick else "default")
+    base = preset_config(name)
+    if getattr(a, "split_seed", None) is not None and getattr(a, "split_seeds", None) is None:
+        base = dataclasses.replace(base, split_seeds=())
+    return from_args(ExperimentConfig, a, base=base, model=from_args(ModelConfig, a, base=base.model),
+                     train=from_args(TrainConfig, a, base=base.train))
+
+
+def experiment_flag(param: str, owner: type | None = ExperimentConfig) -> str:
+    """The flag of a parameter named in an error: ``train.lr`` -> ``--lr``, ``max_repeats`` -> ``--max-repeat``."""
+    section, _, name = param.rpartition(".")
+    return flag_of(SECTIONS.get(section, owner), name)
+
+
+def settings_error(exc: SettingsError) -> ClusterClipError:
+    """The error of experiment or tune settings, naming the flags (nested sections included)."""
+    return ClusterClipError(error_message(exc, partial(experiment_flag, owner=exc.owner)))

@@ -1,0 +1,53 @@
+"""``clusterclip plan``: one sampling plan from the clusters (or the continuation of one)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from clusterclip.cli.options import add_common, add_plan, command, plan_configs, writing
+from clusterclip.errors import ClusterClipError
+from clusterclip.pipeline import format_summary
+from clusterclip.plan import continuation, plan_stage
+from clusterclip.store import RunDir
+from clusterclip.store import layout as A
+
+
+def add_plan_parser(sub: Any) -> argparse.ArgumentParser:
+    p = command(sub, "plan", cmd_plan, "build a sampling plan from the clusters",
+                "Write plans/<name>/plan.npy (int64 document indices in training order) and its statistics.",
+                run_dir="run directory with clusters")
+    add_plan(p, multi=False)
+    g = p.add_argument_group("continuing a plan mid-training (docs/workflows.md)")
+    g.add_argument("--continue", dest="continue_plan", metavar="PLAN", default=None,
+                   help="plan name under plans/ to continue: plan the rest of the run under the options given "
+                        "here, counting the parent's first --consumed draws against the cap; --budget is the "
+                        "continuation's own length (default: what remains of the parent)")
+    g.add_argument("--consumed", type=int, default=None, metavar="N",
+                   help="positions of the --continue plan already trained on (e.g. step x global batch size)")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan's path and statistics as JSON (default: a one-line summary; -q: nothing)")
+    add_common(p)
+    return p
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    (cfg,) = plan_configs(a, [a.strategy])
+    if (a.continue_plan is None) != (a.consumed is None):
+        raise ClusterClipError("--continue PLAN and --consumed N go together: continue PLAN after N positions")
+    with writing(RunDir(a.run_dir)) as run:
+        if a.continue_plan is None:
+            rec = plan_stage(run, cfg, force=a.force)
+        else:
+            cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed)
+            rec = plan_stage(run, cfg, force=a.force, continues=parent)
+    path = run.path(A.plan_path(rec["name"], A.PLAN_ORDER))
+    if a.json:
+        print(json.dumps({"plan": str(path), "name": rec["name"], "identity": rec.get("identity"),
+                          "stats": rec.get("stats", {})}, indent=2, default=str))
+    elif not a.quiet:
+        stats = {k: v for k, v in rec.get("stats", {}).items() if v is not None}
+        summary = format_summary({"run_dir": str(run.root), "plans": {rec["name"]: stats}})
+        print(f"{summary.splitlines()[-1].removeprefix('plan:').strip()} ({path})")
+    return 0

@@ -1,0 +1,36 @@
+"""``clusterclip status``: which stages of a run directory are finished (and, with --verify, intact)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from clusterclip.cli.options import command
+from clusterclip.errors import ClusterClipError
+from clusterclip.pipeline import format_audit, format_summary, summarize
+from clusterclip.store import RunDir
+
+
+def add_status_parser(sub: Any) -> argparse.ArgumentParser:
+    p = command(sub, "status", cmd_status, "which stages of a run directory are finished",
+                "Which stages are finished, from their records.", run_dir="run directory")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--verify", action="store_true",
+                   help="also check every artifact of every stage against the SHA-256 in its record (reads "
+                        "every artifact; plain status reads only records); exit status 1 on a problem")
+    p.set_defaults(quiet=False, verbose=False)
+    return p
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    run = RunDir(a.run_dir)
+    if not run.root.is_dir():
+        raise ClusterClipError(f"{run.root}: not a run directory")
+    summary = summarize(run)
+    audit = run.audit() if a.verify else None
+    if a.json:
+        print(json.dumps(summary if audit is None else {**summary, "verify": audit}, indent=2, default=str))
+    else:
+        print(format_summary(summary) if audit is None else f"{format_summary(summary)}\n{format_audit(audit)}")
+    return 1 if audit and any(audit.values()) else 0

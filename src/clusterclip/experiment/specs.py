@@ -1,0 +1,45 @@
+"""What a proxy run trains on: a *spec* (a candidate's plan options and name) and the one conversion of a
+spec to the :class:`~clusterclip.plan.PlanConfig` of a proxy run.
+
+A spec is a small JSON-able dict: ``name``, ``strategy`` and the options that strategy needs (``tau``;
+``max_repeat``, ``order`` and ``shuffle`` for ClusterClip). ``clusterclip tune`` stores it in its results
+and hashes it into the key of every proxy run, so its shape is part of the on-disk format.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterclip.plan.config import DEFAULT_ORDER, DEFAULT_TAU, PlanConfig
+
+CLUSTERCLIP_VARIANTS: dict[str, dict[str, Any]] = {
+    "clusterclip": {"order": DEFAULT_ORDER, "shuffle": False},
+    "clusterclip-spread": {"order": "spread", "shuffle": False},
+    "clusterclip-shuffled": {"order": DEFAULT_ORDER, "shuffle": True},
+}
+"""The experiment's ClusterClip strategies: the planner's order, and the diagnostic ``shuffle`` (ClusterClip's
+draws in random order)."""
+
+
+def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool = False) -> dict[str, Any]:
+    """A ClusterClip candidate: ``clusterclip[-spread][-shuffled]-R<cap>``."""
+    name = "clusterclip" + ("-spread" if order == "spread" else "") + ("-shuffled" if shuffle else "")
+    return {"name": f"{name}-R{max_repeat}", "strategy": "clusterclip", "max_repeat": int(max_repeat),
+            "order": order, "shuffle": shuffle}
+
+
+def temperature_spec(tau: float) -> dict[str, Any]:
+    """A temperature candidate: ``temperature-<tau>``."""
+    return {"name": f"temperature-{tau:g}", "strategy": "temperature", "tau": float(tau)}
+
+
+def plain_spec(strategy: str) -> dict[str, Any]:
+    """A strategy without options (random, uniform)."""
+    return {"name": strategy, "strategy": strategy}
+
+
+def plan_config(spec: dict[str, Any], budget: int, seed: int) -> PlanConfig:
+    """The plan of a spec for a token ``budget`` (what a proxy run trains on, and ``tune``'s chosen plan)."""
+    return PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit="tokens",
+                      max_repeat=spec.get("max_repeat"), tau=spec.get("tau", DEFAULT_TAU),
+                      order=spec.get("order", DEFAULT_ORDER), seed=seed)

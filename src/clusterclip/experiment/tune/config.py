@@ -1,0 +1,63 @@
+"""The search's settings (:class:`TuneConfig`): the grid, the constraint, the halving schedule and the budget."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from clusterclip.experiment.config import ExperimentConfig, _ints, _strs
+from clusterclip.experiment.specs import clusterclip_spec, plain_spec, temperature_spec
+from clusterclip.plan.config import DEFAULT_TAU, ORDERS
+from clusterclip.settings import Settings, SettingsError, at_least, each, finite, one_of, optional, setting
+
+QUICK_TUNE: dict[str, Any] = {"taus": (DEFAULT_TAU,), "caps": (5,)}
+"""What ``--quick`` changes in the search: one temperature and one cap (it also trains two seeds)."""
+QUICK_SEEDS = (0, 1)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in _strs(text))
+
+
+@dataclass(frozen=True)
+class TuneConfig(Settings):
+    """The search: the grid, the constraint, the halving schedule and the budget."""
+
+    taus: tuple[float, ...] = setting((0.3, DEFAULT_TAU, 0.7), check=each(finite(), nonempty=False), parse=_floats,
+                                      help="temperature grid, comma-separated (cluster weight n_c**tau)")
+    caps: tuple[int, ...] = setting((), check=each(at_least(1), nonempty=False), parse=_ints,
+                                    help="ClusterClip max-repeat grid, comma-separated; empty: 1.5, 2 and 3 x passes")
+    orders: tuple[str, ...] = setting(ORDERS, check=each(one_of(ORDERS), nonempty=False), parse=_strs,
+                                      help="ClusterClip orders to try, comma-separated")
+    max_micro_regression: float = setting(
+        0.02, check=at_least(0, integer=False),
+        help="a candidate may not raise the micro held-out loss above random's by more than this (nats/token): "
+             "macro gains bought with the natural distribution's loss are refused")
+    eta: int = setting(3, check=at_least(2), help="successive halving keeps the best 1/eta and gives them eta x pairs")
+    max_runs: int | None = setting(None, check=optional(at_least(1)), parse=lambda t: int(t) or None,
+                                   cli_none="0 for no limit",
+                                   help="stop after this many proxy runs (finished ones reused count too); 0: no limit")
+    max_minutes: float | None = setting(90.0, check=optional(at_least(0, integer=False)),
+                                        parse=lambda t: float(t) or None, cli_none="0 for no limit",
+                                        help="stop starting search runs after this many minutes (the decision "
+                                             "uses the last complete rung); 0: no limit")
+    check_split_seeds: tuple[int, ...] = setting(
+        (), check=each(at_least(0), nonempty=False), parse=_ints,
+        help="split seeds never seen by the search: every candidate is rerun there and the choice compared "
+             "with the best fixed candidate, comma-separated")
+    plan_seed: int = setting(0, check=at_least(0), help="seed of the chosen plan for the whole corpus")
+    jobs: int = setting(1, check=at_least(1),
+                        help="proxy runs trained at once, each in its own process with --threads torch threads "
+                             "(on a GPU they share it); the choice does not depend on it")
+
+    def grid(self, cfg: ExperimentConfig) -> list[dict[str, Any]]:
+        """Every candidate's spec (``random`` first), named as the experiment names strategies."""
+        caps = self.caps or tuple(sorted({max(math.floor(cfg.passes * f), math.floor(cfg.passes) + 1)
+                                          for f in (1.5, 2, 3)}))
+        low = [c for c in caps if c <= cfg.passes]
+        if low:
+            raise SettingsError("caps", f"{low} must exceed {{passes}} {cfg.passes:g}", type(self))
+        specs = [plain_spec("random"), plain_spec("uniform"), *(temperature_spec(t) for t in self.taus)]
+        specs += [clusterclip_spec(c, order) for order in self.orders for c in caps]
+        return specs

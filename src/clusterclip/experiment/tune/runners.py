@@ -1,0 +1,80 @@
+"""Proxy runners: what trains and scores one candidate on one (held-out split, seed) pair.
+
+:class:`TrainingRunner` trains the experiment's model by the experiment's own steps
+(:func:`~clusterclip.experiment.splits.prepare_split`, :func:`~clusterclip.experiment.steps.proxy_run`);
+tests pass runners with known losses instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.prepare import input_fingerprint
+
+KEPT = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "small_heldout", "small_train",
+        "small_gap", "effective_clusters", "seconds")
+"""What a proxy run's record keeps of the experiment's run record."""
+
+
+class ProxyRunner(Protocol):
+    """Trains and scores one candidate on one (split, seed) pair.
+
+    With ``jobs`` > 1 the runner is sent to worker processes, so it must pickle; a runner with a
+    ``portable(split)`` method sends what that returns instead (a smaller callable for one split).
+    """
+
+    def identity(self) -> dict[str, Any]:
+        """Everything a run's numbers depend on besides (candidate, split, seed): the inputs of its stage."""
+        ...
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        """The run's metrics (at least ``KEPT``'s losses)."""
+        ...
+
+
+class TrainingRunner:
+    """Real proxy runs: every split is prepared once, on first use, under ``tune_dir/splits/<seed>/``."""
+
+    def __init__(self, inputs: Sequence[str | os.PathLike[str]], tune_dir: Path, cfg: ExperimentConfig,
+                 progress: bool = False) -> None:
+        self.inputs, self.tune_dir, self.cfg, self.progress = list(inputs), tune_dir, cfg, progress
+        self._splits: dict[int, Any] = {}
+
+    def identity(self) -> dict[str, Any]:
+        return {"experiment": self.cfg.results_hash(), "inputs": input_fingerprint(self.inputs)}
+
+    def portable(self, split: int) -> SplitRunner:
+        """A picklable runner for one split, prepared here (once) so that workers never write to it."""
+        from clusterclip.experiment.splits import prepare_split
+        from clusterclip.experiment.steps import use_torch
+
+        if split not in self._splits:
+            use_torch(self.cfg)
+            cfg = replace(self.cfg, split_seeds=(split,))
+            data, _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
+                                    root=self.tune_dir / "splits" / str(split))
+            self._splits[split] = SplitRunner(data, self.cfg)
+        return self._splits[split]
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        return self.portable(split)(spec, split, seed)
+
+
+@dataclass
+class SplitRunner:
+    """Proxy runs on one prepared split: what a worker process receives."""
+
+    data: Any
+    cfg: ExperimentConfig
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        from clusterclip.experiment.steps import proxy_run, use_torch
+
+        use_torch(self.cfg)
+        rec = proxy_run(self.data, spec, seed, self.cfg.device)
+        return {k: rec.get(k) for k in KEPT}

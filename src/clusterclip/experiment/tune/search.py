@@ -1,0 +1,129 @@
+"""The state of a search: the grid, the finished proxy runs (reused from their records or trained now), the
+budget, and the assessment of a candidate against random."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.stats import paired_interval
+from clusterclip.experiment.tune.config import TuneConfig
+from clusterclip.experiment.tune.proxies import Pair, ProxyStages
+from clusterclip.experiment.tune.runners import ProxyRunner
+
+OnEvent = Callable[[str], None]
+METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro")
+"""The losses a candidate is compared with random on."""
+
+
+@dataclass
+class Search:
+    """Successive halving over the grid with finished proxy runs kept as stages and a budget; see
+    :func:`~clusterclip.experiment.tune.search_stage.run_tune`."""
+
+    cfg: ExperimentConfig
+    tune: TuneConfig
+    runner: ProxyRunner
+    tune_dir: Path
+    on_event: OnEvent | None = None
+    results: dict[str, Any] = field(default_factory=dict)
+    used: set[tuple[str, Pair]] = field(default_factory=set)
+    fresh: int = 0
+    reused: int = 0
+    stopped: str | None = None
+    t0: float = field(default_factory=time.perf_counter)
+    pool: ProcessPoolExecutor | None = None
+
+    def __post_init__(self) -> None:
+        self.specs = {s["name"]: s for s in self.tune.grid(self.cfg)}
+        self.proxies = ProxyStages(self.tune_dir, self.runner.identity())
+        self.cache: dict[tuple[str, Pair], dict[str, Any]] = {}
+
+    # ---------------------------------------------------------------------------- proxy runs
+
+    def over_budget(self, counted: bool, pending: int = 0) -> str | None:
+        """Why no further (``counted``) run may start, with ``pending`` runs in flight; None while it may."""
+        if not counted:
+            return None
+        if self.tune.max_runs is not None and len(self.used) + pending >= self.tune.max_runs:
+            return f"max-runs {self.tune.max_runs} reached"
+        if self.tune.max_minutes is not None and time.perf_counter() - self.t0 > 60 * self.tune.max_minutes:
+            return f"max-minutes {self.tune.max_minutes:g} reached"
+        return None
+
+    def get(self, name: str, pair: Pair, counted: bool = True) -> dict[str, Any] | None:
+        """The run's metrics: from its record when finished before, else trained now (None once the budget is
+        spent). Only ``counted`` runs (the search's) count towards and stop at the budget."""
+        if (name, pair) in self.cache:
+            return self.cache[(name, pair)]
+        if self.reuse(name, pair, counted):
+            return self.cache[(name, pair)]
+        why = self.over_budget(counted)
+        if why:
+            self.stopped = self.stopped or why
+            return None
+        return self.finished(name, pair, lambda: self.runner(self.specs[name], *pair), counted)
+
+    def reuse(self, name: str, pair: Pair, counted: bool) -> bool:
+        """Take a run finished before (by an earlier session) from its record, if it has a fresh one."""
+        metrics = self.proxies.finished(self.specs[name], pair)
+        if metrics is None:
+            return False
+        self.reused += 1
+        self._keep(name, pair, metrics, counted)
+        return True
+
+    def finished(self, name: str, pair: Pair, train: Callable[[], dict[str, Any]], counted: bool) -> dict[str, Any]:
+        """Train a run (``train`` returns its metrics) and write its record (atomically: a kill never leaves
+        half a record)."""
+        metrics = self.proxies.train(self.specs[name], pair, train)
+        self.fresh += 1
+        return self._keep(name, pair, metrics, counted)
+
+    def _keep(self, name: str, pair: Pair, metrics: dict[str, Any], counted: bool) -> dict[str, Any]:
+        if counted:
+            self.used.add((name, pair))
+        self.cache[(name, pair)] = metrics
+        self._event(f"{name} split {pair[0]} seed {pair[1]}: macro {metrics['heldout_macro_cluster']:.4f} "
+                    f"micro {metrics['heldout_micro']:.4f}")
+        return metrics
+
+    def close(self) -> None:
+        """Stop the workers: runs not started are cancelled; a run in flight is lost and retrained on a restart."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = None
+
+    def _event(self, text: str) -> None:
+        if self.on_event is not None:
+            self.on_event(f"tune: {text} ({self.fresh} trained, {self.reused} reused, "
+                          f"{time.perf_counter() - self.t0:.0f}s)")
+
+    # ---------------------------------------------------------------------------- judging
+
+    def objective(self) -> str:
+        """Macro held-out loss over the ground-truth field when the runs have one, else over clusters."""
+        first = next(iter(self.cache.values()), {})
+        return "heldout_macro_domain" if first.get("heldout_macro_domain") is not None else "heldout_macro_cluster"
+
+    def assess(self, name: str, pairs: Sequence[Pair]) -> dict[str, Any] | None:
+        """Paired differences to random over ``pairs`` (bootstrap intervals), or None if a run is missing."""
+        mine = [self.cache.get((name, p)) for p in pairs]
+        base = [self.cache.get(("random", p)) for p in pairs]
+        if not pairs or any(r is None for r in (*mine, *base)):
+            return None
+        out: dict[str, Any] = {"pairs": len(pairs)}
+        for m in METRICS:
+            if all(r.get(m) is not None for r in (*mine, *base)):  # type: ignore[union-attr]
+                vals = [a[m] for a in mine]  # type: ignore[index]
+                out[m] = {"value": round(sum(vals) / len(vals), 5),
+                          "minus_random": paired_interval([a[m] - b[m] for a, b in zip(mine, base, strict=True)])}
+        out["objective"] = out[self.objective()]["minus_random"]
+        out["micro"] = out["heldout_micro"]["minus_random"]
+        out["feasible"] = out["micro"]["mean"] <= self.tune.max_micro_regression
+        return out

@@ -1,0 +1,97 @@
+"""``clusterclip tune`` as a stage of the tune directory: the search (its record ``RUN/tune/search.json`` lists
+``results.json``), then the chosen plan for the whole corpus. The search is re-decided on every call; the
+proxy runs it uses are stages of their own, reused while fresh."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from clusterclip.experiment.commands import config_flags, settings_flags
+from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig
+from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
+from clusterclip.experiment.tune.config import TuneConfig
+from clusterclip.experiment.tune.halving import candidates, choose, halving, search_pairs, unseen_check
+from clusterclip.experiment.tune.runners import ProxyRunner, TrainingRunner
+from clusterclip.experiment.tune.search import OnEvent, Search
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import RunDir, save_json
+from clusterclip.store import layout as A
+
+TUNE_VERSION = 1
+SEARCH_STAGE = "search"
+"""The stage of the tune directory that is the search (record ``RUN/tune/search.json``)."""
+RESULTS = "results.json"
+
+
+def run_tune(
+    inputs: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    cfg: ExperimentConfig | None = None,
+    tune: TuneConfig | None = None,
+    runner: ProxyRunner | None = None,
+    progress: bool = False,
+    on_event: OnEvent | None = None,
+    write_plan: bool = True,
+) -> dict[str, Any]:
+    """Search the grid by successive halving, choose a plan, and write it for the whole corpus into ``out``.
+
+    Every proxy run is a stage ``runs/<key>`` of ``out/tune`` (record ``out/tune/runs/<key>.json``) written as
+    it finishes, so a killed search resumes with the finished runs reused; ``out/tune/results.json`` is
+    rewritten (atomically) after every rung. ``runner`` replaces the training runs (tests); ``write_plan``
+    False skips the whole-corpus plan. Returns the results dictionary.
+    """
+    cfg, tune = cfg or ExperimentConfig(), tune or TuneConfig()
+    tune_dir = Path(out) / A.TUNE_DIR
+    s = Search(cfg, tune, runner or TrainingRunner(inputs, tune_dir, cfg, progress), tune_dir, on_event)
+
+    def build(job: Job) -> Built:
+        _search(s, inputs)
+        if write_plan:
+            s.results["plan"] = write_chosen_plan(inputs, Path(out), cfg, s.specs[s.results["winner"]],
+                                                  tune.plan_seed, progress)
+            _write(s)
+        return Built([RESULTS])
+
+    settings = {"config": asdict(cfg), "tune": asdict(tune), "write_plan": write_plan}
+    run_stage(RunDir(tune_dir), Stage(SEARCH_STAGE, settings, s.proxies.inputs, build,
+                                      command=tune_argv(inputs, out, cfg, tune, write_plan)), force=True)
+    return s.results
+
+
+def _search(s: Search, inputs: Sequence[str | os.PathLike[str]]) -> None:
+    """The search, its decision and the unseen check into ``s.results`` (written after every step)."""
+    s.results = {"version": TUNE_VERSION, "status": "running", "inputs": [str(p) for p in inputs],
+                 "config": asdict(s.cfg), "tune": asdict(s.tune), "grid": list(s.specs),
+                 "pairs": [list(p) for p in search_pairs(s.cfg)], "trajectory": []}
+    try:
+        trajectory, final = halving(s, lambda: _write(s))
+        seen = {n: a for t in trajectory for n, a in t["scores"].items()}
+        winner, why = choose(final, s.tune.max_micro_regression, seen)
+        s.results.update(objective=s.objective() if s.cache else None, winner=winner, reason=why,
+                         status=f"stopped: {s.stopped}" if s.stopped else "complete",
+                         candidates=candidates(s, trajectory, winner))
+        _write(s)
+        if s.tune.check_split_seeds:
+            s.results["unseen"] = unseen_check(s, winner)
+            _write(s)
+    finally:
+        s.close()
+
+
+def _write(s: Search) -> None:
+    s.results["progress"] = {"trained": s.fresh, "reused": s.reused, "search_runs": len(s.used),
+                             "seconds": round(time.perf_counter() - s.t0, 1)}
+    s.results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    save_json(s.tune_dir / RESULTS, s.results)
+
+
+def tune_argv(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
+              tune: TuneConfig, write_plan: bool = True) -> list[str]:
+    """The ``clusterclip tune`` command line that runs this search into ``out``."""
+    return ["clusterclip", "tune", *map(str, inputs), "--out", str(out), *settings_flags(tune),
+            *config_flags(cfg, (*DATA_FIELDS, *PROXY_FIELDS)), *([] if write_plan else ["--no-plan"])]
