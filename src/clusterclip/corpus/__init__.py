@@ -49,8 +49,6 @@ from clusterclip.corpus.stage import check_inputs_unchanged, corpus_command, cor
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.corpus.txt import txt_document, txt_records
 
-_column_records = column_records  # the name clusterclip.add still uses
-
 __all__ = [
     "CORPUS_FIELDS", "CORPUS_SCHEMA", "DEFAULT_CORPUS", "PART_ROWS", "CorpusConfig", "DocBatch", "Document",
     "Located", "PartWriter", "ReadOptions", "ReadStats", "WorkUnit", "WrittenParts", "check_inputs_unchanged",

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from clusterclip.corpus import CorpusConfig, corpus_command
-from clusterclip.embed.registry import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, EMBEDDERS
+from clusterclip.embed.registry import DEFAULT_BATCH_SIZES, DEFAULT_EMBEDDER, DEFAULT_SHARD_SIZE, EMBEDDERS
 from clusterclip.settings import Settings, at_least, command_flags, is_text, optional, setting
 
 
@@ -26,7 +26,7 @@ class EmbedConfig(Settings):
     batch_size: int | None = setting(None, check=optional(at_least(1)),
                                      help="documents per encoder batch (default: the embedder's own: "
                                           + ", ".join(f"{n} {b}" for n, b in DEFAULT_BATCH_SIZES.items()) + ")")
-    shard_size: int = setting(65_536, check=at_least(1), help="embeddings per shard file")
+    shard_size: int = setting(DEFAULT_SHARD_SIZE, check=at_least(1), help="embeddings per shard file")
     device: str = setting("cpu", check=is_text, help="torch device of the minilm encoder (cpu, cuda)")
     extra: dict[str, Any] = field(default_factory=dict)
 

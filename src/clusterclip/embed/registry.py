@@ -15,6 +15,8 @@ from clusterclip.embed.static import StaticEmbedder
 from clusterclip.embed.static_vocab import StaticVocabEmbedder
 from clusterclip.errors import ClusterClipError
 
+DEFAULT_SHARD_SIZE = 65_536
+"""Embeddings per shard file (``--shard-size``)."""
 EMBEDDERS = ("static", "minilm", "hashing", "lsa", "static-vocab")
 DEFAULT_EMBEDDER = "lsa"
 """Chosen by the multi-corpus benchmark (``docs/embedders.md``): the only CPU embedder at MiniLM's level on

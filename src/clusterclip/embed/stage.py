@@ -13,7 +13,7 @@ import numpy as np
 from clusterclip.corpus import corpus_parts
 from clusterclip.embed.base import Embedder, EmbedderBase
 from clusterclip.embed.lsa import LsaEmbedder
-from clusterclip.embed.registry import DEFAULT_EMBEDDER, FITTED_EMBEDDERS, get_embedder
+from clusterclip.embed.registry import DEFAULT_EMBEDDER, DEFAULT_SHARD_SIZE, FITTED_EMBEDDERS, get_embedder
 from clusterclip.embed.static_vocab import StaticVocabEmbedder
 from clusterclip.embed.texts import TextReader, count_rows, sample_texts
 from clusterclip.errors import ClusterClipError, disk_full_at
@@ -104,7 +104,7 @@ def embed_stage(
     run: RunDir,
     embedder: str | Embedder = DEFAULT_EMBEDDER,
     batch_size: int | None = None,
-    shard_size: int = 65536,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     force: bool = False,
     progress: bool = True,
     engine: str = "local",

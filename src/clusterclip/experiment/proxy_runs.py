@@ -43,10 +43,11 @@ from clusterclip.experiment.splits import EXPERIMENT_DIR, prepare_split
 from clusterclip.experiment.steps import SplitData, proxy_run, use_torch
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RunDir, config_hash, load_json
+from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_STAGE = "experiment"
+EXPERIMENT_STAGE = A.EXPERIMENT_STAGE
 """The stage of ``OUT/experiment/``; its record is ``OUT/experiment/experiment.json``."""
 RESULTS, TABLE = "results.json", "results.md"
 

@@ -20,7 +20,7 @@ from clusterclip.experiment.steps import SplitData, set_up
 from clusterclip.store import config_hash
 from clusterclip.store import layout as A
 
-EXPERIMENT_DIR = "experiment"
+EXPERIMENT_DIR = A.EXPERIMENT_DIR
 
 
 def split_root(out: str | os.PathLike[str], split: int, primary: int) -> Path:

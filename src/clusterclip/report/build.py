@@ -51,7 +51,7 @@ def build_report(
         files = [built[0], *sorted(p for p in built[0].parent.glob("*.png") if OWN_CHART.match(p.name))]
         return Built([p.relative_to(rd.root).as_posix() for p in files])
 
-    # Rebuilt every time: experiment and tune results shown on the page are not stages.
+    # Rebuilt every time: the page also shows experiment and tune results, which live in other run directories.
     run_stage(rd, Stage(a.REPORT_STAGE, {}, config_hash(upstream), build, reads=dict.fromkeys(upstream, ()),
                         command=("clusterclip", "report", RUN)), force=True)
     return built[0]

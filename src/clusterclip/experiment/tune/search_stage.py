@@ -23,7 +23,7 @@ from clusterclip.store import RunDir, save_json
 from clusterclip.store import layout as A
 
 TUNE_VERSION = 1
-SEARCH_STAGE = "search"
+SEARCH_STAGE = A.TUNE_SEARCH_STAGE
 """The stage of the tune directory that is the search (record ``RUN/tune/search.json``)."""
 RESULTS = "results.json"
 
