@@ -24,37 +24,19 @@ from clusterclip.corpus.inputs import WorkUnit, expand_inputs, files_under, inpu
 from clusterclip.corpus.jsonl import count_newlines, json_document, jsonl_records
 from clusterclip.corpus.limits import PART_ROWS
 from clusterclip.corpus.parquet import open_parquet, parquet_batches
-from clusterclip.corpus.parts import (
-    CORPUS_SCHEMA,
-    PartWriter,
-    WrittenParts,
-    corpus_parts,
-    iter_corpus,
-    read_column,
-    write_part,
-)
+from clusterclip.corpus.parts import PartWriter, corpus_parts, read_column
 from clusterclip.corpus.reading import iter_documents, located_documents, read_unit
-from clusterclip.corpus.records import (
-    DocBatch,
-    Document,
-    Located,
-    ReadOptions,
-    ReadStats,
-    column_records,
-    read_column_batches,
-    read_documents,
-    record_document,
-)
+from clusterclip.corpus.records import Document, ReadOptions, ReadStats
 from clusterclip.corpus.stage import check_inputs_unchanged, corpus_command, corpus_stage
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.corpus.txt import txt_document, txt_records
 
 __all__ = [
-    "CORPUS_FIELDS", "CORPUS_SCHEMA", "DEFAULT_CORPUS", "PART_ROWS", "CorpusConfig", "DocBatch", "Document",
-    "Located", "PartWriter", "ReadOptions", "ReadStats", "WorkUnit", "WrittenParts", "check_inputs_unchanged",
-    "column_records", "corpus_command", "corpus_parts", "corpus_stage", "count_newlines", "expand_inputs",
-    "files_under", "hf_batches", "inputs_fingerprint", "iter_corpus", "iter_documents", "json_document",
+    "CORPUS_FIELDS", "DEFAULT_CORPUS", "PART_ROWS", "CorpusConfig", "Document",
+    "PartWriter", "ReadOptions", "ReadStats", "WorkUnit", "check_inputs_unchanged",
+    "corpus_command", "corpus_parts", "corpus_stage", "count_newlines", "expand_inputs",
+    "files_under", "hf_batches", "inputs_fingerprint", "iter_documents", "json_document",
     "jsonl_records", "located_documents", "make_token_counter", "number_lines", "open_parquet",
-    "parquet_batches", "read_column", "read_column_batches", "read_documents", "read_unit", "record_document",
-    "stdlib_documents", "txt_document", "txt_records", "work_units", "write_part",
+    "parquet_batches", "read_column", "read_unit",
+    "stdlib_documents", "txt_document", "txt_records", "work_units",
 ]

@@ -6,32 +6,16 @@ directory. The method and its guarantees are specified in ``docs/sampling.md``.
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan.build import DEFAULT_CHUNK, Plan, build_plan
-from clusterclip.plan.config import (
-    BUDGET_UNITS,
-    DEFAULT_MAX_REPEAT,
-    ORDERS,
-    PLAN_FIELDS,
-    STRATEGIES,
-    PlanConfig,
-    PlanConfigError,
-    load_weights,
-)
+from clusterclip.plan.config import PLAN_FIELDS, STRATEGIES, PlanConfig, PlanConfigError, load_weights
 from clusterclip.plan.identity import identity_of
-from clusterclip.plan.integrity import (
-    BLOCK_ENTRIES,
-    PlanIntegrityError,
-    PlanReader,
-    block_checksums,
-    open_plan,
-    plan_command,
-)
+from clusterclip.plan.integrity import BLOCK_ENTRIES, PlanIntegrityError, PlanReader, block_checksums, open_plan
 from clusterclip.plan.quotas import round_quotas, water_fill
 from clusterclip.plan.reference import reference_order
 from clusterclip.plan.stage import PLAN_FORMAT, continuation, list_plans, plan_stage
 from clusterclip.plan.stats import N_WINDOWS
 
 __all__ = [
-    "BLOCK_ENTRIES", "BUDGET_UNITS", "DEFAULT_CHUNK", "DEFAULT_MAX_REPEAT", "N_WINDOWS", "ORDERS", "PLAN_FIELDS",
+    "BLOCK_ENTRIES", "DEFAULT_CHUNK", "N_WINDOWS", "PLAN_FIELDS",
     "PLAN_FORMAT", "STRATEGIES",
     "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "PlanIntegrityError", "PlanReader",
     "block_checksums", "build_plan", "continuation", "identity_of", "list_plans", "load_weights", "open_plan",

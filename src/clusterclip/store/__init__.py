@@ -5,14 +5,19 @@ run directory through it. File names are in :mod:`clusterclip.store.layout`.
 """
 
 from clusterclip.store.files import (
+    # crash tests and clean-up
     FAULT_ENV,
     TMP_PREFIX,
+    # errors
     LinkInRunDirError,
     StaleArtifactError,
+    # atomic writes and reads (never pickled)
     atomic_path,
     atomic_write,
+    # digests
     config_hash,
     file_digest,
+    # modes and links
     file_mode,
     load_json,
     load_npy,
