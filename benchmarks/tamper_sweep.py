@@ -11,7 +11,9 @@ file (or replaces one folder by a link), then runs one command on the copy. An o
 * ``outside``: something outside the run directory (behind a planted link) was written or deleted.
 
 ``python benchmarks/tamper_sweep.py`` prints the table recorded in RESULTS.md; ``tests/test_tamper_sweep.py``
-runs the same sweep and asserts there is no ``silent``, ``traceback`` or ``outside`` outcome.
+runs the same sweep and asserts there is no ``silent``, ``traceback`` or ``outside`` outcome. Its lineage
+sweep (``benchmarks/lineage_sweep.py``) changes a run instead of damaging it: adds, refits, continuations,
+killed adds and re-runs, checking that no document is lost or doubled and every cap holds over a chain.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ class Baseline:
         rc, _, err, exc = _cli(["export", str(run), "--out", str(out), "-q"])
         if exc is not None or rc != 0:
             return f"export failed: {err.strip() or exc!r}"
-        return {k: v for k, v in _tree(out).items() if k != "export.json"}
+        return {k: v for k, v in _tree(out).items() if k not in ("export.json", ".lock")}
 
     @staticmethod
     def _sample(run: Path) -> list[int]:
@@ -274,7 +276,7 @@ def _correct(base: Baseline, case: Path, target: str, command: str, out: str) ->
         return ("correct", "report flags it") if html and _names(html, target, base.report) else \
             ("silent", "report differs")
     if command == "export":
-        got = {k: v for k, v in _tree(case.parent / "export").items() if k != "export.json"}
+        got = {k: v for k, v in _tree(case.parent / "export").items() if k not in ("export.json", ".lock")}
         return ("correct", "same export") if got == base.export else ("silent", "exported files differ")
     now = _recorded(case)
     wanted = {r: s for r, s in base.recorded.items()

@@ -162,16 +162,19 @@ def test_duplicate_among_new_documents_names_both_lines(tmp_path):
     run, _ = build_run(tmp_path)
     new = new_file(tmp_path / "new.jsonl", {"sailing": 5})
     lines = new.read_text().splitlines()
-    new.write_text("\n".join([*lines, lines[1]]) + "\n")
+    other_text = json.dumps({**json.loads(lines[1]), "text": "another text under the same id"})
+    new.write_text("\n".join([*lines, other_text]) + "\n")
     with pytest.raises(ClusterClipError, match=rf"{new}:6: id 'new-sailing-1' is also the id of {new}:2"):
         add(run, [new])
+    new.write_text("\n".join([*lines, lines[1]]) + "\n")  # same id, same text: skipped and counted
+    assert add(run, [new])["duplicates_skipped"] == 1
 
 
 def test_default_ids_of_a_same_named_file_collide_with_a_hint(tmp_path):
     run, old = build_run(tmp_path, id_field=None)
     (tmp_path / "feb").mkdir()
     again = new_file(tmp_path / "feb" / old.name, {"sailing": 5})
-    with pytest.raises(ClusterClipError, match=r"already in the run.*rename it or use --id-field"):
+    with pytest.raises(ClusterClipError, match=r"already in the run.*use --id-field"):
         add(run, [again])
     renamed = shutil.copy(again, tmp_path / "feb" / "feb.jsonl")
     assert add(run, [Path(renamed)])["documents_added"] == 5
@@ -180,7 +183,7 @@ def test_default_ids_of_a_same_named_file_collide_with_a_hint(tmp_path):
 def test_reader_options_override_the_recorded_ones(tmp_path):
     run, _ = build_run(tmp_path)
     new = tmp_path / "new.jsonl"
-    new.write_text("".join(json.dumps({"key": f"k{i}", "body": TOPICS["sailing"]}) + "\n" for i in range(4)))
+    new.write_text("".join(json.dumps({"key": f"k{i}", "body": f"{TOPICS['sailing']} {i}"}) + "\n" for i in range(4)))
     with pytest.raises(ClusterClipError, match="text"):
         add(run, [new])
     add(run, [new], read=ReadOptions(text_field="body", id_field="key"))
@@ -200,9 +203,12 @@ def test_cluster_refit_fits_over_all_documents_and_makes_plans_stale(tmp_path):
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 60})])
     plan = PlanConfig(strategy="clusterclip", max_repeat=3)
     stale_hash = run.record(A.plan_stage_name(plan.name()))["inputs_hash"]
-    assert main(["cluster", str(run.root), "--k", "4", "--refit", "-q"]) == 0
+    assert main(["cluster", str(run.root), "--k", "4", "--refit", "-q"]) == 2  # would strand the plan
+    assert run.record(A.plan_stage_name(plan.name()))["inputs_hash"] == stale_hash
+    before = run.output_hash(A.CLUSTER_STAGE)
+    assert main(["cluster", str(run.root), "--k", "4", "--refit", "--force", "-q"]) == 0
     rec = run.record(A.CLUSTER_STAGE)
-    assert "fit_count" not in rec and rec["sample_size"] == 210
+    assert "fit_count" not in rec and rec["sample_size"] == 210 and rec["refits"][-1]["from"] == before
     assert run.audit()[A.CLUSTER_STAGE] == []
     with run.lock():
         rebuilt = plan_stage(run, plan)
@@ -250,7 +256,8 @@ def test_default_k_follows_the_fit_only_while_the_cluster_record_is_current(tmp_
     add(run, [new])
     with run.lock():
         assert cluster_stage(run, ClusterConfig(), progress=False)["fit_count"] == 150  # fresh, same k
-        corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False)
+        assert corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False)["additions"]  # no-op
+        corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False, force=True)
         embed_stage(run, "hashing", shard_size=50, progress=False)
         assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(185) != default_k(150)
 
@@ -264,8 +271,8 @@ def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
     run.path(A.ADD_JOURNAL).write_text('{"key": "abc", "inputs": [')
     assert main(["add", str(run.root), str(new), "-q"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("clusterclip: error: ") and str(run.path(A.ADD_JOURNAL)) in err and "not valid JSON" in err
-    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("clusterclip: error: ") and str(run.path(A.ADD_JOURNAL)) in err and "damaged" in err
+    assert "\n" not in err and "Traceback" not in err and "--abort" in err
     with pytest.raises(CorruptFileError) as caught:
         load_json(run.path(A.ADD_JOURNAL))
     assert isinstance(caught.value, ValueError)  # callers that treat an unreadable record as stale still do

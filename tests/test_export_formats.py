@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip import export_writers
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import ExportConfig, _Packer, _rebatch, export_plan
+from clusterclip.export import ExportConfig, export_plan
+from clusterclip.export import writers as export_writers
+from clusterclip.export.stream import Packer, rebatch
 from clusterclip.plan import PlanConfig, plan_stage
 from tests.test_export import _run
 
@@ -108,7 +109,7 @@ def test_megatron_indexed_dataset_returns_the_planned_token_ids(tmp_path, seq_le
 
 def test_seq_len_packing_against_a_hand_computation(tmp_path):
     """Three documents in two batches packed by 4: a document runs on into the next sample, the tail is dropped."""
-    packer = _Packer(4)
+    packer = Packer(4)
     batches = [pa.table({"tokens": pa.array([[2, 3, 4], [7, 8]], pa.list_(pa.uint16()))}),
                pa.table({"tokens": pa.array([[9, 1, 1, 5, 6]], pa.list_(pa.uint16()))})]
     out = [packer.pack(b).column("tokens").to_pylist() for b in batches]
@@ -135,10 +136,10 @@ def test_seq_len_packing_against_a_hand_computation(tmp_path):
        st.integers(1, 6))
 def test_packing_and_rebatching_equal_one_flat_cut(docs, seq_len, window, shard):
     """Whatever the window and shard sizes, the samples are the flat token stream cut every seq_len tokens."""
-    packer = _Packer(seq_len)
+    packer = Packer(seq_len)
     tables = (packer.pack(pa.table({"tokens": pa.array(docs[w:w + window], pa.list_(pa.uint16()))}))
               for w in range(0, len(docs), window))
-    batches = list(_rebatch(tables, shard))
+    batches = list(rebatch(tables, shard))
     flat = [t for d in docs for t in d]
     n = len(flat) // seq_len
     assert [s for b in batches for s in b.column("tokens").to_pylist()] == [flat[k * seq_len:(k + 1) * seq_len]
@@ -178,8 +179,9 @@ def test_killed_export_rerun_writes_identical_bytes(tmp_path, monkeypatch, fmt):
     again = export_plan(run, cfg.name(), tmp_path / "killed", **opts)
     assert [p.name for p in again] == [p.name for p in clean] and len(clean) >= 2
     assert [_content(p) for p in again] == [_content(p) for p in clean]
-    assert sorted(p.name for p in (tmp_path / "killed").iterdir()) == sorted([*(p.name for p in clean),
-                                                                              "export.json"])
+    # .lock: the folder's writer lock, held by every export of it (not an export artifact)
+    assert sorted(p.name for p in (tmp_path / "killed").iterdir() if p.name != ".lock") == \
+        sorted([*(p.name for p in clean), "export.json"])
 
 
 def test_refuses_a_folder_from_another_plan(tmp_path):

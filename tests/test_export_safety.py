@@ -8,21 +8,35 @@ import os
 import re
 import shutil
 from collections import namedtuple
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from clusterclip import export_writers
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import export_plan
+from clusterclip.export import writers as export_writers
 from clusterclip.store import save_npy
 from tests.test_export import _run
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _failing_writer(monkeypatch, at: int, exc: BaseException) -> Callable[[], None]:
+    """Make the JSONL writer raise ``exc`` instead of writing batch ``at``; returns what undoes it."""
+    real = export_writers.JsonlWriter.write
+
+    def write(self, batch):
+        if self.batches == at:
+            raise exc
+        real(self, batch)
+
+    monkeypatch.setattr(export_writers.JsonlWriter, "write", write)
+    return lambda: monkeypatch.setattr(export_writers.JsonlWriter, "write", real)
 
 
 def _cli_error(capsys, *args: str) -> str:
@@ -233,11 +247,11 @@ def test_estimate_covers_what_is_written(tmp_path, monkeypatch, fmt):
     asked = []
     real = shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda path: (asked.append(path), real(path))[1])
-    import clusterclip.export as E
+    import clusterclip.export.stage as E
 
     needs = []
-    check = E._check_space
-    monkeypatch.setattr(E, "_check_space", lambda out, need: (needs.append(need), check(out, need))[1])
+    check = E.check_space
+    monkeypatch.setattr(E, "check_space", lambda out, need: (needs.append(need), check(out, need))[1])
     files = export_plan(run, cfg.name(), tmp_path / "out", fmt=fmt)
     written = sum(p.stat().st_size for p in files)
     assert asked and written <= needs[0] <= max(written, 1) * 10
@@ -249,14 +263,7 @@ def test_disk_full_while_writing_removes_the_partial_files_and_keeps_the_earlier
     out = tmp_path / "out"
     export_plan(run, cfg.name(), out, shard_size=40)
     before = _tree(out)
-    real = export_writers.JsonlWriter.write
-
-    def disk_full(self, batch):
-        if self.batches == 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(self, batch)
-
-    monkeypatch.setattr(export_writers.JsonlWriter, "write", disk_full)
+    _failing_writer(monkeypatch, 2, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     err = _cli_error(capsys, str(run.root), "--out", str(out), "--shard-size", "10")
     assert f"{out}: no space left on the device while exporting" in err and "earlier export is intact" in err
     assert _tree(out) == before and not (out / ".partial").exists()
@@ -265,7 +272,7 @@ def test_disk_full_while_writing_removes_the_partial_files_and_keeps_the_earlier
 
 
 def test_disk_full_while_claiming_the_folder_is_one_line(tmp_path, monkeypatch, capsys):
-    import clusterclip.export as E
+    import clusterclip.export.publish as E
 
     run, _, _ = _run(tmp_path)
 
@@ -276,3 +283,62 @@ def test_disk_full_while_claiming_the_folder_is_one_line(tmp_path, monkeypatch, 
     err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "new"))
     assert "no space left on the device" in err
     assert not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------------- the stage protocol and the lock
+
+def test_the_record_is_a_stage_record_and_a_same_reexport_is_skipped_unless_forced(tmp_path):
+    run, cfg, _ = _run(tmp_path)
+    out = tmp_path / "out"
+    files = export_plan(run, cfg.name(), out, shard_size=40)
+    record = json.loads((out / "export.json").read_text())
+    assert record["stage"] == "export" and sorted(record["artifacts"]) == record["files"] == [p.name for p in files]
+    assert record["inputs_hash"] == record["identity"]["plan_sha256"] and record["upstream"] == {}
+    assert record["command"] == ["clusterclip", "export", str(run.root), "--plan", cfg.name(), "--out", "{run}",
+                                 "--format", "jsonl", "--shard-size", "40"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*record["files"], "export.json", ".lock"])
+    times = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"}
+    assert export_plan(run, cfg.name(), out, shard_size=40) == files
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"} == times
+    export_plan(run, cfg.name(), out, shard_size=40, force=True)
+    assert all(p.stat().st_mtime_ns != times[p.name] for p in files)
+
+
+def test_a_second_export_into_the_folder_fails_while_one_writes(tmp_path, capsys):
+    """Another process holds the folder's writer lock: the export fails at once and changes nothing."""
+    import subprocess
+    import sys
+
+    run, cfg, _ = _run(tmp_path)
+    out = tmp_path / "out"
+    export_plan(run, cfg.name(), out, shard_size=40)
+    before = _tree(out)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom clusterclip.store import exclusive\n"
+                               f"with exclusive({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        err = _cli_error(capsys, str(run.root), "--out", str(out), "--shard-size", "10")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "another clusterclip process is writing this export folder" in err
+    assert {k: v for k, v in _tree(out).items() if k != ".lock"} == {k: v for k, v in before.items() if k != ".lock"}
+
+
+def test_killed_while_writing_over_an_earlier_export_keeps_it_owned(tmp_path, monkeypatch):
+    """Killed after the runner forgot the earlier record: the staging journal still lists the earlier files,
+    so the next run replaces them instead of refusing the folder."""
+    run, cfg, _ = _run(tmp_path)
+    out = tmp_path / "out"
+    export_plan(run, cfg.name(), out, shard_size=100)
+    clean = _tree(out)
+    undo = _failing_writer(monkeypatch, 1, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        export_plan(run, cfg.name(), out, shard_size=10)
+    undo()
+    assert not (out / "export.json").exists() and (out / ".partial" / "identity.json").is_file()
+    export_plan(run, cfg.name(), out, shard_size=100)
+    assert sorted(_tree(out)) == sorted(clean)
+    assert {k: v for k, v in _tree(out).items() if k != "export.json"} == \
+        {k: v for k, v in clean.items() if k != "export.json"}

@@ -225,7 +225,7 @@ def test_plans_before_an_add_are_behind_not_stale_until_a_refit(run, tmp_path, c
     assert main(["status", str(run.root)]) == 0
     out = capsys.readouterr().out
     assert "note:" in out and "STALE" not in out
-    assert main(["cluster", str(run.root), "--k", "4", "--refit", "-q"]) == 0
+    assert main(["cluster", str(run.root), "--k", "4", "--refit", "--force", "-q"]) == 0
     assert run.stale_reason(stage) is not None
 
 

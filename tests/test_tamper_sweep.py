@@ -40,3 +40,12 @@ def test_damage_is_caught_not_ignored(outcomes):
     assert {o.kind for o in plan_npy if o.command in ("sampler", "export")} == {"error"}
     assert all(o.kind == "correct" and o.detail == "status flags it"
                for o in plan_npy if o.command == "verify")
+
+
+def test_lineage_sweep_loses_or_doubles_no_document_and_holds_every_cap(tmp_path, capsys):
+    """Seeded sequences of run / add / refit / plan / continue / killed add / re-run (benchmarks/lineage_sweep.py):
+    every check passes after every step, and the sequences cover every operation."""
+    import lineage_sweep
+
+    done = lineage_sweep.sweep(tmp_path)
+    assert {op for _, ops, _ in done for op in ops} == set(lineage_sweep.OPS)

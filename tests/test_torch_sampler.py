@@ -142,32 +142,31 @@ def test_reorder_dataset():
         reorder_dataset(ds, np.array([10]))
 
 
-def test_hf_trainer_recipe_follows_the_plan(tmp_path):
+def test_plan_trainer_follows_the_plan_across_epochs(tmp_path):
     pytest.importorskip("accelerate")  # the Trainer needs it
     transformers = pytest.importorskip("transformers")
     datasets = pytest.importorskip("datasets")
+    from clusterclip.torch.hf import PlanTrainer
+
     n = 64
-    plan = np.random.default_rng(1).integers(0, n, 40).astype(np.int64)
+    plan = np.random.default_rng(1).integers(0, n, 14).astype(np.int64)
     ds = datasets.Dataset.from_dict({"input_ids": [[i + 1] * 4 for i in range(n)],
                                      "labels": [[i + 1] * 4 for i in range(n)]})
     seen: list[int] = []
 
-    class PlanTrainer(transformers.Trainer):
-        def _get_train_sampler(self, train_dataset=None):
-            return ClusterClipSampler(plan, rank=0, world_size=1)
-
+    class Recording(PlanTrainer):
         def compute_loss(self, model, inputs, *args, **kwargs):
             seen.extend((inputs["input_ids"][:, 0] - 1).tolist())
             return super().compute_loss(model, inputs, *args, **kwargs)
 
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=n + 2, n_positions=8, n_embd=32, n_layer=1, n_head=2))
+        vocab_size=n + 2, n_positions=8, n_embd=32, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0))
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=5, report_to=[],
         use_cpu=True, save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
-    PlanTrainer(model=model, args=args, train_dataset=ds).train()
-    assert seen == plan[:20].tolist()
+    Recording(model=model, args=args, train_dataset=ds, plan=plan).train()
+    assert seen == np.tile(plan, 2)[:20].tolist(), "epochs follow each other without a pad"
 
 
 def test_plan_written_by_format_1_still_loads(tmp_path):
@@ -199,3 +198,96 @@ def test_sampler_refuses_a_plan_made_stale_by_reclustering(tmp_path):
     assert main(["cluster", str(run), "--k", "3", "-q"]) == 0
     with pytest.raises(ClusterClipError, match=r"stale.*clusterclip plan"):
         ClusterClipSampler(run, rank=0, world_size=1)
+
+
+def test_epochs_replay_the_plan_and_set_epoch_moves_forward_only():
+    plan = _plan(9)
+    s = ClusterClipSampler(plan)
+    s.set_epoch(0)
+    assert list(s) == plan.tolist() and (s.epoch, s.consumed) == (1, 0)
+    s.set_epoch(1)  # the epoch the finished pass moved to: no change
+    assert s.state_dict()["epoch"] == 1
+    with pytest.raises(ClusterClipError, match=r"set_epoch\(0\).*epoch 1"):
+        s.set_epoch(0)
+    s.set_consumed(4)
+    s.set_epoch(3)  # a later epoch starts at its first position
+    assert (s.epoch, s.consumed) == (3, 0) and list(s) == plan.tolist()
+
+
+@pytest.mark.parametrize(("ws_before", "ws_after", "batch"), [(2, 3, 2), (2, 1, 3), (3, 2, 1)])
+def test_consumed_state_resumes_across_an_epoch_boundary(ws_before, ws_after, batch):
+    plan = _plan(23)
+    samplers = [ClusterClipSampler(plan, rank=r, world_size=ws_before) for r in range(ws_before)]
+    per_rank = len(samplers[0])
+    for s in samplers:
+        assert len(list(s)) == per_rank  # epoch 0 done
+        s.set_epoch(1)
+        it = iter(s)
+        [next(it) for _ in range(3 * batch)]  # three batches of epoch 1
+    state = samplers[0].state_dict(consumed_batches=3, batch_size=batch)
+    assert (state["epoch"], state["consumed"], state["world_size"]) == (1, 3 * batch * ws_before, ws_before)
+    assert state["pad"] == (-23) % ws_before
+    resumed = [ClusterClipSampler(plan, rank=r, world_size=ws_after) for r in range(ws_after)]
+    for s in resumed:
+        s.load_state_dict(state)
+        s.set_epoch(1)  # the loop's epoch: the sampler is in it already
+    pad = resumed[0].pad
+    assert pad == (-(23 - state["consumed"])) % ws_after
+    assert _interleave([list(s) for s in resumed]) == plan[state["consumed"]:].tolist() + plan[:pad].tolist()
+    assert all((s.epoch, s.consumed) == (2, 0) for s in resumed)
+
+
+def test_consumed_state_checks_its_arguments():
+    s = ClusterClipSampler(_plan(10), rank=0, world_size=2)
+    with pytest.raises(ClusterClipError, match="together"):
+        s.state_dict(consumed_batches=1)
+    assert s.state_dict(consumed_batches=2, batch_size=3)["consumed"] == 10  # the last batch is short
+    with pytest.raises(ClusterClipError, match="exceeds the 5 samples"):
+        s.state_dict(consumed_batches=3, batch_size=3)
+    assert len(list(s)) == 5  # a finished pass: its last batch, or nothing yet of the next epoch
+    assert s.state_dict(consumed_batches=2, batch_size=3)["epoch"] == 0
+    assert (s.state_dict(consumed_batches=0, batch_size=3)["epoch"], s.consumed) == (1, 0)
+
+
+def test_world_size_beyond_the_plan_is_refused_and_endless_streams_epochs():
+    plan = _plan(5)
+    with pytest.raises(ClusterClipError, match="world_size 8 exceeds the plan's 5 draws"):
+        ClusterClipSampler(plan, rank=0, world_size=8)
+    s = ClusterClipSampler(plan, rank=1, world_size=2, endless=True)
+    with pytest.raises(TypeError):
+        len(s)
+    it = iter(s)
+    assert [next(it) for _ in range(6)] == np.tile(plan, 3)[1::2][:6].tolist()
+    assert (s.epoch, s.consumed) == (2, 2)
+
+
+def test_stateful_dataloader_saves_what_it_handed_over(tmp_path):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    run = _run_dir_with_plans(tmp_path, [PlanConfig(budget=250)])
+    sampler = ClusterClipSampler(run.root)
+    loader = sdl.StatefulDataLoader(_IndexDataset(), batch_size=8, sampler=sampler, num_workers=2)
+    it = iter(loader)
+    got = [next(it) for _ in range(5)]
+    assert sampler.consumed > 40, "workers fetched ahead"
+    from clusterclip.torch import sampler_state
+
+    state = sampler_state(loader.state_dict())
+    assert (state["epoch"], state["consumed"], state["counted"]) == (0, 40, "yielded")
+    fresh = ClusterClipSampler(run.root)
+    fresh.load_state_dict(state)
+    assert torch.cat(got).tolist() + list(fresh) == load_plan(run.root).tolist()
+    del it
+
+
+def test_a_plan_file_without_its_record_says_what_is_not_checked(tmp_path):
+    run = _run_dir_with_plans(tmp_path, [PlanConfig(budget=50)])
+    folder = next(run.path("plans").iterdir())
+    (folder / "plan.json").unlink()
+    with pytest.warns(UserWarning, match=r"no plan\.json.*0\.\.199 \(the run's documents\).*cannot be"):
+        s = ClusterClipSampler(folder / "plan.npy")
+    assert len(list(s)) == 50
+    order = np.load(folder / "plan.npy")
+    order[3] = 200
+    np.save(folder / "plan.npy", order)
+    with pytest.warns(UserWarning), pytest.raises(ClusterClipError, match="document index 200"):
+        list(ClusterClipSampler(folder / "plan.npy"))

@@ -25,7 +25,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.settings import Settings, SettingsError, at_least, command_flags, optional, setting
 from clusterclip.stages import Built, Stage, grow_stage, run_stage
-from clusterclip.store import RunDir, load_npy, save_npy
+from clusterclip.store import RunDir, load_npy, record_output_hash, save_npy
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
 
@@ -207,10 +207,13 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
 
     After ``clusterclip add`` the record keeps the centroids fitted on the first ``fit_count`` documents
     (the default k stays the one derived from them, so the stage stays fresh); ``refit`` fits new centroids
-    over all documents (the default k from their count), which makes every plan stale.
+    over all documents (the default k from their count), which makes every plan stale: refused while a
+    current plan exists unless ``force`` (a continuation of it still builds and loads afterwards).
     """
     config = config or ClusterConfig()
     check_engine(engine)
+    if refit and not force:
+        _refuse_stranding_refit(run)
     embed_rec = run.require(A.EMBED_STAGE, verify=False)
     if run.record(A.CORPUS_STAGE) is not None:
         check_inputs_unchanged(run)
@@ -221,10 +224,30 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     settings = {**asdict(config), "k": k}
     stage = Stage(A.CLUSTER_STAGE, settings, run.output_hash(A.EMBED_STAGE),
                   reads={A.EMBED_STAGE: None},
-                  build=lambda job: _build_clusters(run, config, k, embed_rec, progress, engine),
+                  build=lambda job: _refit_lineage(_build_clusters(run, config, k, embed_rec, progress, engine),
+                                                   previous if refit else None, int(embed_rec["count"])),
                   command=("clusterclip", "cluster", A.RUN,
                            *command_flags(ClusterConfig, settings, defaults={"k": None})))
     return run_stage(run, stage, force or refit)
+
+
+def _refit_lineage(built: Built, previous: Mapping[str, Any] | None, n: int) -> Built:
+    """A refit's record lists every refit of the run (``refits``: the output hash refitted and the documents
+    fitted on), kept from the record it replaces."""
+    if not previous:
+        return built
+    refits = [*previous.get("refits", []), {"from": record_output_hash(previous), "documents": n}]
+    return Built(built.artifacts, {**built.fields, "refits": refits})
+
+
+def _refuse_stranding_refit(run: RunDir) -> None:
+    """Refuse a refit that would make current plans stale (a training job reading one could not resume it)."""
+    plans = [s.split("/")[1] for s in run.stages() if s.startswith(A.PLANS_DIR + "/") and not run.stale_reason(s)]
+    if plans:
+        raise ClusterClipError(
+            f"{run.root}: `cluster --refit` relabels every document and makes plan(s) {', '.join(plans)} stale, "
+            "so the sampler refuses them; re-run with --force to refit anyway (a running plan then goes on with "
+            "`clusterclip plan RUN --continue PLAN --consumed N`, built on the new clusters)")
 
 
 def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed_rec: dict[str, Any], progress: bool,

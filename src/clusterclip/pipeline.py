@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.add import pending_note
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, corpus_stage
 from clusterclip.embed.config import EmbedConfig, embed_command
@@ -23,6 +24,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.plan import list_plans
 from clusterclip.store import RunDir, load_npy, save_json
 from clusterclip.store import layout as A
+from clusterclip.store.lineage import check_record_files, orphan_plans
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ def run_pipeline(  # noqa: PLR0913 -- one argument per settings section, as the 
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
     with run.lock(), engine.session():
+        check_record_files(run.root)
         run.clean_temp_files()
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress, engine=engine.engine)
         cluster_stage(run, cluster, force=force, progress=progress, engine=engine.engine)
@@ -125,10 +128,50 @@ def summarize(run: RunDir) -> dict[str, Any]:
         problems.setdefault("run directory", []).append(str(exc))
     for name, plan in out.get("plans", {}).items():
         plan["stale"] = A.plan_stage_name(name) in out.get("stale", {})
+    out.update(_lineage(run, problems))
     problems = {stage: list(dict.fromkeys(found)) for stage, found in problems.items() if found}
     if problems:
         out["problems"] = problems
     return out
+
+
+def _lineage(run: RunDir, problems: dict[str, list[str]]) -> dict[str, Any]:
+    """``lineage`` (after an add: the commands that rebuild the corpus, in order, and what each add
+    appended) and ``pending`` (an interrupted add) of the summary; plan folders without a record go to
+    ``problems``."""
+    out: dict[str, Any] = {}
+    for name in orphan_plans(run.root):
+        stage = A.plan_stage_name(name)
+        problems.setdefault(stage, []).append(
+            f"{run.path(A.plan_path(name))}: plan files without their record {A.PLAN_RECORD} (deleted?), so no "
+            f"reader trusts them; rebuild: `{run.rebuild_command(stage, None, force=True)}`")
+    if note := pending_note(run):
+        out["pending"] = note
+    with contextlib.suppress(ClusterClipError, KeyError, TypeError):
+        corpus = run.record(A.CORPUS_STAGE) or {}
+        if corpus.get("additions"):
+            out["lineage"] = {
+                "rebuild": replay_commands(run, corpus, run.record(A.CLUSTER_STAGE) or {}),
+                "additions": [{"inputs": a["inputs"], "count": a["count"],
+                               "duplicates_skipped": a.get("duplicates_skipped", 0)} for a in corpus["additions"]]}
+    return out
+
+
+def replay_commands(run: RunDir, corpus: dict[str, Any], cluster: dict[str, Any]) -> list[str]:
+    """The commands that rebuild a run that grew, in order: the corpus and embed stages, the clustering the
+    first add grew, then every add, each refit after the add it followed (``refits``, by document count)."""
+    def render(argv: list[str], *extra: str) -> str:
+        return " ".join([run.rebuild_command(A.CORPUS_STAGE, {"command": argv}), *extra])
+
+    steps = [run.rebuild_command(A.CORPUS_STAGE, corpus)]
+    if first := corpus["additions"][0].get("cluster_command"):
+        steps.append(render(first))
+    for add in corpus["additions"]:
+        steps.append(render(add["command"]))
+        count = int(add["first_index"]) + int(add["count"])
+        steps += [render(cluster["command"], "--refit", "--force") for refit in cluster.get("refits", [])
+                  if refit.get("documents") == count and "command" in cluster]
+    return steps
 
 
 def _freshness(run: RunDir, skip: set[str]) -> dict[str, Any]:
@@ -177,6 +220,13 @@ def format_summary(summary: dict[str, Any]) -> str:
                 "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
         stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
         lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
+    for add in summary.get("lineage", {}).get("additions", []):
+        lines.append(f"added:    {add['count']:,} documents from {' '.join(add['inputs'])}"
+                     + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))
+    if steps := summary.get("lineage", {}).get("rebuild"):
+        lines.append("rebuild:  " + ", then ".join(f"`{c}`" for c in steps))
+    if summary.get("pending"):
+        lines.append(f"pending:  {summary['pending']}")
     lines += [f"stale:    {why}" for why in summary.get("stale", {}).values()]
     lines += [f"note:     {note}" for note in summary.get("behind", {}).values()]
     lines += [f"problem:  {problem}" for found in summary.get("problems", {}).values() for problem in found]

@@ -14,15 +14,21 @@ started from. A re-run of the same add finds it and redoes every step from those
 deterministic and rewrites only by atomic rename), so it ends with the bytes of an uninterrupted run; the
 journal goes last. A re-run after completion finds the inputs in the corpus record and does nothing.
 
+Lineage: every input is identified by its content (SHA-256), so an input already in the run (under any
+name) is refused, a document whose text is already in it is skipped, and a moved or rewritten input still
+finishes a killed add; ``add --abort`` undoes one. The corpus record lists each add's command (``regrow``).
+
 Modules: :mod:`.workflow` (the steps in order, the journal), :mod:`.new_docs` (reading the new inputs,
-checking their ids), :mod:`.grow` (corpus and embed), :mod:`.drift` (the drift report).
+checking their ids), :mod:`.grow` (corpus and embed), :mod:`.drift` (the drift report), :mod:`.lineage`
+(duplicates, the add's command, ``--abort``).
 """
 
 from clusterclip.add.drift import DRIFT_PERCENTILE, drift_report, format_drift, lower_percentile
+from clusterclip.add.lineage import abort_add, pending_note, text_hashes
 from clusterclip.add.new_docs import check_new_ids
 from clusterclip.add.workflow import READ_FIELDS, AddConfig, add_documents, add_key
 
 __all__ = [
-    "DRIFT_PERCENTILE", "READ_FIELDS", "AddConfig", "add_documents", "add_key", "check_new_ids", "drift_report",
-    "format_drift", "lower_percentile",
+    "DRIFT_PERCENTILE", "READ_FIELDS", "AddConfig", "abort_add", "add_documents", "add_key", "check_new_ids",
+    "drift_report", "format_drift", "lower_percentile", "pending_note", "text_hashes",
 ]

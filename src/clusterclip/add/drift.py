@@ -72,8 +72,12 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
         "fastest-growing clusters: " + ", ".join(
             f"{c} (+{report['cluster_added'][c]} on {report['cluster_before'][c]}, {growth[c]:.0%})" for c in top),
     ]
+    if report.get("duplicates_skipped"):
+        lines.insert(1, f"skipped {report['duplicates_skipped']:,} documents whose text is already in the run "
+                        "(add --allow-duplicates to append them)")
     if report["recommend_refit"]:
-        lines.append(f"recommendation: re-cluster with `clusterclip cluster {run.root} --refit` (then re-plan)")
+        lines.append(f"recommendation: re-cluster with `clusterclip cluster {run.root} --refit` (it refuses while "
+                     "plans exist unless --force: continue a running plan with `plan --continue` after it)")
     else:
         lines.append("the existing clusters still fit the new documents; no re-clustering needed")
     return "\n".join(lines)

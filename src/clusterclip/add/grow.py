@@ -16,6 +16,7 @@ from clusterclip.progress import progress_bar
 from clusterclip.stages import grow_stage
 from clusterclip.store import RunDir, config_hash, save_npy
 from clusterclip.store import layout as A
+from clusterclip.store.lineage import REGROW
 
 
 def embed_new(run: RunDir, embed_rec: Mapping[str, Any], new_parts: Sequence[str], n_new: int,
@@ -41,8 +42,10 @@ def grow_corpus_record(run: RunDir, journal: Mapping[str, Any], new: NewDocs, se
     """Rewrite the corpus record for the new parts and tokens; the add is listed in ``additions`` (and its
     inputs and reader options in the config's ``added``)."""
     corpus, n_old = journal["base"]["corpus"], int(journal["base"]["corpus"]["count"])
-    entry = {"key": journal["key"], "inputs": journal["inputs"], "first_index": n_old, "count": len(new.ids),
-             "parts": new.parts, "skipped": new.stats.skipped}
+    entry = {"key": journal["key"], "inputs": journal["inputs"], "input_hashes": journal["input_hashes"],
+             "command": journal["command"], "cluster_command": journal["base"]["cluster"].get("command"),
+             "first_index": n_old, "count": len(new.ids), "parts": new.parts,
+             "skipped": new.stats.skipped, "duplicates_skipped": new.duplicates}
     groups = Counter(corpus.get("groups", {})) + new.groups
     config = {**corpus["config"], "added": [*corpus["config"].get("added", []),
                                             {"inputs": journal["inputs"], "read": journal["read"]}]}
@@ -55,12 +58,13 @@ def grow_corpus_record(run: RunDir, journal: Mapping[str, Any], new: NewDocs, se
         skipped_examples=(corpus.get("skipped_examples", []) + new.stats.examples)[:ReadStats.max_examples],
         groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         inputs=[*corpus.get("inputs", []), *journal["fingerprint"]],
-        additions=[*corpus.get("additions", []), entry])
+        additions=[*corpus.get("additions", []), entry], regrow=[*corpus.get(REGROW, []), journal["command"]])
 
 
 def grow_embed_record(run: RunDir, embed_rec: Mapping[str, Any], count: int,
-                      shards: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Rewrite the embed record for the new shards, built from the grown corpus."""
+                      shards: Sequence[dict[str, Any]], command: Sequence[str]) -> dict[str, Any]:
+    """Rewrite the embed record for the new shards, built from the grown corpus (``command``: the add's)."""
     return grow_stage(run, embed_rec, run.output_hash(A.CORPUS_STAGE),
                       [*embed_rec["artifacts"], *(s["file"] for s in shards)], 0.0, dict(embed_rec["artifacts"]),
-                      (A.CORPUS_STAGE,), count=count, shards=[*embed_rec["shards"], *shards])
+                      (A.CORPUS_STAGE,), count=count, shards=[*embed_rec["shards"], *shards],
+                      regrow=[*embed_rec.get(REGROW, []), list(command)])

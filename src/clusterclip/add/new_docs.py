@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from clusterclip.add.lineage import text_hashes
 from clusterclip.corpus import (
     PART_ROWS,
     PartWriter,
@@ -23,6 +24,7 @@ from clusterclip.corpus import (
     open_parquet,
     read_unit,
 )
+from clusterclip.corpus.records import DocBatch
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.store import RunDir
@@ -31,7 +33,9 @@ from clusterclip.store import layout as A
 
 @dataclass
 class NewDocs:
-    """What reading the new inputs wrote and counted; ``unit_ends[u]``: documents read up to work unit ``u``."""
+    """What reading the new inputs wrote and counted; ``unit_ends[u]``: documents read up to work unit ``u``
+    (kept or not), ``read_pos[i]``: the position among those of the ``i``-th kept document, ``duplicates``:
+    documents skipped because their text is already in the run."""
 
     parts: list[str]
     tokens: np.ndarray
@@ -39,6 +43,8 @@ class NewDocs:
     unit_ends: list[int]
     stats: ReadStats
     groups: Counter[str]
+    read_pos: np.ndarray
+    duplicates: int = 0
 
 
 def corpus_part_files(corpus_rec: Mapping[str, Any]) -> list[str]:
@@ -47,15 +53,19 @@ def corpus_part_files(corpus_rec: Mapping[str, Any]) -> list[str]:
 
 
 def read_new_documents(run: RunDir, journal: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
-                       progress: bool) -> NewDocs:
-    """Read the new inputs into corpus parts after the run's and check their ids. On a refusal before the add
-    started (no journal yet) the new parts are removed again."""
+                       progress: bool, known: np.ndarray | None = None) -> NewDocs:
+    """Read the new inputs into corpus parts after the run's and check their ids; documents whose text hash
+    is in ``known`` (sorted; the run's) or repeats an earlier new one are skipped and counted (``None``:
+    keep all). On a refusal before the add started (no journal yet) the new parts are removed again."""
     base = journal["base"]
     first_part = len(corpus_part_files(base["corpus"]))
     try:
-        new = _read_new(run, base, units, opts, progress)
+        new = _read_new(run, base, units, opts, progress, known)
         if not new.ids:
-            raise ClusterClipError(f"{', '.join(journal['inputs'])}: no usable documents to add")
+            raise ClusterClipError(
+                f"{', '.join(journal['inputs'])}: no usable documents to add" + (
+                    f": all {new.duplicates} are already in the run (same text); add --allow-duplicates to "
+                    "append them again" if new.duplicates else ""))
         check_new_ids(run, base, units, new, opts)
     except ClusterClipError:
         if not run.path(A.ADD_JOURNAL).exists():
@@ -67,26 +77,49 @@ def read_new_documents(run: RunDir, journal: Mapping[str, Any], units: Sequence[
 
 
 def _read_new(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
-              progress: bool) -> NewDocs:
-    """Read the new inputs into parts after the corpus', indexed from its count."""
+              progress: bool, known: np.ndarray | None) -> NewDocs:
+    """Read the new inputs into parts after the corpus', indexed from its count, skipping known texts."""
     first_part = len(corpus_part_files(base["corpus"]))
     writer = PartWriter(run.root, lambda i: A.corpus_part(first_part + i),
                         make_token_counter(base["corpus"]["config"].get("tokenizer")), PART_ROWS,
                         first_index=int(base["corpus"]["count"]))
-    stats, ids, ends = ReadStats(), [], []
+    stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
             for batch in read_unit(unit, opts, stats):
-                writer.add(batch)
-                ids.extend(batch.ids)
+                keep = _unseen(batch, known, seen)
+                kept = DocBatch([batch.ids[i] for i in keep], [batch.texts[i] for i in keep],
+                                [batch.groups[i] for i in keep])
+                writer.add(kept)
+                ids.extend(kept.ids)
+                pos.extend(n_read + i for i in keep)
+                n_read += len(batch)
                 bar.update(len(batch))
-            ends.append(len(ids))
+            ends.append(n_read)
     read = writer.finish(stats)
-    return NewDocs(read.parts, read.tokens, ids, ends, stats, read.groups)
+    return NewDocs(read.parts, read.tokens, ids, ends, stats, read.groups, np.asarray(pos, np.int64),
+                   n_read - len(ids))
+
+
+def _unseen(batch: DocBatch, known: np.ndarray | None, seen: set[int]) -> list[int]:
+    """Positions in ``batch`` of the documents to keep: all without ``known``, else those whose text hash is
+    neither in ``known`` nor in ``seen`` (the new texts so far, updated)."""
+    if known is None:
+        return list(range(len(batch)))
+    hashes = text_hashes(batch.texts)
+    old = np.zeros(len(hashes), bool) if not known.size else \
+        known[np.minimum(np.searchsorted(known, hashes), known.size - 1)] == hashes
+    keep = []
+    for i, h in enumerate(hashes.tolist()):
+        if not old[i] and h not in seen:
+            seen.add(h)
+            keep.append(i)
+    return keep
 
 
 def _where_new(units: Sequence[WorkUnit], new: NewDocs, pos: int, opts: ReadOptions) -> str:
     """File and line (or row) of the ``pos``-th new document (its unit is read again, for the message)."""
+    pos = int(new.read_pos[pos])
     unit_no = int(np.searchsorted(new.unit_ends, pos, side="right"))
     skip = pos - (new.unit_ends[unit_no - 1] if unit_no else 0)
     good = 0
@@ -106,7 +139,8 @@ def check_new_ids(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit
     """Refuse new ids that an existing document has (streaming the old parts' id column) or that two new
     documents share; the error names both places."""
     hint = (f"ids come from field {opts.id_field!r}" if opts.id_field else
-            "ids default to FILE:LINE, so a new file named like an old one collides: rename it or use --id-field")
+            "ids default to FILE:LINE, so a new file named like an old one collides: use --id-field (a copy of an "
+            "input under another name is refused as a duplicate)")
     first: dict[str, int] = {}
     for pos, doc_id in enumerate(new.ids):
         if doc_id in first:

@@ -13,9 +13,11 @@ import numpy as np
 
 from clusterclip.add.drift import drift_report
 from clusterclip.add.grow import embed_new, grow_corpus_record, grow_embed_record
+from clusterclip.add.lineage import READ_FIELDS, add_command, check_duplicate_inputs, run_text_hashes
 from clusterclip.add.new_docs import read_new_documents
 from clusterclip.cluster import grow_cluster_record, grow_clusters
 from clusterclip.corpus import ReadOptions, expand_inputs, inputs_fingerprint, work_units
+from clusterclip.corpus.inputs import content_hashes
 from clusterclip.engines import check_engine
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import Settings, between, setting
@@ -23,7 +25,7 @@ from clusterclip.store import RunDir, config_hash, load_json, load_npy, save_jso
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
 
-READ_FIELDS = ("text_field", "id_field", "group_field", "on_bad_record", "split")
+__all__ = ["READ_FIELDS", "AddConfig", "add_documents", "add_key"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,19 @@ class AddConfig(Settings):
         help="recommend `cluster --refit` when more than this share of the new documents is less similar to "
              "every centroid than the 5th percentile of the existing documents (new documents like the old "
              "ones give about 0.05; 0.10 is twice that, over 3 standard errors above it from 200 documents on)")
+    allow_duplicates: bool = setting(
+        False, help="append the documents even when an input's bytes already entered the run (under any name) "
+                    "or a document's text is already in it (default: such an input is refused and such "
+                    "documents are skipped and counted)")
 
 
-def add_key(resolved: Sequence[tuple[Path, str]], opts: ReadOptions) -> tuple[str, list[dict[str, Any]]]:
-    """What identifies an add: the new inputs' fingerprint (paths, sizes, mtimes) and the reader options."""
-    fingerprint = inputs_fingerprint(resolved)
-    return config_hash({"inputs": fingerprint, "read": asdict(opts)}), fingerprint
+def add_key(resolved: Sequence[tuple[Path, str]], opts: ReadOptions,
+            known: Sequence[dict[str, Any]] = ()) -> tuple[str, list[dict[str, Any]]]:
+    """What identifies an add: the new inputs' contents (SHA-256 of each file, in order; not their names or
+    times, so a moved or rewritten input is the same add) and the reader options. Returns the key and the
+    inputs' fingerprint with their hashes (``known``: recorded entries whose hashes are reused)."""
+    hashed = content_hashes(inputs_fingerprint(resolved), known)
+    return config_hash({"inputs": [e["sha256"] for e in hashed], "read": asdict(opts)}), hashed
 
 
 def add_documents(run: RunDir, inputs: Sequence[str | os.PathLike[str]], read: ReadOptions | None = None,
@@ -60,11 +69,15 @@ def add_documents(run: RunDir, inputs: Sequence[str | os.PathLike[str]], read: R
     corpus_rec = run.require(A.CORPUS_STAGE, verify=False)
     opts = read or ReadOptions(**{f: corpus_rec["config"][f] for f in READ_FIELDS})
     resolved = expand_inputs(inputs)
-    key, fingerprint = add_key(resolved, opts)
-    if not run.path(A.ADD_JOURNAL).exists() and key in {a["key"] for a in corpus_rec.get("additions", [])}:
+    key, fingerprint = add_key(resolved, opts, corpus_rec.get("inputs", []))
+    pending = run.path(A.ADD_JOURNAL).exists()
+    if not pending and key in {a["key"] for a in corpus_rec.get("additions", [])}:
         return {"already_added": True, "inputs": [str(p) for p in inputs]}
+    if not pending and not config.allow_duplicates:
+        check_duplicate_inputs(corpus_rec, fingerprint)
     journal = _journal(run, key, [str(p) for p in inputs], opts)
-    journal["fingerprint"] = fingerprint
+    journal.update(fingerprint=fingerprint, input_hashes=[e["sha256"] for e in fingerprint],
+                   command=add_command([str(p) for p in inputs], opts, corpus_rec["config"], config.allow_duplicates))
     return _add(run, journal, resolved, opts, config, progress)
 
 
@@ -73,11 +86,18 @@ def _journal(run: RunDir, key: str, inputs: Sequence[str], opts: ReadOptions) ->
     (checked) records."""
     path = run.path(A.ADD_JOURNAL)
     if path.exists():
-        journal = load_json(path)
-        if journal["key"] != key:
+        abort = f"`clusterclip add {run.root} --abort` undoes it"
+        try:
+            journal = load_json(path)
+            pending, inputs_before = journal["key"], ", ".join(journal["inputs"])
+        except (ClusterClipError, OSError, KeyError, TypeError):
+            raise ClusterClipError(f"{path}: the journal of an interrupted `clusterclip add` is damaged; {abort}, "
+                                   "then add again") from None
+        if pending != key:
             raise ClusterClipError(
-                f"{run.root}: an interrupted `clusterclip add` of {', '.join(journal['inputs'])} is pending "
-                f"({A.ADD_JOURNAL}); re-run that add to finish it first")
+                f"{run.root}: an interrupted `clusterclip add` of {inputs_before} is pending ({A.ADD_JOURNAL}); "
+                f"re-run that add to finish it (its inputs are recognised by content, wherever they are now), or "
+                f"{abort}")
         return journal
     for stage in A.STAGES:
         run.require(stage, verify=False)
@@ -96,7 +116,8 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     before it), write the drift report and remove the journal."""
     t0 = time.perf_counter()
     base, n_old = journal["base"], int(journal["base"]["corpus"]["count"])
-    new = read_new_documents(run, journal, work_units(resolved), opts, progress)
+    known = None if config.allow_duplicates else run_text_hashes(run, base["corpus"])
+    new = read_new_documents(run, journal, work_units(resolved), opts, progress, known)
     save_json(run.path(A.ADD_JOURNAL), journal)
     append_npy(run.path(A.TOKENS), n_old, new.tokens)
     shards = embed_new(run, base["embed"], new.parts, len(new.ids), progress)
@@ -105,8 +126,8 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
     report = drift_report(run.path(A.SCORES), n_old, scores, labels, old_sizes, config.drift_threshold)
     grow_corpus_record(run, journal, new, time.perf_counter() - t0)
-    grow_embed_record(run, base["embed"], n_old + len(new.ids), shards)
+    grow_embed_record(run, base["embed"], n_old + len(new.ids), shards, journal["command"])
     grow_cluster_record(run, base["cluster"], n_old, scores, sizes)
-    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report})
+    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates})
     run.path(A.ADD_JOURNAL).unlink()
     return load_json(run.path(A.DRIFT_REPORT))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterclip.add import READ_FIELDS, AddConfig, add_documents, format_drift
+from clusterclip.add import READ_FIELDS, AddConfig, abort_add, add_documents, format_drift
 from clusterclip.cli.options import add_common, add_engine, command, writing
 from clusterclip.corpus import ReadOptions
+from clusterclip.errors import ClusterClipError
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
+from clusterclip.store.lineage import check_record_files
 
 
 def add_add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -18,19 +20,30 @@ def add_add_parser(sub: Any) -> argparse.ArgumentParser:
                 "Append NEW_INPUT documents after the corpus: new corpus parts, embeddings of the new documents "
                 "only, assignment to the existing (frozen) centroids, and a drift report (drift.json) that "
                 "recommends `cluster --refit` when many new documents are far from every centroid. Killed, "
-                "re-run it to finish; re-run after it finished, it changes nothing.",
+                "re-run it to finish (or --abort it); re-run after it finished, it changes nothing. An input whose "
+                "bytes are already in the run is refused, documents whose text is are skipped (--allow-duplicates).",
                 run_dir="finished run directory (corpus, embed and cluster stages)")
-    p.add_argument("new_inputs", nargs="+", metavar="NEW_INPUT", help="files or folders to add (formats as for run)")
+    p.add_argument("new_inputs", nargs="*", metavar="NEW_INPUT", help="files or folders to add (formats as for run)")
+    p.add_argument("--abort", action="store_true",
+                   help="undo an interrupted add: remove its new parts and shards and its journal, restore the records")
     g = p.add_argument_group("reader options (default: those the corpus stage recorded)")
     add_arguments(g, ReadOptions, READ_FIELDS, unset=True)
-    add_arguments(p, AddConfig)
+    add_arguments(p, AddConfig, overrides={"allow_duplicates": {"action": "store_true"}})
     add_engine(p.add_argument_group("engine"))
     add_common(p, force=False)
     return p
 
 
 def cmd_add(a: argparse.Namespace) -> int:
-    with writing(RunDir(a.run_dir)) as run:
+    if a.abort != (not a.new_inputs):
+        raise ClusterClipError("clusterclip add needs NEW_INPUT... to add, or --abort alone to undo an interrupted add")
+    run = RunDir(a.run_dir)
+    check_record_files(run.root)
+    if a.abort:
+        with writing(run):
+            print(abort_add(run))
+        return 0
+    with writing(run) as run:
         recorded = run.require(A.CORPUS_STAGE, verify=False)["config"]
         read = from_args(ReadOptions, a, READ_FIELDS, base=ReadOptions(**{f: recorded[f] for f in READ_FIELDS}))
         report = add_documents(run, a.new_inputs, read, from_args(AddConfig, a), progress=not a.quiet,

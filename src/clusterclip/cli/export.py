@@ -23,7 +23,7 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a))
+    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a), force=a.force)
     for path in written:
         print(path)
     return 0

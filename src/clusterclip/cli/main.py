@@ -13,6 +13,7 @@ from typing import Any
 from clusterclip import __version__
 from clusterclip.cli.add import add_add_parser
 from clusterclip.cli.cluster import add_cluster_parser
+from clusterclip.cli.dedup import add_dedup_parser
 from clusterclip.cli.embed import add_embed_parser
 from clusterclip.cli.experiment import add_experiment_parser
 from clusterclip.cli.export import add_export_parser
@@ -41,8 +42,8 @@ examples:
   clusterclip plan runs/web --continue clusterclip-R4-docs-Bepoch-s0 --consumed 300000 --max-repeat 2
   clusterclip report runs/web
 """
-COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_add_parser, add_plan_parser, add_report_parser,
-            add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)
+COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_dedup_parser, add_add_parser, add_plan_parser,
+            add_report_parser, add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)
 """Each adds one sub-command, in the order ``clusterclip --help`` lists them."""
 NOISY = ("sentence_transformers", "transformers", "faiss", "urllib3", "filelock", "ray")
 

@@ -12,6 +12,7 @@ from clusterclip.pipeline import format_summary
 from clusterclip.plan import continuation, plan_stage
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
+from clusterclip.store.lineage import check_record_files
 
 
 def add_plan_parser(sub: Any) -> argparse.ArgumentParser:
@@ -36,6 +37,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     (cfg,) = plan_configs(a, [a.strategy])
     if (a.continue_plan is None) != (a.consumed is None):
         raise ClusterClipError("--continue PLAN and --consumed N go together: continue PLAN after N positions")
+    check_record_files(RunDir(a.run_dir).root)
     with writing(RunDir(a.run_dir)) as run:
         if a.continue_plan is None:
             rec = plan_stage(run, cfg, force=a.force)

@@ -6,6 +6,10 @@ import argparse
 from typing import Any
 
 from clusterclip.cli.options import add_common, command
+from clusterclip.errors import ClusterClipError
+from clusterclip.store import RunDir
+from clusterclip.store import layout as A
+from clusterclip.store.lineage import check_record_files
 
 
 def add_report_parser(sub: Any) -> argparse.ArgumentParser:
@@ -19,5 +23,10 @@ def add_report_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_report(a: argparse.Namespace) -> int:
     from clusterclip.report import build_report
 
+    run = RunDir(a.run_dir)
+    check_record_files(run.root)
+    if not run.record_path(A.CLUSTER_STAGE).is_file():
+        raise ClusterClipError(f"{run.root}: not a run directory with clusters (no {A.record(A.CLUSTER_STAGE)}); "
+                               f"nothing was written: build one with `clusterclip run INPUT... --out {run.root}`")
     print(build_report(a.run_dir, progress=not a.quiet))
     return 0

@@ -10,6 +10,7 @@ from clusterclip.cli.options import command
 from clusterclip.errors import ClusterClipError
 from clusterclip.pipeline import format_audit, format_summary, summarize
 from clusterclip.store import RunDir
+from clusterclip.store.lineage import check_record_files
 
 
 def add_status_parser(sub: Any) -> argparse.ArgumentParser:
@@ -27,8 +28,11 @@ def cmd_status(a: argparse.Namespace) -> int:
     run = RunDir(a.run_dir)
     if not run.root.is_dir():
         raise ClusterClipError(f"{run.root}: not a run directory")
+    check_record_files(run.root)
     summary = summarize(run)
     audit = run.audit() if a.verify else None
+    if audit is not None:
+        audit.update({stage: found for stage, found in summary.get("problems", {}).items() if stage not in audit})
     if a.json:
         print(json.dumps(summary if audit is None else {**summary, "verify": audit}, indent=2, default=str))
     else:

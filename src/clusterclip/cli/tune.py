@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from clusterclip.cli.options import add_presets, add_verbosity, experiment_config, settings_error
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.tune import TuneConfig, format_summary, print_event, run_tune
 from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE
+from clusterclip.mixture import format_proposal, load_any, propose_from_swarm, write_weights
 from clusterclip.settings import SettingsError, add_arguments, from_args
 
 HELP = "choose cap, temperature and order for a corpus by proxy training runs"
@@ -26,7 +28,10 @@ has it, else over clusters), judged by its paired difference to random with a 95
 a candidate must also keep the micro loss within --max-micro-regression of random's. If none is better
 than random, random is chosen. The chosen plan is written for the whole corpus into RUN (an ordinary
 plan), with the equivalent `clusterclip plan` command; `clusterclip report RUN` shows the search.
-Finished proxy runs are kept in RUN/tune/runs/, so a killed search resumes where it stopped.
+Finished proxy runs are kept in RUN/tune/runs/, so a killed search resumes where it stopped; two
+candidates whose plans are identical on a pair train once. --search weights searches per-cluster
+mixtures under --weights-cap in rounds guided by --predictor (docs/tune.md); --from-csv proposes a
+mixture from a swarm file without training.
 
 examples:
   clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90
@@ -34,6 +39,8 @@ examples:
   clusterclip tune data.jsonl --out /tmp/tuned --quick
   clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once
   clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384 --heads 6
+  clusterclip tune data.jsonl --out runs/w --search grid,weights --weight-rounds 3 --check-split-seeds 10,11
+  clusterclip tune --out /tmp/p --from-csv train_mixture_1m.csv --loss-csv train_pile_loss_1m.csv
 """
 
 
@@ -49,6 +56,12 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     add_arguments(p.add_argument_group("proxy model"), ModelConfig, unset=True)
     add_arguments(p.add_argument_group("proxy training"), TrainConfig, unset=True)
     p.add_argument("--no-plan", action="store_true", help="search only; do not write the plan for the whole corpus")
+    g = p.add_argument_group("swarm made elsewhere (no training)")
+    g.add_argument("--from-csv", metavar="FILE", help="fit --predictor on this swarm (single-file format, or a RegMix "
+                   "mixture file with --loss-csv) and write the proposed weights to OUT/tune/proposed_weights.json")
+    g.add_argument("--loss-csv", metavar="FILE", help="RegMix loss file joined to --from-csv by its index column")
+    g.add_argument("--target", default="pile-cc", help="RegMix loss column (exact or a unique fragment)")
+    g.add_argument("--objective", default=None, help="objective column of a single-file swarm")
     add_verbosity(p, "no progress output")
     p.set_defaults(func=cmd_tune)
     return p
@@ -67,6 +80,8 @@ def tune_configs(a: argparse.Namespace) -> tuple[ExperimentConfig, TuneConfig]:
 
 def cmd_tune(a: argparse.Namespace) -> int:
     """Run the search, printing a line per proxy run, then the candidates, the choice and its command."""
+    if a.from_csv:
+        return cmd_from_csv(a)
     try:
         cfg, tune = tune_configs(a)
         res = run_tune(a.inputs, a.out, cfg, tune, progress=not a.quiet, on_event=None if a.quiet else print_event,
@@ -74,4 +89,13 @@ def cmd_tune(a: argparse.Namespace) -> int:
     except SettingsError as exc:
         raise settings_error(exc) from exc
     print(format_summary(res))
+    return 0
+
+
+def cmd_from_csv(a: argparse.Namespace) -> int:
+    """Fit and propose from a swarm file; print the weights and the prediction, write the weights file."""
+    swarm = load_any(a.from_csv, a.loss_csv, a.target, a.objective)
+    res = propose_from_swarm(swarm, getattr(a, "predictor", "loglinear"), getattr(a, "plan_seed", 0))
+    path = write_weights(Path(a.out) / "tune" / "proposed_weights.json", res["domains"], res["weights"])
+    print(format_proposal(res) + f"\nWeights file: {path}")
     return 0

@@ -17,6 +17,10 @@ from clusterclip.corpus.hf import has_hf_metadata, is_hf_dataset_dir
 from clusterclip.corpus.parquet import row_group_runs
 from clusterclip.corpus.records import is_unicode, unreadable
 from clusterclip.errors import ClusterClipError
+from clusterclip.store import file_digest
+
+DEFAULT_IDENTITY = "default-corpus"
+"""The content identity of the built-in default corpus in a run's lineage (it has no input files)."""
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -106,6 +110,34 @@ def inputs_fingerprint(inputs: Sequence[tuple[Path, str]]) -> list[dict[str, Any
             entries.append({"path": str(p.resolve()), "format": fmt, "size": st.st_size,
                             "mtime_ns": st.st_mtime_ns})
     return entries
+
+
+def content_hashes(fingerprint: Sequence[dict[str, Any]],
+                   known: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The fingerprint entries with the SHA-256 of each file's bytes (``sha256``, streamed): what identifies
+    an input whatever its name or modification time. A ``known`` entry (a record's) with the same path,
+    size and modification time lends its hash, so unchanged inputs are not read again."""
+    seen = {(k.get("path"), k.get("size"), k.get("mtime_ns")): k["sha256"] for k in known if k.get("sha256")}
+    out = []
+    for entry in fingerprint:
+        digest = seen.get((entry["path"], entry["size"], entry["mtime_ns"]))
+        if digest is None:
+            try:
+                digest = file_digest(entry["path"])
+            except OSError as exc:
+                raise unreadable(Path(entry["path"]), exc) from None
+        out.append({**entry, "sha256": digest})
+    return out
+
+
+def same_content(entry: dict[str, Any], known: dict[str, Any]) -> bool:
+    """Whether the input file of fingerprint ``entry`` still holds the bytes of the recorded ``known`` entry:
+    same size and modification time, or (a rewrite or a copy) the same SHA-256."""
+    if entry["size"] != known.get("size"):
+        return False
+    if entry["mtime_ns"] == known.get("mtime_ns"):
+        return True
+    return bool(known.get("sha256")) and content_hashes([entry])[0]["sha256"] == known["sha256"]
 
 
 @dataclass(frozen=True)

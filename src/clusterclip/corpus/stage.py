@@ -18,7 +18,7 @@ from clusterclip.corpus import limits
 from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
-from clusterclip.corpus.inputs import expand_inputs, inputs_fingerprint
+from clusterclip.corpus.inputs import DEFAULT_IDENTITY, content_hashes, expand_inputs, inputs_fingerprint, same_content
 from clusterclip.corpus.parts import PartWriter, WrittenParts
 from clusterclip.corpus.ray_read import read_on_ray
 from clusterclip.corpus.reading import iter_documents
@@ -64,6 +64,9 @@ def corpus_stage(
     cfg = {**asdict(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
     if not inputs:
         cfg["group_field"] = "module"
+    held = check_lineage(run, fingerprint if inputs else None, cfg, force)
+    if held is not None:
+        return held
     stage = Stage(A.CORPUS_STAGE, cfg, config_hash(fingerprint),
                   build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint),
                   command=command or corpus_command(inputs, config))
@@ -103,6 +106,7 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
         if f"{A.CORPUS_DIR}/{stale.name}" not in read.parts:
             stale.unlink()
     duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
+    hashed = content_hashes(fingerprint) if inputs else []
     with disk_full_at(run.path(A.TOKENS)):
         save_npy(run.path(A.TOKENS), read.tokens)
     if stats.skipped:
@@ -110,7 +114,8 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
     return Built([*read.parts, A.TOKENS], dict(
         count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
         duplicate_ids=duplicates, groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
-        inputs=fingerprint if inputs else [], engine=engine if inputs else "local",
+        inputs=hashed, engine=engine if inputs else "local",
+        input_hashes=[e["sha256"] for e in hashed] if inputs else [DEFAULT_IDENTITY],
     ))
 
 
@@ -142,16 +147,54 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     return writer.finish(stats)
 
 
+def lineage_hashes(rec: dict[str, Any]) -> list[str]:
+    """The content identities of every input that entered the run of corpus record ``rec``: the corpus
+    stage's (:data:`DEFAULT_IDENTITY` for the default corpus; the path for records written before hashes)
+    and each add's, in order."""
+    base = rec.get("input_hashes") or [e.get("sha256") or e["path"] for e in rec.get("inputs", [])] \
+        or [DEFAULT_IDENTITY]  # records written before input hashes: paths, so a run is never taken as the same
+    return [*base, *(h for a in rec.get("additions", []) for h in a.get("input_hashes", a.get("inputs", [])))]
+
+
+def check_lineage(run: RunDir, fingerprint: list[dict[str, Any]] | None, cfg: dict[str, Any],
+                  force: bool) -> dict[str, Any] | None:
+    """After ``clusterclip add``: the corpus record when the inputs given are every input of the run's
+    lineage and the options (``cfg``) are the recorded ones (nothing to do); a one-line refusal otherwise
+    (``--force`` rebuilds from the inputs given only, dropping documents added from others). None when the
+    run has no adds (the stage decides as usual) or with ``force``."""
+    prev = run.previous_record(A.CORPUS_STAGE)
+    if force or not prev or not prev.get("additions"):
+        return None
+    given = [e["sha256"] for e in content_hashes(fingerprint, prev.get("inputs", []))] if fingerprint is not None \
+        else [DEFAULT_IDENTITY]
+    held = lineage_hashes(prev)
+    if set(given) == set(held):
+        changed = sorted(k for k, v in cfg.items() if k != "inputs" and prev["config"].get(k) != v)
+        if changed:
+            raise ClusterClipError(f"{run.root}: corpus option(s) {', '.join(changed)} differ from the run's; re-run "
+                                   "with --force to rebuild the run from the inputs given (every input of the run)")
+        run.verify(A.CORPUS_STAGE, prev, checksums=False)
+        return prev
+    lacking = [" ".join(a["inputs"]) for a in prev["additions"] if not set(a.get("input_hashes", ())) <= set(given)]
+    extra = len(set(given) - set(held))
+    why = (f"it also holds the documents that `clusterclip add` added from {', '.join(lacking)}, which the inputs "
+           "given lack; give those inputs too (the run is then up to date)") if lacking else \
+        f"{extra} of the inputs given are not in it: add them with `clusterclip add {run.root} NEW...`"
+    raise ClusterClipError(f"{run.root}: the inputs given are not those of the run: {why}, or re-run with --force "
+                           "to rebuild the run from only the inputs given")
+
+
 def check_inputs_unchanged(run: RunDir) -> None:
-    """Refuse to go on when the corpus files changed (size or mtime) since the corpus stage read them."""
+    """Refuse to go on when a corpus input changed since the corpus stage (or an add) read it: its size, or
+    its bytes when its modification time changed (an input rewritten with the same bytes is fine)."""
     rec = run.require(A.CORPUS_STAGE, verify=False)
     for entry in rec.get("inputs", []):
         path = Path(entry["path"])
         if not path.exists():
             raise StaleArtifactError(f"{path}: input of the corpus stage no longer exists; re-run "
-                                     f"`clusterclip embed INPUT... --out {run.root}`")
+                                     f"`{run.rebuild_command(A.CORPUS_STAGE)}`")
         st = path.stat()
-        if st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]:
+        if not same_content({**entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, entry):
             raise StaleArtifactError(
                 f"{path}: changed since the corpus stage read it (size {entry['size']} -> {st.st_size}); "
-                f"re-run `clusterclip embed INPUT... --out {run.root}` so every stage uses the same corpus")
+                f"re-run `{run.rebuild_command(A.CORPUS_STAGE)}` so every stage uses the same corpus")

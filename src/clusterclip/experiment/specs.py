@@ -42,4 +42,4 @@ def plan_config(spec: dict[str, Any], budget: int, seed: int) -> PlanConfig:
     """The plan of a spec for a token ``budget`` (what a proxy run trains on, and ``tune``'s chosen plan)."""
     return PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit="tokens",
                       max_repeat=spec.get("max_repeat"), tau=spec.get("tau", DEFAULT_TAU),
-                      order=spec.get("order", DEFAULT_ORDER), seed=seed)
+                      order=spec.get("order", DEFAULT_ORDER), seed=seed, weights=spec.get("weights"))

@@ -2,11 +2,14 @@
 
 ``swarm`` reads proxy runs (weights + objective) from CSV, ``predictors`` fits a predictor of the
 objective (log-linear mixing law, ridge, LightGBM), ``propose`` draws candidate mixtures and picks the
-next round. See docs/mixture-search.md.
+next round, ``fromcsv`` proposes from a swarm file (``clusterclip tune --from-csv``) and ``blend`` writes
+chosen weights for Megatron and OLMo-core. See docs/mixture-search.md.
 """
 
 from __future__ import annotations
 
+from clusterclip.mixture.blend import megatron_data_path, olmo_source_mixture, write_blend
+from clusterclip.mixture.fromcsv import format_proposal, load_any, propose_from_swarm, write_weights
 from clusterclip.mixture.predictors import PREDICTORS, Predictor, make_predictor
 from clusterclip.mixture.propose import (
     Proposal,
@@ -30,14 +33,21 @@ __all__ = [
     "Swarm",
     "accept_all",
     "dirichlet_candidates",
+    "format_proposal",
     "from_arrays",
+    "load_any",
     "make_predictor",
+    "megatron_data_path",
     "next_round",
+    "olmo_source_mixture",
     "propose",
+    "propose_from_swarm",
     "rank_candidates",
     "read_regmix",
     "read_swarm",
     "rowwise",
     "temperature_candidates",
+    "write_blend",
     "write_swarm",
+    "write_weights",
 ]

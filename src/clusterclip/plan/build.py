@@ -131,6 +131,8 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
     ``InfeasiblePlanError`` when the budget exceeds the cap.
     """
     t0 = time.perf_counter()
+    if config.duplicates != "none":
+        raise PlanConfigError("duplicates", "needs the dedup groups: build it with plan.duplicates.build_grouped_plan")
     if not is_int(chunk_size) or chunk_size < 1:
         raise PlanConfigError("chunk_size", f"must be an integer >= 1, got {chunk_size!r}")
     digest = identity.OrderHash()

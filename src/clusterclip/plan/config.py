@@ -21,11 +21,14 @@ from clusterclip.settings import is_int as is_int
 STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
 BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
+DUPLICATES = ("none", "drop", "group-cap")
+"""How a plan treats the ``dedup`` stage's groups: ignore them, plan only each group's representative, or
+cap each group's draws together (``plan.duplicates``)."""
 DEFAULT_ORDER = "equal-rate"
 DEFAULT_TAU = 0.5
 DEFAULT_MAX_REPEAT = 4
 MAX_BUDGET = 1 << 53
-PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window")
+PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window", "duplicates")
 """The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
@@ -74,12 +77,18 @@ class PlanConfig(Settings):
                          help="equal-rate: the paper's schedule, balanced first, clipped clusters drop out as they "
                               "run out; spread: the same draws with each cluster's spread evenly over the whole "
                               "run (cluster strategies only)")
+    duplicates: str = setting("none", choices=DUPLICATES,
+                              help="near-duplicate groups of `clusterclip dedup`: none: ignored; drop: plan only each "
+                                   "group's kept document; group-cap: a group's members share one max_repeat")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.order != DEFAULT_ORDER and self.strategy == "random":
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
                                   "'random' (which is epochs of permutations)", type(self))
+        if self.duplicates == "group-cap" and self.budget_unit != "docs":
+            raise PlanConfigError("duplicates", "'group-cap' needs {budget_unit} 'docs' (members differ in tokens)",
+                                  type(self))
         if self.strategy == "weights":
             if self.weights is None:
                 raise PlanConfigError("weights", "must be given: {strategy} 'weights' needs per-cluster weights "
@@ -98,6 +107,7 @@ class PlanConfig(Settings):
 
     def to_json(self) -> dict[str, Any]:
         """Normalised options: equal plans have equal JSON (defaults resolved, unused options None)."""
+        dup = {} if self.duplicates == "none" else {"duplicates": self.duplicates}
         return {
             "strategy": self.strategy,
             "budget": None if self.budget is None else int(self.budget),
@@ -108,6 +118,7 @@ class PlanConfig(Settings):
             "seed": int(self.seed),
             "window": None if self.window is None else int(self.window),
             "order": self.order,
+            **dup,
         }
 
     def name(self) -> str:
@@ -127,6 +138,8 @@ class PlanConfig(Settings):
             parts.append(f"win{int(self.window)}")
         if self.order != DEFAULT_ORDER:
             parts.append(self.order)
+        if self.duplicates != "none":
+            parts.append(self.duplicates)
         return "-".join(parts)
 
     @classmethod
@@ -136,7 +149,8 @@ class PlanConfig(Settings):
                    budget_unit=obj.get("budget_unit", "docs"), max_repeat=obj.get("max_repeat"),
                    tau=DEFAULT_TAU if obj.get("tau") is None else obj["tau"],
                    weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
-                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", DEFAULT_ORDER))
+                   seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", DEFAULT_ORDER),
+                   duplicates=obj.get("duplicates", "none"))
 
 
 def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:

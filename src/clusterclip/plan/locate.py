@@ -50,12 +50,21 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
     if plan_name is not None:
         if plan_name not in names:
             raise PlanNotFoundError(f"{p}: no finished plan {plan_name!r}; plans here: {', '.join(names) or 'none'}")
-        return p / A.plan_path(plan_name, A.PLAN_ORDER)
+        return _existing(p, plan_name)
     if not names:
         raise PlanNotFoundError(f"{p}: no plan.npy and no finished plans/; run `clusterclip plan {p}` first")
     if len(names) > 1:
         raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with plan_name=: {', '.join(names)}")
-    return p / A.plan_path(names[0], A.PLAN_ORDER)
+    return _existing(p, names[0])
+
+
+def _existing(run_root: Path, name: str) -> Path:
+    """``plan.npy`` of finished plan ``name``; one line naming it and its rebuild command when it is gone."""
+    path = run_root / A.plan_path(name, A.PLAN_ORDER)
+    if not path.is_file():
+        raise PlanIntegrityError(f"{path}: missing (its record {A.PLAN_RECORD} is there); rebuild it: "
+                                 f"`{plan_command(run_root, read_record(path) or {'name': name})}`")
+    return path
 
 
 def read_record(path: Path) -> dict[str, Any] | None:

@@ -167,3 +167,29 @@ def round_quotas(q: np.ndarray, caps: np.ndarray, budget: int, priority: np.ndar
         extra += pick.size
     return base
 
+
+def feasible_weights(weights: np.ndarray, sizes: np.ndarray, cap: int | None, budget: float,
+                     rtol: float = 1e-9) -> np.ndarray:
+    """Which mixtures (rows of ``weights``, shape (m, k)) the planner meets exactly under ``cap``.
+
+    A row is feasible when :func:`water_fill` of the budget under the caps ``cap * sizes`` gives every
+    cluster its unclipped share ``budget * w_c / sum(w)`` (within ``rtol``): the plan then trains on that
+    mixture, not on a clipped one. A positive weight on an empty cluster, a row without positive weight
+    or a budget beyond the capacity is infeasible. ``cap`` None: every row with a positive weight on a
+    non-empty cluster is feasible. Pure; the plan's own quotas are not touched.
+    """
+    w = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    n = np.asarray(sizes, dtype=np.float64)
+    caps = np.full(n.shape, np.inf) if cap is None else cap * n
+    ok = np.zeros(len(w), dtype=bool)
+    for i, row in enumerate(w):
+        total = row.sum()
+        if not np.isfinite(total) or total <= 0 or (row < 0).any() or ((row > 0) & (n <= 0)).any():
+            continue
+        try:
+            with np.errstate(over="ignore", divide="ignore"):
+                q, _ = water_fill(row, caps, budget)
+        except InfeasiblePlanError:
+            continue
+        ok[i] = bool(np.all(q >= budget * row / total * (1 - rtol)))
+    return ok

@@ -30,6 +30,15 @@ PLAN_FORMAT = 2
 Part of the stage's input hash and record, so plans of another version are rebuilt rather than reused."""
 
 
+PLAN_PRIOR = "prior.npy"
+"""A continuation's draws before its position 0, per document, summed over every ancestor's consumed
+prefix (the smallest unsigned dtype that holds them): what its cap counted, and what a continuation of it
+adds to, so no ancestor's files are needed once it is built."""
+MAX_WINDOWS = 100_000
+"""Most mixture windows a plan may have (the mixture is windows x clusters int64): a smaller ``--window``
+on a long plan is refused with the smallest window allowed."""
+
+
 def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                continues: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
@@ -37,10 +46,12 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     Uses token counts whenever the corpus stage has written them (required for a token budget). The
     caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``, the
     order's content hash under ``"identity"``). ``continues`` (from :func:`continuation`) builds a
-    continuation of a parent plan instead, named and recorded with its parent and switch position.
+    continuation of a parent plan instead, named and recorded with its parent and switch position; its cap
+    counts the draws of the whole chain of ancestors. It depends on the parent's files only while it is
+    built (they are verified then), so re-planning or deleting the parent later leaves it usable.
     """
     use_tokens = _check_inputs(run, config)
-    inputs = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    inputs: dict[str, Any] = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
     reads = {A.CLUSTER_STAGE: [A.LABELS, A.SIZES]}
     if use_tokens:
         inputs["corpus"] = run.output_hash(A.CORPUS_STAGE)
@@ -49,15 +60,13 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     if continues is not None:
         name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
         inputs["continues"] = continues
-        reads[A.plan_stage_name(continues["name"])] = [A.plan_path(continues["name"], A.PLAN_ORDER)]
+        inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
 
     def build(job: Job) -> Built:
         labels = np.asarray(load_npy(run.path(A.LABELS), mmap=True))
         k = int(load_npy(run.path(A.SIZES)).shape[0]) if run.path(A.SIZES).exists() else None
         tokens = np.asarray(load_npy(run.path(A.TOKENS), mmap=True)) if use_tokens else None
-        prior = None if continues is None else prior_counts(
-            load_npy(run.path(A.plan_path(continues["name"], A.PLAN_ORDER)), mmap=True), continues["consumed"],
-            labels.shape[0])
+        prior = None if continues is None else chain_prior(run, continues, labels.shape[0])
         plan = build_plan(labels, config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
                           n_clusters=k, prior=prior)
         arrays = {A.PLAN_BLOCKS: plan.checksums, A.PLAN_DRAWS: plan.per_cluster["draws"],
@@ -67,26 +76,74 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                   A.PLAN_REPEAT_HIST: plan.repeat_hist}
         if "tokens" in plan.per_cluster:
             arrays[A.PLAN_TOKENS] = plan.per_cluster["tokens"]
-        for fname, arr in arrays.items():
-            save_npy(run.path(A.plan_path(name, fname)), arr)
         fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats,
                       blocks={"file": A.PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": CHECKSUM,
                               "index_range": [0, int(labels.shape[0])]})
-        if continues is not None:
-            fields["continues"] = continues
-            fields["stats"] = {**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())}
+        if continues is not None and prior is not None:
+            arrays[PLAN_PRIOR] = prior.astype(np.min_scalar_type(int(prior.max(initial=0))))
+            fields.update(continues=continues, ancestors=_ancestors(run, continues),
+                          stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())})
+        for fname, arr in arrays.items():
+            save_npy(run.path(A.plan_path(name, fname)), arr)
         return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
 
+    _check_windows(config, (run.record(A.CORPUS_STAGE) or {}).get("count"))
     with disk_full_at(run.path(A.plan_path(name)), kept="the temp files were removed"):
         return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
                                     command=plan_argv(config, continues)), force)
+
+
+def chain_prior(run: RunDir, continues: Mapping[str, Any], n_docs: int) -> np.ndarray:
+    """Draws per document before a continuation's position 0: the parent's own prior (``prior.npy``, itself
+    summed over its ancestors) plus the parent's first ``consumed`` draws. The parent's files are verified
+    (checksums) and must hold the order ``continues`` names."""
+    parent = A.plan_stage_name(continues["name"])
+    rec = run.require(parent, verify=False)
+    if record_identity(rec, A.plan_path(continues["name"], A.PLAN_ORDER)) != continues["identity"]:
+        raise StaleArtifactError(
+            f"{run.root}: plan {continues['name']!r} was re-planned since this continuation was asked for (its "
+            f"order is not {short(continues['identity'])}); continue the plan training reads")
+    run.verify(parent, rec)
+    prior = prior_counts(load_npy(run.path(A.plan_path(continues["name"], A.PLAN_ORDER)), mmap=True),
+                         continues["consumed"], n_docs)
+    if A.plan_path(continues["name"], PLAN_PRIOR) in rec.get("artifacts", {}):
+        before = load_npy(run.path(A.plan_path(continues["name"], PLAN_PRIOR))).astype(np.int64)
+        prior[:before.shape[0]] += before
+    return prior
+
+
+def _parent_prior_hash(run: RunDir, parent: str) -> str | None:
+    """The SHA-256 of the parent's ``prior.npy`` (None for a parent that continues nothing): part of a
+    continuation's inputs, with the parent's identity."""
+    rec = run.record(A.plan_stage_name(parent)) or {}
+    meta = rec.get("artifacts", {}).get(A.plan_path(parent, PLAN_PRIOR))
+    return meta.get("sha256") if isinstance(meta, Mapping) else None
+
+
+def _ancestors(run: RunDir, continues: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chain a continuation continues, root first: the parent's ``ancestors`` (or its ``continues``, for
+    records written before chains), then the parent itself."""
+    rec = run.record(A.plan_stage_name(continues["name"])) or {}
+    before = rec.get("ancestors") or ([rec["continues"]] if isinstance(rec.get("continues"), Mapping) else [])
+    return [*before, dict(continues)]
+
+
+def _check_windows(config: PlanConfig, n_docs: int | None) -> None:
+    """Refuse a ``--window`` that would cut a plan of documents (``n_docs``: one epoch, when known) into more
+    than :data:`MAX_WINDOWS` windows, before anything is written."""
+    draws = config.budget if config.budget is not None else n_docs
+    if config.window is None or config.budget_unit != "docs" or not isinstance(draws, int):
+        return
+    if -(-draws // config.window) > MAX_WINDOWS:
+        raise PlanConfigError("window", f"{config.window} cuts {draws:,} draws into more than {MAX_WINDOWS:,} "
+                              f"mixture windows; use --window {-(-draws // MAX_WINDOWS)} or more", type(config))
 
 
 def plan_argv(config: PlanConfig, continues: Mapping[str, Any] | None = None) -> list[str]:
     """The ``clusterclip plan`` command line that builds this plan (``WEIGHTS_FILE`` stands for the
     weights, whose file is not kept)."""
     values = {k: v for k, v in config.to_json().items() if k != "weights"}
-    default = PlanConfig(strategy=config.strategy).to_json()
+    default = PlanConfig(strategy=config.strategy, weights=config.weights).to_json()
     out = ["clusterclip", "plan", RUN, *command_flags(PlanConfig, values, PLAN_FIELDS, default,
                                                       always=("strategy",))]
     if config.weights is not None:

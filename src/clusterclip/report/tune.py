@@ -42,6 +42,39 @@ def _unseen(u: dict[str, Any]) -> str:
     return f"<h3>Unseen splits</h3><p>{h.esc(text)}</p>" + h.table(cols, rows, "tune-unseen", True)
 
 
+def _chosen_weights(res: dict[str, Any], ws: dict[str, Any]) -> tuple[str | None, list[float] | None]:
+    """The chosen weight candidate, else the best weight finalist: its name and group weights."""
+    names = list(ws.get("final") or {})
+    name = res.get("winner") if str(res.get("winner", "")).startswith("weights-") else (names[0] if names else None)
+    spec = (res.get("candidates") or {}).get(name, {}).get("spec", {}) if name else {}
+    return name, spec.get("group_weights")
+
+
+def _weight_search(res: dict[str, Any], ws: dict[str, Any]) -> str:
+    """Rounds (predicted vs measured), the chosen weights against natural and uniform, and the grid."""
+    space = ws.get("space", {})
+    rows = [[r["round"], c["name"], c.get("predicted"), c.get("measured")]
+            for r in ws.get("rounds", []) for c in r["candidates"]]
+    text = (f"{space.get('groups')} groups of clusters (reference split {space.get('reference_split')}), "
+            f"max_repeat {space.get('max_repeat')}; measured: mean objective minus random's over each round's pairs.")
+    out = f"<h3>Weight search</h3><p>{h.esc(text)}</p>" + h.table(
+        [h.Column("round", True), "candidate", h.Column("predicted", True), h.Column("measured", True)],
+        rows, "tune-weight-rounds", True)
+    name, chosen = _chosen_weights(res, ws)
+    natural = space.get("natural") or []
+    if chosen and len(chosen) == len(natural):
+        m = len(natural)
+        wrows = [[f"g{g}", natural[g], 1 / m, chosen[g]] for g in range(m)]
+        out += f"<p>{h.esc(f'Weights of {name} against the natural (size) and uniform mixtures:')}</p>" + h.table(
+            ["group", h.Column("natural", True), h.Column("uniform", True), h.Column(str(name), True)], wrows,
+            "tune-weights")
+    vs = ws.get("versus_grid")
+    if vs:
+        out += h.note(f"{vs['a']} minus the best grid candidate {vs['b']} over {vs['pairs']} search pairs:")
+        out += h.table(["", h.Column("Δ objective", True)], [[vs["a"], _interval(vs["minus"])]], "tune-vs-grid")
+    return out
+
+
 def tune_section(res: dict[str, Any]) -> str:
     """The section's HTML from ``tune/results.json`` (an unfinished or odd file gives what it holds)."""
     if not isinstance(res, dict) or not res.get("candidates"):
@@ -62,6 +95,8 @@ def tune_section(res: dict[str, Any]) -> str:
     body += "<h3>Search trajectory</h3>" + h.table(
         [h.Column("rung", True), h.Column("pairs", True), h.Column("candidates", True), "kept", "complete"],
         _trajectory_rows(res.get("trajectory", [])), "tune-trajectory")
+    if res.get("weight_search"):
+        body += _weight_search(res, res["weight_search"])
     if res.get("unseen"):
         body += _unseen(res["unseen"])
     intro = ("Plans searched by <code>clusterclip tune</code> with proxy runs (<code>tune/results.json</code>): "

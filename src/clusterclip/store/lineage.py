@@ -9,13 +9,18 @@ version stale: that stage is *behind* (still valid over the documents it was bui
 
 from __future__ import annotations
 
+import shlex
+import stat
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+from clusterclip.store import layout as A
 from clusterclip.store.files import StaleArtifactError, config_hash
 
-if TYPE_CHECKING:
-    from pathlib import Path
+REGROW = "regrow"
+"""Record field: the command lines (``argv`` with :data:`clusterclip.store.layout.RUN`) that re-apply, in
+order, what grew the stage after its ``command`` built it (``clusterclip add`` writes them)."""
 
 
 def record_output_hash(rec: Mapping[str, Any]) -> str:
@@ -34,6 +39,52 @@ def grown_from(rec: Mapping[str, Any]) -> list[str]:
     """The ``grown_from`` field of a record that extends ``rec`` (documents appended): the output hashes of the
     versions it grew from. What was built on those covers fewer documents but stays valid."""
     return [*rec.get("grown_from", []), record_output_hash(rec)]
+
+
+def record_files(root: Path) -> list[Path]:
+    """Every record path of the run directory at ``root`` that exists: the stage records, each plan's, the
+    report's, ``commands.json`` and an add journal."""
+    names = [*(A.record(s) for s in A.STAGES), A.record(A.REPORT_STAGE), A.COMMANDS, A.ADD_JOURNAL]
+    found = [root / n for n in names if (root / n).is_symlink() or (root / n).exists()]
+    plans = root / A.PLANS_DIR
+    if plans.is_dir() and not plans.is_symlink():
+        found += [p / A.PLAN_RECORD for p in sorted(plans.iterdir())
+                  if (p / A.PLAN_RECORD).is_symlink() or (p / A.PLAN_RECORD).exists()]
+    return found
+
+
+def check_record_files(root: Path) -> None:
+    """Refuse a run directory where a record is no regular file (a FIFO, a folder, a device would hang or
+    mislead every reader): one line naming it. Only ``lstat`` is called; nothing is opened."""
+    for path in record_files(root):
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode) else \
+                "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise StaleArtifactError(f"{path}: {kind} in place of a record of the run directory; remove it "
+                                     "(then re-run the stage that wrote it)")
+
+
+def orphan_plans(root: Path) -> list[str]:
+    """Plan folders that hold files but no record (``plan.json`` deleted): not finished, yet not empty."""
+    plans = root / A.PLANS_DIR
+    if not plans.is_dir() or plans.is_symlink():
+        return []
+    return [p.name for p in sorted(plans.iterdir()) if p.is_dir() and not p.is_symlink()
+            and not (p / A.PLAN_RECORD).exists() and any(p.iterdir())]
+
+
+def edited_reason(rec: Mapping[str, Any], later: Mapping[str, Any]) -> str | None:
+    """Why ``rec``, whose output is not the one ``later`` was built from, looks edited by hand rather than
+    rebuilt: its config does not hash to its ``config_hash``, or its artifacts were all written before
+    those of ``later`` (a rebuild writes new ones)."""
+    if isinstance(rec.get("config"), Mapping) and config_hash(rec["config"]) != rec.get("config_hash"):
+        return "its config does not match its config_hash"
+    times = [[m.get("mtime_ns") for m in r.get("artifacts", {}).values() if isinstance(m, Mapping)]
+             for r in (rec, later)]
+    if all(t and all(isinstance(x, int) for x in t) for t in times) and max(times[0]) <= min(times[1]):
+        return "its artifacts are older than what was built from them"
+    return None
 
 
 class Lineage:
@@ -130,12 +181,30 @@ class Lineage:
             if up_rec is None:
                 return f"`{up}`, which it was built from, is gone", [self.rebuild_command(stage, rec)]
             if h != record_output_hash(up_rec) and h not in up_rec.get("grown_from", []):
-                return f"`{up}` was rebuilt after it", [self.rebuild_command(stage, rec)]
+                edited = edited_reason(up_rec, rec)
+                if edited:
+                    return (f"the record of `{up}` was modified by hand ({edited})",
+                            self.rebuild_steps(up, up_rec, force=True))
+                return f"`{up}` was rebuilt after it", self.rebuild_steps(stage, rec)
             found = self._stale(up, seen)
             if found is not None:
                 return f"`{up}`, which it was built from, is stale ({found[0]})", \
                     [*found[1], self.rebuild_command(stage, rec)]
         return None
+
+    def rebuild_steps(self, stage: str, rec: Any = ..., force: bool = False) -> list[str]:
+        """The commands that rebuild ``stage`` as it is: its ``command``, then each of its ``regrow`` commands
+        (what grew it since, e.g. every ``clusterclip add``), in order."""
+        if rec is ...:
+            try:
+                rec = self.record(stage)
+            except StaleArtifactError:
+                rec = None
+        regrow = rec.get(REGROW, []) if isinstance(rec, Mapping) else []
+        root = shlex.quote(str(self.root))
+        return [self.rebuild_command(stage, rec, force=force),
+                *(" ".join(root if a == A.RUN else shlex.quote(str(a)) for a in argv)
+                  for argv in regrow if isinstance(argv, list))]
 
     def _upstream_hashes(self, stage: str, rec: Mapping[str, Any]) -> dict[str, str]:
         """``{upstream stage: its output hash when ``stage`` was built}``, as its record lists them."""

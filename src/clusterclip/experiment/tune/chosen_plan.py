@@ -4,32 +4,53 @@ command."""
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from clusterclip.cluster import ClusterConfig
 from clusterclip.corpus import CorpusConfig
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import pipeline_stages
 from clusterclip.experiment.specs import plan_config
+from clusterclip.experiment.tune.groups import ClusterView, assign, concrete_spec
 from clusterclip.plan import plan_stage
-from clusterclip.store import RunDir, load_npy
+from clusterclip.store import RunDir, load_npy, save_json
 from clusterclip.store import layout as A
 
 
 def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, cfg: ExperimentConfig,
-                      spec: dict[str, Any], seed: int, progress: bool = False) -> dict[str, Any]:
+                      spec: dict[str, Any], seed: int, progress: bool = False,
+                      weight_search: dict[str, Any] | None = None) -> dict[str, Any]:
     """The whole corpus through corpus, embed and cluster stages (K, embedder and fields of ``cfg``), and
     the chosen plan over it: an ordinary plan for a budget of ``cfg.passes`` passes over its tokens. Returns
     its name, settings, command (as :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`
-    renders every other) and scalar statistics."""
+    renders every other) and scalar statistics. A weight candidate (``weight_search`` holds its groups)
+    becomes the whole corpus's cluster weights, written to ``RUN/tune/chosen_weights.json``."""
     run = RunDir(run_dir)
     pipeline_stages(run, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field), progress,
                     cfg.embedder, ClusterConfig(k=cfg.k, seed=seed))
-    tokens = int(load_npy(run.path(A.TOKENS)).sum())
+    token_counts = load_npy(run.path(A.TOKENS))
+    tokens = int(token_counts.sum())
+    weights_file = None
+    if "group_weights" in spec and weight_search is not None:
+        labels = np.asarray(load_npy(run.path(A.LABELS)))
+        centroids = np.asarray(load_npy(run.path(A.CENTROIDS)))
+        view = ClusterView(centroids, np.bincount(labels, weights=token_counts, minlength=len(centroids)),
+                           round(cfg.passes * tokens))
+        spec = concrete_spec(spec, view, assign(view, np.asarray(weight_search["space"]["group_centroids"])))
+        weights_file = run_dir / A.TUNE_DIR / "chosen_weights.json"
+        save_json(weights_file, {str(c): w for c, w in spec["weights"]})
     pc = plan_config(spec, round(cfg.passes * tokens), seed)
     record = plan_stage(run, pc)
     command = run.rebuild_command(A.plan_stage_name(pc.name()), record)
+    if weights_file is not None:  # the plan's command names WEIGHTS_FILE for the weights it does not keep
+        quoted = shlex.quote(str(weights_file))
+        command = command.replace("WEIGHTS_FILE", quoted) if "WEIGHTS_FILE" in command else \
+            f"{command} --weights {quoted}"
     return {"name": pc.name(), "config": pc.to_json(), "command": command,
+            "weights_file": None if weights_file is None else str(weights_file),
             "stats": {k: v for k, v in record.get("stats", {}).items() if isinstance(v, (int, float, str))}}

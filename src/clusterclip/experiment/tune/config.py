@@ -14,6 +14,8 @@ from clusterclip.settings import Settings, SettingsError, at_least, each, finite
 QUICK_TUNE: dict[str, Any] = {"taus": (DEFAULT_TAU,), "caps": (5,)}
 """What ``--quick`` changes in the search: one temperature and one cap (it also trains two seeds)."""
 QUICK_SEEDS = (0, 1)
+SEARCHES = ("grid", "weights")
+PREDICTOR_NAMES = ("loglinear", "linear", "lightgbm")
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -47,14 +49,45 @@ class TuneConfig(Settings):
         help="split seeds never seen by the search: every candidate is rerun there and the choice compared "
              "with the best fixed candidate, comma-separated")
     plan_seed: int = setting(0, check=at_least(0), help="seed of the chosen plan for the whole corpus")
+    search: tuple[str, ...] = setting(("grid",), check=each(one_of(SEARCHES)), parse=_strs,
+                                      help="what to search, comma-separated: grid (the strategies above), weights "
+                                           "(per-cluster mixtures under --weights-cap, docs/tune.md), or both")
+    weights_cap: int | None = setting(None, check=optional(at_least(1)), parse=lambda t: int(t) or None,
+                                      cli_none="0 for the default",
+                                      help="max_repeat of the weight candidates; 0: 2 x passes")
+    weight_rounds: int = setting(3, check=at_least(1), help="rounds of the weight search (the first is not predicted)")
+    weight_runs: int = setting(6, check=at_least(2), help="weight candidates per round")
+    weight_pairs: int = setting(2, check=at_least(1),
+                                help="(split, seed) pairs each weight candidate is measured on in the rounds; the "
+                                     "best 1/eta then get every search pair")
+    max_groups: int = setting(8, check=at_least(2),
+                              help="weights are searched over at most this many groups of clusters (Ward merge of "
+                                   "the reference split's centroids); K <= this: one group per cluster")
+    predictor: str = setting("loglinear", choices=PREDICTOR_NAMES,
+                             help="predictor of the objective from the weights (lightgbm needs the extra)")
+    weight_candidates: int = setting(2000, check=at_least(2), help="mixtures ranked by the predictor per round")
     jobs: int = setting(1, check=at_least(1),
                         help="proxy runs trained at once, each in its own process with --threads torch threads "
                              "(on a GPU they share it); the choice does not depend on it")
 
-    def grid(self, cfg: ExperimentConfig) -> list[dict[str, Any]]:
-        """Every candidate's spec (``random`` first), named as the experiment names strategies."""
-        caps = self.caps or tuple(sorted({max(math.floor(cfg.passes * f), math.floor(cfg.passes) + 1)
+    def default_caps(self, cfg: ExperimentConfig) -> tuple[int, ...]:
+        """``caps``, or 1.5, 2 and 3 x passes (each above the passes)."""
+        return self.caps or tuple(sorted({max(math.floor(cfg.passes * f), math.floor(cfg.passes) + 1)
                                           for f in (1.5, 2, 3)}))
+
+    def weight_cap(self, cfg: ExperimentConfig) -> int:
+        """The weight candidates' ``max_repeat``: ``weights_cap``, else 2 x passes (above the passes)."""
+        cap = self.weights_cap or max(math.floor(cfg.passes * 2), math.floor(cfg.passes) + 1)
+        if cap <= cfg.passes:
+            raise SettingsError("weights_cap", f"{cap} must exceed {{passes}} {cfg.passes:g}", type(self))
+        return cap
+
+    def grid(self, cfg: ExperimentConfig) -> list[dict[str, Any]]:
+        """Every candidate's spec (``random`` first), named as the experiment names strategies; only random
+        without ``grid`` in ``search``."""
+        if "grid" not in self.search:
+            return [plain_spec("random")]
+        caps = self.default_caps(cfg)
         low = [c for c in caps if c <= cfg.passes]
         if low:
             raise SettingsError("caps", f"{low} must exceed {{passes}} {cfg.passes:g}", type(self))

@@ -24,6 +24,7 @@ def format_summary(res: dict[str, Any]) -> str:
         lines.append(f"| {name} | {c['status']} | {a.get('pairs', '–')} | {format_interval(a.get('objective'))} | "
                      f"{format_interval(a.get('micro'))} | {a.get('feasible', '–')} |")
     lines += ["", f"Chosen: {res.get('winner')}. {res.get('reason', '')}", f"Status: {res.get('status')}."]
+    lines += _weight_lines(res.get("weight_search"))
     unseen = res.get("unseen")
     if unseen:
         lines.append(f"Unseen splits {unseen['split_seeds']}: chosen {unseen['chosen']} minus best fixed candidate "
@@ -33,3 +34,17 @@ def format_summary(res: dict[str, Any]) -> str:
         lines.append(f"Plan for the whole corpus: {res['plan']['name']}; the same plan by hand:\n  "
                      f"{res['plan']['command']}")
     return "\n".join(lines) + "\n"
+
+
+def _weight_lines(ws: dict[str, Any] | None) -> list[str]:
+    """The weight search in a few lines: groups, rounds, the finalists and the comparison with the grid."""
+    if not ws:
+        return []
+    sp = ws.get("space", {})
+    n = sum(len(r["candidates"]) for r in ws.get("rounds", []))
+    lines = [f"Weight search: {len(ws.get('rounds', []))} rounds, {n} mixtures over {sp.get('groups')} groups "
+             f"(max_repeat {sp.get('max_repeat')}); finalists: {', '.join(ws.get('final') or ()) or 'none'}."]
+    vs = ws.get("versus_grid")
+    if vs:
+        lines.append(f"{vs['a']} minus best grid candidate {vs['b']}: {format_interval(vs['minus'])}.")
+    return lines

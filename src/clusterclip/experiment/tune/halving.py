@@ -32,7 +32,7 @@ def _rank_key(a: dict[str, Any]) -> tuple[bool, float]:
     return (not a["feasible"], a["objective"]["mean"])
 
 
-def _run_rung(s: Search, alive: list[str], pairs: Sequence[Pair]) -> dict[str, Any]:
+def run_rung(s: Search, alive: list[str], pairs: Sequence[Pair]) -> dict[str, Any]:
     """Every alive candidate (and random) on ``pairs``; the assessment of those that finished."""
     prefetch(s, [(name, pair) for pair in pairs for name in ("random", *alive)])
     for pair in pairs:
@@ -50,7 +50,7 @@ def halving(s: Search, write: Callable[[], None]) -> tuple[list[dict[str, Any]],
     trajectory: list[dict[str, Any]] = []
     final: dict[str, Any] = {}
     for r, n in enumerate(rung_sizes(len(pairs), s.tune.eta)):
-        scored = _run_rung(s, alive, pairs[:n])
+        scored = run_rung(s, alive, pairs[:n])
         complete = len(scored) == len(alive)
         if complete or not final:
             final = scored
@@ -105,14 +105,16 @@ def candidates(s: Search, trajectory: list[dict[str, Any]], winner: str) -> dict
     return out
 
 
-def unseen_check(s: Search, winner: str) -> dict[str, Any]:
-    """Every candidate on split seeds the search never saw; the choice against the best fixed candidate there."""
+def unseen_check(s: Search, winner: str, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every candidate (of ``names``, default all) on split seeds the search never saw; the choice against
+    the best fixed candidate there."""
     pairs = [(split, seed) for seed in s.cfg.seeds for split in s.tune.check_split_seeds]
-    wanted = [(name, pair) for pair in pairs for name in s.specs]
+    names = list(dict.fromkeys(["random", *(names if names is not None else s.specs), winner]))
+    wanted = [(name, pair) for pair in pairs for name in names]
     prefetch(s, wanted, counted=False)
     for name, pair in wanted:
         s.get(name, pair, counted=False)
-    scored = {n: s.assess(n, pairs) for n in s.specs if n != "random"}
+    scored = {n: s.assess(n, pairs) for n in names if n != "random"}
     fixed = {n: a for n, a in scored.items() if a is not None and a["feasible"]}
     best = min(fixed, key=lambda n: fixed[n]["objective"]["mean"], default="random")
     if fixed and fixed[best]["objective"]["mean"] > 0:

@@ -27,8 +27,11 @@ def prefetch(s: Search, wanted: Sequence[tuple[str, Pair]], counted: bool = True
     while todo or running:
         while todo and len(running) < s.tune.jobs:
             name, pair = todo.pop(0)
-            if s.reuse(name, pair, counted):
+            if s.reuse(name, pair, counted) or s.share(name, pair):
                 continue
+            key = s.plan_key(name, pair)
+            if key is not None and any(p == pair and s.plan_key(n, p) == key for n, p in running.values()):
+                continue  # the same plan is in flight: the sequential pass shares its run
             why = s.over_budget(counted, pending=len(running))
             if why:
                 s.stopped = s.stopped or why
@@ -38,7 +41,7 @@ def prefetch(s: Search, wanted: Sequence[tuple[str, Pair]], counted: bool = True
                 jobs[pair[0]] = portable(pair[0]) if portable else s.runner
             if s.pool is None:
                 s.pool = ProcessPoolExecutor(s.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
-            running[s.pool.submit(jobs[pair[0]], s.specs[name], *pair)] = (name, pair)
+            running[s.pool.submit(jobs[pair[0]], s.concrete(name, pair), *pair)] = (name, pair)
         if running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:

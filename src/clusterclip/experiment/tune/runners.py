@@ -13,8 +13,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import input_fingerprint
+from clusterclip.experiment.specs import plan_config
+from clusterclip.experiment.tune.groups import ClusterView
+from clusterclip.plan import build_plan
+from clusterclip.store import layout as A
+from clusterclip.store import load_npy
 
 KEPT = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "small_heldout", "small_train",
         "small_gap", "effective_clusters", "seconds")
@@ -35,6 +42,9 @@ class ProxyRunner(Protocol):
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
         """The run's metrics (at least ``KEPT``'s losses)."""
         ...
+
+    # Optional: ``plan_identity(spec, split, seed) -> str | None`` (runs of one plan are shared) and
+    # ``cluster_view(split) -> ClusterView`` (needed by ``--search weights``).
 
 
 class TrainingRunner:
@@ -63,6 +73,21 @@ class TrainingRunner:
 
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
         return self.portable(split)(spec, split, seed)
+
+    def cluster_view(self, split: int) -> ClusterView:
+        """The split's centroids, tokens per cluster and token budget (for the weight search)."""
+        d = self.portable(split).data
+        k = int(d.prep.data["k"])
+        centroids = np.asarray(load_npy(d.prep.run.path(A.CENTROIDS)))
+        tokens = np.bincount(d.prep.labels, weights=d.tok.train.lengths, minlength=k)
+        return ClusterView(centroids, tokens, int(d.setup.budget))
+
+    def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
+        """The identity of the plan the run would train on (two candidates with one plan train once)."""
+        d = self.portable(split).data
+        plan = build_plan(d.prep.labels, plan_config(spec, d.setup.budget, seed), tokens=d.tok.train.lengths,
+                          n_clusters=d.prep.data["k"])
+        return str(plan.identity)
 
 
 @dataclass

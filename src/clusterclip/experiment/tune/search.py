@@ -43,6 +43,36 @@ class Search:
         self.specs = {s["name"]: s for s in self.tune.grid(self.cfg)}
         self.proxies = ProxyStages(self.tune_dir, self.runner.identity())
         self.cache: dict[tuple[str, Pair], dict[str, Any]] = {}
+        self.concrete: Callable[[str, Pair], dict[str, Any]] = lambda name, pair: self.specs[name]
+        """The spec a run trains on (a weight candidate's cluster weights differ per split)."""
+        self.shared = 0
+        self._plan_keys: dict[tuple[str, Pair], str | None] = {}
+
+    # ---------------------------------------------------------------------------- one plan, one run
+
+    def plan_key(self, name: str, pair: Pair) -> str | None:
+        """The identity of the plan a run trains on (with its diagnostic shuffle), when the runner tells it."""
+        ident = getattr(self.runner, "plan_identity", None)
+        if ident is None:
+            return None
+        if (name, pair) not in self._plan_keys:
+            spec = self.concrete(name, pair)
+            plan = ident(spec, *pair)
+            self._plan_keys[(name, pair)] = None if plan is None else f"{plan}/shuffle={bool(spec.get('shuffle'))}"
+        return self._plan_keys[(name, pair)]
+
+    def share(self, name: str, pair: Pair) -> bool:
+        """Take the metrics of a finished run of another candidate whose plan on this pair is the same
+        (``plan.json``'s identity): one plan is trained once. Shared runs cost nothing and count nowhere."""
+        others = [n for (n, p) in self.cache if p == pair and n != name]
+        key = self.plan_key(name, pair) if others else None
+        twin = next((n for n in others if key is not None and self.plan_key(n, pair) == key), None)
+        if twin is None:
+            return False
+        self.shared += 1
+        self.cache[(name, pair)] = self.cache[(twin, pair)]
+        self._event(f"{name} split {pair[0]} seed {pair[1]}: same plan as {twin}, its run is shared")
+        return True
 
     # ---------------------------------------------------------------------------- proxy runs
 
@@ -61,17 +91,17 @@ class Search:
         spent). Only ``counted`` runs (the search's) count towards and stop at the budget."""
         if (name, pair) in self.cache:
             return self.cache[(name, pair)]
-        if self.reuse(name, pair, counted):
+        if self.reuse(name, pair, counted) or self.share(name, pair):
             return self.cache[(name, pair)]
         why = self.over_budget(counted)
         if why:
             self.stopped = self.stopped or why
             return None
-        return self.finished(name, pair, lambda: self.runner(self.specs[name], *pair), counted)
+        return self.finished(name, pair, lambda: self.runner(self.concrete(name, pair), *pair), counted)
 
     def reuse(self, name: str, pair: Pair, counted: bool) -> bool:
         """Take a run finished before (by an earlier session) from its record, if it has a fresh one."""
-        metrics = self.proxies.finished(self.specs[name], pair)
+        metrics = self.proxies.finished(self.concrete(name, pair), pair)
         if metrics is None:
             return False
         self.reused += 1
@@ -81,7 +111,7 @@ class Search:
     def finished(self, name: str, pair: Pair, train: Callable[[], dict[str, Any]], counted: bool) -> dict[str, Any]:
         """Train a run (``train`` returns its metrics) and write its record (atomically: a kill never leaves
         half a record)."""
-        metrics = self.proxies.train(self.specs[name], pair, train)
+        metrics = self.proxies.train(self.concrete(name, pair), pair, train)
         self.fresh += 1
         return self._keep(name, pair, metrics, counted)
 

@@ -18,6 +18,7 @@ from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.halving import candidates, choose, halving, search_pairs, unseen_check
 from clusterclip.experiment.tune.runners import ProxyRunner, TrainingRunner
 from clusterclip.experiment.tune.search import OnEvent, Search
+from clusterclip.experiment.tune.weights import versus, weight_candidates, weight_search
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RunDir, save_json
 from clusterclip.store import layout as A
@@ -53,7 +54,7 @@ def run_tune(
         _search(s, inputs)
         if write_plan:
             s.results["plan"] = write_chosen_plan(inputs, Path(out), cfg, s.specs[s.results["winner"]],
-                                                  tune.plan_seed, progress)
+                                                  tune.plan_seed, progress, s.results.get("weight_search"))
             _write(s)
         return Built([RESULTS])
 
@@ -69,22 +70,39 @@ def _search(s: Search, inputs: Sequence[str | os.PathLike[str]]) -> None:
                  "config": asdict(s.cfg), "tune": asdict(s.tune), "grid": list(s.specs),
                  "pairs": [list(p) for p in search_pairs(s.cfg)], "trajectory": []}
     try:
-        trajectory, final = halving(s, lambda: _write(s))
+        grid = list(s.specs)
+        trajectory, final = halving(s, lambda: _write(s)) if "grid" in s.tune.search else ([], {})
         seen = {n: a for t in trajectory for n, a in t["scores"].items()}
+        ws = weight_search(s, lambda: _write(s)) if "weights" in s.tune.search else None
+        if ws is not None:
+            final, seen = {**final, **ws["final"]}, {**seen, **ws["final"]}
         winner, why = choose(final, s.tune.max_micro_regression, seen)
+        cands = candidates(s, trajectory, winner) if trajectory else {}
+        if ws is not None:
+            cands = {**{n: c for n, c in cands.items() if n in grid}, **weight_candidates(s, ws, winner)}
+            _versus_grid(s, ws, final, grid)
         s.results.update(objective=s.objective() if s.cache else None, winner=winner, reason=why,
-                         status=f"stopped: {s.stopped}" if s.stopped else "complete",
-                         candidates=candidates(s, trajectory, winner))
+                         status=f"stopped: {s.stopped}" if s.stopped else "complete", candidates=cands)
         _write(s)
         if s.tune.check_split_seeds:
-            s.results["unseen"] = unseen_check(s, winner)
+            s.results["unseen"] = unseen_check(s, winner, [*grid, *(ws["final"] if ws else ())])
             _write(s)
     finally:
         s.close()
 
 
+def _versus_grid(s: Search, ws: dict[str, Any], final: dict[str, Any], grid: list[str]) -> None:
+    """The best weight finalist against the best grid candidate of the last rung (when the grid ran)."""
+    def best(names: list[str]) -> str | None:
+        ok = [n for n in names if n in final and final[n]["feasible"]]
+        return min(ok, key=lambda n: final[n]["objective"]["mean"], default=None)
+
+    w, g = best(list(ws["final"])), best([n for n in grid if n != "random"])
+    ws["versus_grid"] = versus(s, w, g) if w and g else None
+
+
 def _write(s: Search) -> None:
-    s.results["progress"] = {"trained": s.fresh, "reused": s.reused, "search_runs": len(s.used),
+    s.results["progress"] = {"trained": s.fresh, "reused": s.reused, "shared": s.shared, "search_runs": len(s.used),
                              "seconds": round(time.perf_counter() - s.t0, 1)}
     s.results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     save_json(s.tune_dir / RESULTS, s.results)

@@ -1,0 +1,133 @@
+"""What an add may append, and undoing a killed one: the run's lineage of inputs (content hashes), duplicate
+inputs and documents, the command that replays an add, ``add --abort`` and the note on a pending journal.
+
+Duplicate policy (unless ``--allow-duplicates``): a new input file whose bytes are those of an input that
+already entered the run (the corpus stage's or an add's, under any name) or of one of its corpus parts is
+refused; a new document whose text is that of a document already in the run (or of an earlier new one) is
+skipped and counted, whatever its id. A new id that an existing document has with another text stays an
+error (:func:`clusterclip.add.new_docs.check_new_ids`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from clusterclip.corpus import ReadOptions, open_parquet
+from clusterclip.corpus.stage import lineage_hashes
+from clusterclip.errors import ClusterClipError
+from clusterclip.settings import command_flags
+from clusterclip.store import RUN, RunDir, file_digest, load_json, save_json, save_npy
+from clusterclip.store import layout as A
+from clusterclip.store.npy_rows import append_npy
+
+READ_FIELDS = ("text_field", "id_field", "group_field", "on_bad_record", "split")
+
+
+def text_hashes(texts: Sequence[str]) -> np.ndarray:
+    """A 64-bit hash of each document's text (BLAKE2b of its UTF-8 bytes): what makes two documents the same."""
+    return np.fromiter((int.from_bytes(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                                       "little") for t in texts), np.uint64, len(texts))
+
+
+def run_text_hashes(run: RunDir, corpus_rec: Mapping[str, Any]) -> np.ndarray:
+    """The sorted text hashes of every document of the run (its corpus parts, streamed)."""
+    parts = sorted(r for r in corpus_rec["artifacts"] if r.startswith(f"{A.CORPUS_DIR}/") and r.endswith(".parquet"))
+    chunks = [text_hashes(rb.column(0).to_pylist())
+              for rel in parts for rb in open_parquet(run.path(rel)).iter_batches(batch_size=8192, columns=["text"])]
+    return np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.uint64)
+
+
+def check_duplicate_inputs(corpus_rec: Mapping[str, Any], hashed: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a new input whose bytes already entered the run (an input of the corpus stage or of an add, or
+    one of its corpus parts), or that another new input repeats; one line naming both."""
+    where = {h: "an input of the run" for h in lineage_hashes(dict(corpus_rec))}
+    where.update({meta["sha256"]: f"its corpus part {rel}" for rel, meta in corpus_rec["artifacts"].items()
+                  if rel.startswith(f"{A.CORPUS_DIR}/") and isinstance(meta, Mapping) and meta.get("sha256")})
+    for entry in corpus_rec.get("inputs", []):
+        if entry.get("sha256"):
+            where[entry["sha256"]] = f"{entry['path']}, an input of the run"
+    for entry in hashed:
+        if entry["sha256"] in where:
+            raise ClusterClipError(
+                f"{entry['path']}: holds the same bytes as {where[entry['sha256']]}: its documents are already in "
+                "the run; nothing was added (add --allow-duplicates to append them again)")
+        where[entry["sha256"]] = f"{entry['path']} (given twice)"
+
+
+def add_command(inputs: Sequence[str], opts: ReadOptions, recorded: Mapping[str, Any], allow: bool) -> list[str]:
+    """The ``clusterclip add`` command line that replays an add (reader options that differ from the corpus
+    stage's, with :data:`clusterclip.store.RUN` for the run directory)."""
+    flags = command_flags(ReadOptions, asdict(opts), READ_FIELDS, {f: recorded.get(f) for f in READ_FIELDS})
+    return ["clusterclip", "add", RUN, *inputs, *flags, *(["--allow-duplicates"] if allow else [])]
+
+
+def pending_note(run: RunDir) -> str | None:
+    """One line when a killed ``clusterclip add`` left its journal: how to finish or undo it."""
+    path = run.path(A.ADD_JOURNAL)
+    if not path.is_file():
+        return None
+    try:
+        inputs = " ".join(map(str, load_json(path)["inputs"]))
+        finish = f"re-run `clusterclip add {run.root} {inputs}` to finish it, or "
+    except (ClusterClipError, OSError, KeyError, TypeError):
+        finish = "it is damaged: "
+    return (f"{path}: an interrupted `clusterclip add` is pending; {finish}run `clusterclip add {run.root} --abort` "
+            "to undo it")
+
+
+def abort_add(run: RunDir) -> str:
+    """Undo an interrupted add: remove its new corpus parts and embedding shards, cut ``tokens.npy``,
+    ``labels.npy`` and ``scores.npy`` back to the documents before it, restore ``sizes.npy`` and the three
+    records it started from, then remove the journal. A damaged journal: only the files no record lists go.
+    The caller holds the lock. Returns what was done, one line."""
+    path = run.path(A.ADD_JOURNAL)
+    if not path.is_file():
+        raise ClusterClipError(f"{run.root}: no interrupted `clusterclip add` to abort ({A.ADD_JOURNAL} is absent)")
+    try:
+        journal = load_json(path)
+        base = {stage: dict(journal["base"][stage]) for stage in A.STAGES}
+    except (ClusterClipError, OSError, KeyError, TypeError):
+        base = {stage: run.record(stage) or {"artifacts": {}} for stage in A.STAGES}
+        journal = None
+    listed = {rel for rec in base.values() for rel in rec.get("artifacts", {})}
+    for folder, glob in ((A.CORPUS_DIR, A.CORPUS_PART_GLOB), (A.EMBED_DIR, A.EMBED_SHARD_GLOB)):
+        for part in run.path(folder).glob(glob):
+            if f"{folder}/{part.name}" not in listed:
+                part.unlink()
+    if journal is not None:
+        _restore(run, journal, base)
+    path.unlink()
+    return (f"{run.root}: undid the interrupted add of {' '.join(map(str, journal['inputs']))}" if journal else
+            f"{run.root}: removed a damaged add journal and the files no record lists; check `clusterclip status "
+            f"{run.root} --verify`")
+
+
+def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[str, Any]]) -> None:
+    """Cut the grown arrays back, restore ``sizes.npy`` and rewrite the base records (times refreshed for the
+    files whose bytes are the recorded ones)."""
+    n_old = int(base[A.CORPUS_STAGE]["count"])
+    for rel in (A.TOKENS, A.LABELS, A.SCORES):
+        with contextlib.suppress(OSError, ValueError, ClusterClipError):
+            dtype = np.load(run.path(rel), mmap_mode="r", allow_pickle=False).dtype
+            append_npy(run.path(rel), n_old, np.zeros(0, dtype))
+    with contextlib.suppress(OSError, ValueError):
+        sizes = np.asarray(journal["sizes"], dtype=np.load(run.path(A.SIZES), mmap_mode="r").dtype)
+        save_npy(run.path(A.SIZES), sizes)
+    for stage, rec in base.items():
+        for rel, meta in rec.get("artifacts", {}).items():
+            with contextlib.suppress(OSError):
+                st = run.path(rel).stat()
+                if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns") \
+                        and file_digest(run.path(rel)) == meta.get("sha256"):
+                    meta["mtime_ns"] = st.st_mtime_ns
+        save_json(run.record_path(stage), rec)
+    drift = run.path(A.DRIFT_REPORT)
+    with contextlib.suppress(OSError, ClusterClipError, KeyError, TypeError):
+        if load_json(drift).get("inputs") == journal["inputs"]:
+            drift.unlink()

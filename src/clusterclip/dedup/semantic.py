@@ -1,0 +1,80 @@
+"""SemDeDup inside the clusters: each document's most similar earlier member of its cluster, in blocks.
+
+Within a cluster the members are ordered by the kept rule (longest first, ties by lowest index). For each
+member we store the cosine to its most similar *earlier* member and that member (the pairwise work); a
+document is a duplicate for threshold ``eps`` when that cosine is ``>= 1 - eps`` (SemDeDup's rule), so
+the groups of any ``eps`` follow from two arrays without another matrix product. A cluster is processed
+in blocks of ``block`` rows against blocks of earlier rows, so memory is ``O(block * (dim + block))``
+however large the cluster; clusters up to ``cache_rows`` rows are read once and kept in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+BLOCK = 4096
+CACHE_ROWS = 131_072
+NONE_SIMILARITY = np.float32(-2.0)
+
+Fetch = Callable[[np.ndarray], np.ndarray]
+"""Float32 unit rows of the given document indices (in that order)."""
+
+
+def kept_order(labels: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """All documents sorted by cluster, then longest first, then lowest index (the kept rule)."""
+    return np.lexsort((np.arange(labels.size), -tokens.astype(np.int64), labels))
+
+
+def earlier_neighbours(labels: np.ndarray, tokens: np.ndarray, fetch: Fetch, block: int = BLOCK,
+                       cache_rows: int = CACHE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """Per document: its earlier (kept-rule order) same-cluster member of highest cosine (-1: none) and that
+    cosine (``NONE_SIMILARITY``: none). ``fetch`` reads embedding rows."""
+    n = labels.size
+    neighbour = np.full(n, -1, np.int64)
+    similarity = np.full(n, NONE_SIMILARITY, np.float32)
+    order = kept_order(labels, tokens)
+    bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = order[lo:hi]
+        if members.size < 2:
+            continue
+        sim, arg = cluster_neighbours(members.size, _rows(members, fetch, cache_rows), block)
+        similarity[members] = sim
+        neighbour[members] = np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
+    return neighbour, similarity
+
+
+def _rows(members: np.ndarray, fetch: Fetch, cache_rows: int) -> Callable[[int, int], np.ndarray]:
+    """Rows ``a..b`` of one cluster: from memory when it has at most ``cache_rows`` members, else read."""
+    if members.size <= cache_rows:
+        cached = fetch(members)
+        return lambda a, b: cached[a:b]
+    return lambda a, b: fetch(members[a:b])
+
+
+def cluster_neighbours(n: int, rows: Callable[[int, int], np.ndarray], block: int) -> tuple[np.ndarray, np.ndarray]:
+    """For positions ``0..n-1`` of one ordered cluster: the max cosine to an earlier position and its argmax."""
+    best = np.full(n, NONE_SIMILARITY, np.float32)
+    arg = np.full(n, -1, np.int64)
+    for qa in range(0, n, block):
+        qb = min(n, qa + block)
+        q = rows(qa, qb)
+        for ka in range(0, qb, block):
+            kb = min(qb, ka + block)
+            s = q @ (q if ka == qa else rows(ka, kb)).T
+            if ka == qa:  # only strictly earlier positions
+                s[np.triu_indices(qb - qa, 0, kb - ka)] = NONE_SIMILARITY
+            j = np.argmax(s, axis=1)
+            m = s[np.arange(qb - qa), j]
+            better = m > best[qa:qb]
+            best[qa:qb] = np.where(better, m, best[qa:qb])
+            arg[qa:qb] = np.where(better & (m > NONE_SIMILARITY), j + ka, arg[qa:qb])
+    return best, arg
+
+
+def semantic_edges(neighbour: np.ndarray, similarity: np.ndarray, eps: float) -> np.ndarray:
+    """Edges ``(document, earlier neighbour)`` [E, 2] of the documents that are duplicates at ``eps``."""
+    dup = np.flatnonzero((similarity >= np.float32(1.0 - eps)) & (neighbour >= 0))
+    return np.stack([dup, neighbour[dup]], axis=1).astype(np.int64)

@@ -1,0 +1,158 @@
+"""``clusterclip tune --search weights``: search the mixture itself, under the cap, by proxy runs in rounds.
+
+Round 0 runs the natural (size-proportional) mixture, temperature 0.5, uniform and Dirichlet draws
+around the natural one (:func:`~clusterclip.mixture.propose`); every later round fits the predictor
+(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit
+the predicted best, explore far from every run). Every candidate passes the planner's exact check
+(:func:`.groups.feasibility`) before it exists, so no infeasible mixture reaches a runner. A candidate is
+measured by its mean paired difference to random on the first ``weight_pairs`` search pairs; the best
+``1/eta`` then run on every search pair and are judged like the grid's (``assess``, ``choose``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.stats import paired_interval
+from clusterclip.experiment.tune import groups as G
+from clusterclip.experiment.tune.halving import run_rung, search_pairs
+from clusterclip.experiment.tune.proxies import Pair
+from clusterclip.experiment.tune.search import Search
+from clusterclip.mixture import RoundConfig, Swarm, from_arrays, make_predictor, next_round, propose
+from clusterclip.plan.config import DEFAULT_ORDER
+
+ROUND0_TAUS = (1.0, 0.5, 0.0)
+"""Round 0's first candidates: natural, temperature 0.5 and uniform over the groups."""
+
+
+class Space:
+    """The groups (from the reference split), every split's view and cluster-to-group map, the hook."""
+
+    def __init__(self, s: Search) -> None:
+        splits = list(dict.fromkeys([p[0] for p in search_pairs(s.cfg)] + list(s.tune.check_split_seeds)))
+        self.views = {sp: s.runner.cluster_view(sp) for sp in splits}  # type: ignore[attr-defined]
+        self.reference = splits[0]
+        self.groups = G.reference_groups(self.views[self.reference], s.tune.max_groups)
+        self.of = {sp: G.assign(v, self.groups) for sp, v in self.views.items()}
+        self.m = len(self.groups)
+        self.natural = G.natural(self.views[self.reference], self.of[self.reference], self.m)
+        self.cap = s.tune.weight_cap(s.cfg)
+        self.feasible = G.feasibility(self.views, self.of, self.cap)
+
+    def concrete(self, spec: dict[str, Any], split: int) -> dict[str, Any]:
+        return G.concrete_spec(spec, self.views[split], self.of[split])
+
+    def describe(self) -> dict[str, Any]:
+        return {"reference_split": self.reference, "groups": self.m, "max_repeat": self.cap,
+                "group_centroids": self.groups.round(8).tolist(), "natural": self.natural.round(6).tolist(),
+                "clusters_per_group": {str(sp): np.bincount(of, minlength=self.m).tolist()
+                                       for sp, of in self.of.items()},
+                "empty_groups": {str(sp): G.group_coverage(of, self.m) for sp, of in self.of.items()}}
+
+
+def weight_spec(w: np.ndarray, cap: int, m: int) -> dict[str, Any]:
+    """A weight candidate: ``weights-<hash>`` of its rounded group weights."""
+    gw = [round(float(x), 6) for x in w]
+    digest = hashlib.sha256(json.dumps([gw, cap, m]).encode()).hexdigest()[:8]
+    return {"name": f"weights-{digest}", "strategy": "weights", "group_weights": gw, "groups": m,
+            "max_repeat": cap, "order": DEFAULT_ORDER}
+
+
+def _measure(s: Search, names: list[str], pairs: list[Pair]) -> dict[str, float]:
+    """Mean paired objective difference to random on ``pairs`` of every candidate that finished them."""
+    return {n: float(a["objective"]["mean"]) for n, a in run_rung(s, names, pairs).items()}
+
+
+def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[np.ndarray, np.ndarray | None]:
+    n, seed = s.tune.weight_runs, s.tune.plan_seed * 1000 + r
+    if swarm is None or len(swarm) < 2:
+        return propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS, feasible=sp.feasible), None
+    prop = next_round(swarm, make_predictor(s.tune.predictor), n,
+                      RoundConfig(seed=seed, n_candidates=s.tune.weight_candidates), prior=sp.natural,
+                      feasible=sp.feasible)
+    return prop.weights, prop.predicted
+
+
+def _add(s: Search, sp: Space, w: np.ndarray) -> str:
+    if not sp.feasible(w[None, :])[0]:  # the hook filtered every proposal: this never happens
+        raise ClusterClipError(f"weight candidate {w.round(4).tolist()} is infeasible under max_repeat {sp.cap}")
+    spec = weight_spec(w, sp.cap, sp.m)
+    s.specs.setdefault(spec["name"], spec)
+    return spec["name"]
+
+
+def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
+    """The rounds, then the best ``1/eta`` on every search pair: ``{"space", "rounds", "final"}`` (final:
+    the finalists' assessments against random)."""
+    sp = Space(s)
+    base = s.concrete
+    s.concrete = lambda name, pair: sp.concrete(s.specs[name], pair[0]) if "group_weights" in s.specs[name] \
+        else base(name, pair)
+    res: dict[str, Any] = {"space": sp.describe(), "rounds": [], "final": {}}
+    s.results["weight_search"] = res
+    pairs = search_pairs(s.cfg)[: s.tune.weight_pairs]
+    swarm: Swarm | None = None
+    for r in range(s.tune.weight_rounds):
+        mixtures, predicted = _round_mixtures(s, sp, r, swarm)
+        names = [_add(s, sp, w) for w in mixtures]
+        measured = _measure(s, names, pairs)
+        rows = [{"name": n, "group_weights": s.specs[n]["group_weights"], "measured": measured.get(n),
+                 "predicted": None if predicted is None else round(float(predicted[i]), 6)}
+                for i, n in enumerate(names)]
+        res["rounds"].append({"round": r, "pairs": [list(p) for p in pairs], "candidates": rows})
+        done = [i for i, n in enumerate(names) if n in measured]
+        if done:
+            more = from_arrays(mixtures[done], np.array([measured[names[i]] for i in done]),
+                               [f"g{g}" for g in range(sp.m)], [f"r{r}-{i}" for i in done], "objective_minus_random")
+            swarm = more if swarm is None else swarm.extend(more.weights, more.objective, more.ids)
+        write()
+        if s.stopped:
+            break
+    res["final"] = _finals(s, res["rounds"])
+    write()
+    return res
+
+
+def _finals(s: Search, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The best ``1/eta`` measured candidates on every search pair; their assessments (the finished ones)."""
+    seen = {c["name"]: c["measured"] for r in rounds for c in r["candidates"] if c["measured"] is not None}
+    ranked = sorted(seen, key=lambda n: (seen[n], n))
+    top = ranked[: max(1, math.ceil(len(ranked) / s.tune.eta))]
+    if not top:
+        return {}
+    pairs = search_pairs(s.cfg)
+    scored: dict[str, Any] = run_rung(s, top, pairs)
+    if not scored:  # the budget stopped the finals: judge on the rounds' pairs
+        scored = {n: s.assess(n, pairs[: s.tune.weight_pairs]) for n in top}
+    return {n: a for n, a in scored.items() if a is not None}
+
+
+def weight_candidates(s: Search, ws: dict[str, Any], winner: str) -> dict[str, Any]:
+    """The weight candidates as :func:`~.halving.candidates` lists the grid's."""
+    out: dict[str, Any] = {}
+    for r in ws["rounds"]:
+        for c in r["candidates"]:
+            final = ws["final"].get(c["name"])
+            status = "chosen" if c["name"] == winner else "finalist" if final else \
+                f"round {r['round']}" + ("" if c["measured"] is not None else " (not run: budget)")
+            out[c["name"]] = {"spec": s.specs[c["name"]], "status": status, "rung": None,
+                              "assessment": final or (s.assess(c["name"], [tuple(p) for p in r["pairs"]])
+                                                      if c["measured"] is not None else None)}
+    return out
+
+
+def versus(s: Search, a: str, b: str) -> dict[str, Any] | None:
+    """``a`` minus ``b`` on the objective over the search pairs both ran (paired bootstrap), or None."""
+    obj = s.objective()
+    pairs = [p for p in search_pairs(s.cfg) if (a, p) in s.cache and (b, p) in s.cache]
+    if not pairs:
+        return None
+    return {"a": a, "b": b, "pairs": len(pairs),
+            "minus": paired_interval([s.cache[(a, p)][obj] - s.cache[(b, p)][obj] for p in pairs])}

@@ -1,0 +1,120 @@
+"""``clusterclip export`` as a stage: the output folder is a run directory whose one stage is the export.
+
+The record is ``OUT/export.json`` (written by :func:`clusterclip.stages.run_stage`): its settings are the
+export options and the tokenizer's SHA-256, its inputs hash is the SHA-256 of the plan's ``plan.npy``, its
+artifacts are the exported files, and its own fields are the export's identity, the files and the counts.
+The folder's writer lock is held for the whole export, so two exports into one folder cannot interleave;
+a re-export of the same plan with the same settings whose files pass the quick check is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from clusterclip.export.publish import ExportFolder, check_space, write_error
+from clusterclip.export.stream import PlanStream
+from clusterclip.export.writers.registry import FORMATS, WRITERS
+from clusterclip.settings import Settings, at_least, command_flags, optional, setting
+from clusterclip.stages import Built, Job, Stage, run_stage
+from clusterclip.store import RUN, RunDir, exclusive
+from clusterclip.store import layout as A
+
+STAGE = A.EXPORT_MANIFEST.removesuffix(".json")
+"""The export folder's one stage: its record is :data:`clusterclip.store.layout.EXPORT_MANIFEST`."""
+
+
+@dataclass(frozen=True)
+class ExportConfig(Settings):
+    """How ``clusterclip export`` writes a plan (``--format``, ``--tokenizer`` ...)."""
+
+    fmt: str = setting("jsonl", choices=FORMATS, flag="--format",
+                       help="output format: jsonl, parquet, hf (datasets.save_to_disk), litdata, megatron (.bin/.idx)")
+    shard_size: int = setting(100_000, check=at_least(1),
+                              help="rows (documents, or samples with --seq-len) per shard or batch")
+    memory_mb: int = setting(4096, check=at_least(1),
+                             help="corpus text held at once; a larger corpus is read once per window of the plan")
+    tokenizer: str | None = setting(None, help="Hugging Face tokenizer name, folder or tokenizer.json: write token "
+                                               "ids instead of text (required for megatron)")
+    append_eos: bool = setting(False, help="end each document with the tokenizer's EOS token",
+                               check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}")
+    seq_len: int | None = setting(None, check=optional(at_least(1)),
+                                  help="pack the token stream into samples of this many tokens (documents run on "
+                                       "across samples; the last partial sample is dropped)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        needs = {"append_eos": self.append_eos, "seq_len": self.seq_len is not None,
+                 "fmt": self.fmt == "megatron"}
+        for name, used in needs.items():
+            if used and self.tokenizer is None:
+                raise self.error_class(name, "needs {tokenizer} (token ids)", type(self))
+
+    def columns(self) -> list[str]:
+        """The columns of the exported rows."""
+        if self.seq_len is not None:
+            return ["tokens"]
+        first = "tokens" if self.tokenizer is not None else "text"
+        return [first] if self.fmt == "megatron" else [first, "id", "index", "cluster"]
+
+
+def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
+                config: ExportConfig | None = None, force: bool = False, **options: Any) -> list[Path]:
+    """Write the planned stream of ``plans/<plan_name>`` (the only plan when None) into ``out_dir``.
+
+    ``config`` (or its fields as keyword arguments: ``fmt``, ``shard_size``, ``memory_mb``, ``tokenizer``,
+    ``append_eos``, ``seq_len``) chooses the format; see :mod:`clusterclip.export` for the policy and
+    ``docs/export.md`` for each format's layout. An export of the same plan with the same settings already
+    in ``out_dir`` is kept unless ``force``. Returns the exported files; ``out_dir/export.json`` records the
+    plan's identity, the files and the counts.
+    """
+    cfg = config if config is not None else ExportConfig(**options)
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    src = PlanStream(run, plan_name, cfg.tokenizer, cfg.append_eos)
+    tokenizer = src.tokenizer.identity if src.tokenizer is not None else None
+    identity = {"plan": src.name, "plan_sha256": src.plan_sha256, "format": cfg.fmt, "tokenizer": tokenizer,
+                "append_eos": cfg.append_eos, "seq_len": cfg.seq_len}
+    need = src.estimate_bytes(doubled=cfg.fmt == "hf")
+    folder = ExportFolder(Path(out_dir), identity)
+    folder.check()  # before the lock: a refused folder is left exactly as it was
+    command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
+               *command_flags(ExportConfig, asdict(cfg), always=("fmt",)))
+    settings = {**asdict(cfg), "tokenizer_sha256": tokenizer["sha256"] if tokenizer is not None else None}
+    # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
+    # the folder holds the exported files, export.json and the lock, nothing else.
+    build = partial(_build, src, cfg, folder, need, {"run_dir": str(run.root), "command": command})
+    with exclusive(folder.out, what="export folder"):
+        try:
+            folder.claim()
+            record = run_stage(RunDir(folder.out), Stage(STAGE, settings, src.plan_sha256, build), force)
+            folder.finish()
+        except Exception:
+            folder.forget()
+            raise
+    return [folder.out / rel for rel in record["files"]]
+
+
+def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, fields: dict[str, Any],
+           job: Job) -> Built:
+    """Write the stream into the staging folder and move it into place; a failure before the move undoes
+    everything (:meth:`ExportFolder.fail`)."""
+    try:
+        check_space(folder.staging, need)
+        writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype)
+        rows = 0
+        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len):
+            writer.write(batch)
+            rows += batch.num_rows
+        writer.close()
+        files = folder.prepare()
+    except Exception as exc:
+        folder.fail()
+        if isinstance(exc, OSError):
+            raise write_error(folder.out, exc) from exc
+        raise
+    folder.publish(files)
+    return Built(files, {"identity": folder.identity, **fields, "rows": rows, "columns": cfg.columns(),
+                         **src.stats(), "files": files})

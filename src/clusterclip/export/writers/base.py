@@ -1,0 +1,77 @@
+"""What every export writer shares: the :class:`Writer` interface, exclusive file creation and row helpers.
+
+A batch is a ``pyarrow.Table`` of the planned stream (:mod:`clusterclip.export.stream`): columns ``text,
+id, index, cluster`` (text), ``tokens, id, index, cluster`` (with a tokenizer) or ``tokens`` (packed). The
+policy (plan order, repeats, windows, staging, record, refusal) lives above the writers; a writer sees
+one staging folder, gets every batch in stream order and is closed once.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+
+from clusterclip.errors import ClusterClipError
+
+
+def missing(fmt: str, package: str, exc: ImportError) -> ClusterClipError:
+    """The error for a format whose library is not installed."""
+    return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); install clusterclip[export] "
+                            "(see docs/export.md)")
+
+
+def create(path: Path, mode: str = "wb") -> IO[Any]:
+    """Open a new file for writing, refusing one that exists or a symbolic link (``O_EXCL | O_NOFOLLOW``):
+    a writer never writes through a link planted in its folder."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def token_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
+    """The token ids of each row of a ``list<int>`` column as NumPy arrays (views of one buffer)."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = arr.offsets.to_numpy()
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return [values[offsets[i]:offsets[i + 1]] for i in range(len(arr))]
+
+
+def plain_rows(batch: pa.Table) -> list[dict[str, Any]]:
+    """Rows as dicts with tokens as arrays and a missing cluster as -1 (the binary formats have no null)."""
+    cols = {name: batch.column(name) for name in batch.column_names}
+    if "cluster" in cols:
+        cols["cluster"] = cols["cluster"].fill_null(-1)
+    out: list[dict[str, Any]] = [{} for _ in range(batch.num_rows)]
+    for name, col in cols.items():
+        values = token_rows(col) if name == "tokens" else col.to_pylist()
+        for row, v in zip(out, values, strict=True):
+            row[name] = v
+    return out
+
+
+class Writer(ABC):
+    """Writes the batches of one export into ``folder``; ``close`` finishes the library's files."""
+
+    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
+        self.folder = folder
+        self.token_dtype = token_dtype
+        self.batches = 0
+
+    @abstractmethod
+    def write(self, batch: pa.Table) -> None:
+        """Append ``batch`` (the next rows of the stream) and count it in ``batches``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish the library's files (an index, a merge) after the last batch."""
+
+
+class ShardWriter(Writer):
+    """One file per batch (a shard), complete when written: nothing to finish."""
+
+    def close(self) -> None:
+        """Every shard is complete already."""

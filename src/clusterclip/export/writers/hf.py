@@ -1,0 +1,50 @@
+"""``--format hf``: a ``datasets.Dataset`` saved with ``save_to_disk`` (read by ``datasets.load_from_disk``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.export.writers.base import Writer, create, missing
+from clusterclip.store import file_digest
+
+
+class HfWriter(Writer):
+    """A ``datasets.Dataset`` saved with ``save_to_disk``: batches go to one Arrow stream file (memory-mapped
+    by ``Dataset.from_file``, so memory stays bounded), which ``save_to_disk`` then shards."""
+
+    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
+        super().__init__(folder, token_dtype)
+        try:
+            import datasets  # noqa: F401
+        except ImportError as exc:
+            raise missing("hf", "datasets", exc) from exc
+        self.stream = folder.parent / (folder.name + ".arrow")
+        self.file: Any = None
+        self.sink: Any = None
+
+    def write(self, batch: pa.Table) -> None:
+        if self.sink is None:
+            self.file = create(self.stream)
+            self.sink = pa.ipc.new_stream(self.file, batch.schema)
+        self.sink.write_table(batch)
+        self.batches += 1
+
+    def close(self) -> None:
+        import datasets
+
+        if self.sink is None:
+            raise ClusterClipError("the plan is empty: nothing to export")
+        self.sink.close()
+        self.file.close()
+        ds = datasets.Dataset.from_file(str(self.stream))
+        # The fingerprint names the content (the stream's bytes are determined by the export's identity),
+        # so a re-run writes identical state.json instead of a random one.
+        ds._fingerprint = file_digest(self.stream)[:16]
+        ds.save_to_disk(str(self.folder))
+        del ds
+        self.stream.unlink()

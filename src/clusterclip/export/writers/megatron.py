@@ -1,0 +1,35 @@
+"""``--format megatron``: ``data.bin`` / ``data.idx`` (read by megatron-core's ``IndexedDataset``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from clusterclip.export.writers.base import Writer, missing, token_rows
+
+
+class MegatronWriter(Writer):
+    """``data.bin`` / ``data.idx`` by megatron-core's ``IndexedDatasetBuilder``: one document per row (a planned
+    document, or a packed sample with ``--seq-len``), in stream order. Token ids only."""
+
+    PREFIX = "data"
+
+    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
+        super().__init__(folder, token_dtype)
+        try:
+            from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+        except ImportError as exc:
+            raise missing("megatron", "megatron-core", exc) from exc
+        self.builder = IndexedDatasetBuilder(str(folder / f"{self.PREFIX}.bin"), dtype=token_dtype.type)
+
+    def write(self, batch: pa.Table) -> None:
+        import torch
+
+        for ids in token_rows(batch.column("tokens")):
+            self.builder.add_document(torch.from_numpy(np.array(ids)), [int(ids.size)])
+        self.batches += 1
+
+    def close(self) -> None:
+        self.builder.finalize(str(self.folder / f"{self.PREFIX}.idx"))

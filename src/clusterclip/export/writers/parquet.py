@@ -1,0 +1,18 @@
+"""``--format parquet``: one Parquet file per batch, written by pyarrow."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clusterclip.export.writers.base import ShardWriter, create
+from clusterclip.store import layout as A
+
+
+class ParquetWriter(ShardWriter):
+    """``part-00000.parquet``: one file per batch (a shard)."""
+
+    def write(self, batch: pa.Table) -> None:
+        with create(self.folder / A.export_shard(self.batches, "parquet")) as fh:
+            pq.write_table(batch, fh)
+        self.batches += 1

@@ -1,0 +1,115 @@
+"""Plan access for the training integrations: argument checks, plan names and identities, dataset order.
+
+Kept apart from the sampler so the sampler module holds only the replay logic.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.plan.identity import record_identity, short
+from clusterclip.plan.integrity import PlanReader, open_plan, read_record, resolve_plan_path
+from clusterclip.settings import is_int
+from clusterclip.store import layout as A
+
+__all__ = ["PlanInfo", "SamplerArgumentError", "load_plan", "open_checked", "plan_info", "reorder_dataset"]
+
+
+class SamplerArgumentError(ClusterClipError, ValueError):
+    """A sampler argument or state of the wrong type or out of range (never truncated or coerced)."""
+
+
+def integer(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """``value`` as an int in ``lo..hi``; refuses bools, floats (also 7.0), strings, None, NaN."""
+    span = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    if not is_int(value):
+        raise SamplerArgumentError(f"{name} must be an integer {span}, got {value!r} ({type(value).__name__})")
+    v = int(value)
+    if v < lo or (hi is not None and v > hi):
+        raise SamplerArgumentError(f"{name} must be in {span}, got {v}")
+    return v
+
+
+def load_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> np.ndarray:
+    """The plan as a verified 1-D int64 array: an array (or ``Plan``) as is, a path memory-mapped read-only.
+
+    Every block is checked (its checksum, indices in ``[0, n_docs)``; see ``clusterclip.plan.integrity``)
+    before the array is returned, so this reads a file plan once; the sampler instead verifies each block
+    when it first reads it.
+    """
+    return open_checked(plan, plan_name, n_docs).verified()
+
+
+def open_checked(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> PlanReader:
+    """``open_plan``, plus for a ``plan.npy`` without its ``plan.json``: the run's ``labels.npy`` (when the
+    file sits at ``RUN/plans/NAME/plan.npy``) bounds the indices, and a warning says what cannot be checked."""
+    reader = open_plan(plan, plan_name, n_docs)
+    if reader.path is None or reader.record is not None:
+        return reader
+    labels = reader.path.parent.parent.parent / A.LABELS
+    if n_docs is None and reader.path.parent.parent.name == A.PLANS_DIR and labels.is_file():
+        reader.n_docs = int(np.load(labels, mmap_mode="r").shape[0])
+    bound = f"0..{reader.n_docs - 1} (the run's documents)" if reader.n_docs else "0..2^40 (pass n_docs=)"
+    warnings.warn(f"{reader.path}: no plan.json beside it, so only its shape and index range {bound} are checked; "
+                  "its checksums, recorded identity and repeat cap cannot be", stacklevel=3)
+    return reader
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """Who a plan is: its ``name`` (folder under ``plans/``), ``identity`` (content hash of the order;
+    ``None`` when it must be computed from the order) and, for a continuation, ``continues``: the parent's
+    ``name``, ``identity`` and the position ``consumed`` where training switches."""
+
+    name: str | None = None
+    identity: str | None = None
+    continues: Mapping[str, Any] | None = None
+
+    def describe(self, identity: str | None = None) -> str:
+        """``name (hash)`` for messages."""
+        return f"{self.name or 'unnamed plan'} ({short(identity or self.identity)})"
+
+
+def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
+    """The name, identity and parent of a plan given as ``load_plan`` takes it (read from ``plan.json``).
+
+    A path without a record, or an array, has no name and its identity is computed from the order
+    (``clusterclip.plan.identity_of``) when first needed.
+    """
+    if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
+        return PlanInfo(plan.config.name(), plan.identity or None)
+    if not isinstance(plan, (str, os.PathLike)):
+        return PlanInfo()
+    path = resolve_plan_path(plan, plan_name)
+    rec = read_record(path)
+    if rec is None:
+        return PlanInfo()
+    name = str(rec.get("name") or path.parent.name)
+    return PlanInfo(name, record_identity(rec, A.plan_path(name, A.PLAN_ORDER)), rec.get("continues"))
+
+
+def plan_path(plan: Any, plan_name: str | None) -> Path | None:
+    """The ``plan.npy`` a path names (``None`` for an array or ``Plan``)."""
+    return resolve_plan_path(plan, plan_name) if isinstance(plan, (str, os.PathLike)) else None
+
+
+def reorder_dataset(dataset: Any, plan: Any, plan_name: str | None = None) -> Any:
+    """A Hugging Face ``datasets.Dataset`` in plan order (repeats expanded): ``dataset.select(plan)``.
+
+    ``select`` stores an index mapping (8 bytes per planned sample), not copies of the rows. The whole
+    plan is verified first (checksums, index range), and must index rows of ``dataset``.
+    """
+    order = load_plan(plan, plan_name)
+    n = len(dataset)
+    if order.size and (int(order.max()) >= n or int(order.min()) < 0):
+        raise ClusterClipError(f"plan holds document index {int(order.max())} but the dataset has {n} rows; "
+                               "was the plan built for this corpus?")
+    return dataset.select(np.asarray(order))

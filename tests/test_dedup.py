@@ -1,0 +1,231 @@
+"""Near-duplicate groups (``clusterclip dedup``) and plans over them (``--duplicates drop|group-cap``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
+
+from clusterclip.cli.main import main
+from clusterclip.dedup import DedupConfig, dedup_stage, derive_groups, load_groups
+from clusterclip.dedup.lexical import lsh_pairs, shingle_hashes, signatures
+from clusterclip.dedup.semantic import NONE_SIMILARITY, cluster_neighbours, earlier_neighbours, kept_order
+from clusterclip.errors import ClusterClipError, InfeasiblePlanError
+from clusterclip.plan import PlanConfig, build_plan
+from clusterclip.plan.duplicates import build_grouped_plan, reference_grouped_order
+from clusterclip.store import RunDir, load_npy
+
+WORDS = [f"w{i}" for i in range(32)]
+
+
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+# --------------------------------------------------------------------------------------------- semantic
+
+
+@given(n=hs.integers(1, 40), block=hs.integers(1, 9), seed=hs.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_blocked_neighbours_equal_brute_force(n, block, seed):
+    x = unit_rows(n, 8, seed)
+    best, arg = cluster_neighbours(n, lambda a, b: x[a:b], block)
+    s = x @ x.T
+    for i in range(n):
+        if i == 0:
+            assert arg[i] == -1 and best[i] == NONE_SIMILARITY
+        else:
+            assert arg[i] == int(np.argmax(s[i, :i])) and best[i] == pytest.approx(s[i, :i].max(), abs=1e-5)
+
+
+def test_earlier_neighbours_bounded_blocks_equal_cached():
+    labels = np.random.default_rng(1).integers(0, 3, 200).astype(np.int32)
+    tokens = np.random.default_rng(2).integers(1, 50, 200)
+    x = unit_rows(200, 16, 3)
+    a = earlier_neighbours(labels, tokens, lambda r: x[r])
+    b = earlier_neighbours(labels, tokens, lambda r: x[r], block=7, cache_rows=0)
+    assert np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], atol=1e-6)
+    assert np.all(labels[a[0][a[0] >= 0]] == labels[a[0] >= 0])  # neighbours stay inside the cluster
+    rank = np.empty(200, np.int64)
+    rank[kept_order(labels, tokens)] = np.arange(200)
+    assert np.all(rank[a[0][a[0] >= 0]] < rank[a[0] >= 0])  # and come earlier in the kept order
+
+
+def test_groups_follow_eps_and_keep_the_longest():
+    x = unit_rows(6, 64, 0)
+    x[1] = x[0] + 0.005
+    x[2] = x[0] + 0.03
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels, tokens = np.zeros(6, np.int32), np.array([5, 9, 5, 1, 1, 1])
+    nb, sim = earlier_neighbours(labels, tokens, lambda r: x[r])
+    empty = (np.zeros((0, 2), np.int64), np.zeros(0, np.float32))
+    tight = derive_groups(nb, sim, *empty, tokens, 0.01, 1.0)
+    loose = derive_groups(nb, sim, *empty, tokens, 0.1, 1.0)
+    assert tight.group[0] == tight.group[1] != tight.group[2] and tight.kept[tight.group[0]] == 1  # longest kept
+    assert loose.group[0] == loose.group[1] == loose.group[2]
+    assert loose.kept.size == 4 and tight.kept.size == 5
+    assert np.array_equal(loose.group[loose.kept], np.arange(loose.kept.size))
+
+
+# ---------------------------------------------------------------------------------------------- lexical
+
+
+def test_shingles_ignore_case_and_punctuation_and_lsh_finds_near_copies():
+    rng = np.random.default_rng(0)
+    docs = [" ".join(rng.choice(WORDS, 120)) for _ in range(30)]
+    copy = docs[3].split()
+    copy[10], copy[11] = copy[11], copy[10]
+    texts = [*docs, docs[0].upper().replace(" ", ", "), " ".join(copy), "", ""]
+    a, ra = shingle_hashes(pa.array([texts[0], texts[30]]), 3)
+    assert np.array_equal(np.sort(a[ra[0]:ra[1]]), np.sort(a[ra[1]:ra[2]]))
+    sig = signatures([pa.array(texts[:17]), pa.array(texts[17:])], len(texts), 128, 3, 0)
+    pairs, jac = lsh_pairs(sig, 16)
+    found = {tuple(p) for p, j in zip(pairs.tolist(), jac, strict=True) if j >= 0.7}
+    assert {(0, 30), (3, 31)} <= found and (32, 33) not in found and len(found) == 2
+
+
+# -------------------------------------------------------------------------------------------- the stage
+
+
+def corpus_with_copies(path, n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    docs = [" ".join(rng.choice(WORDS, rng.integers(40, 90))) for _ in range(n)]
+    rows = [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)]
+    rows += [{"id": f"copy{j}", "text": docs[j] + " " + " ".join(docs[j].split()[:3])} for j in range(0, 20, 2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(rows)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dedup")
+    n = corpus_with_copies(tmp / "c.jsonl")
+    assert main(["embed", str(tmp / "c.jsonl"), "--out", str(tmp / "run"), "--embedder", "hashing",
+                 "--id-field", "id", "-q"]) == 0
+    assert main(["cluster", str(tmp / "run"), "--k", "3", "-q"]) == 0
+    return tmp / "run", n
+
+
+def test_stage_artifacts_record_and_reuse(run_dir):
+    path, n = run_dir
+    run = RunDir(path)
+    rec = dedup_stage(run, DedupConfig())
+    group, kept = load_groups(run)
+    assert group.shape == (n,) and np.array_equal(group[kept], np.arange(kept.size))
+    table = pq.read_table(path / "dedup" / "removed.parquet").to_pydict()
+    pairs = set(zip(table["removed_id"], table["kept_id"], strict=True))
+    assert {(f"d{j}", f"copy{j}") for j in range(0, 20, 2)} <= pairs  # the longer copy is kept
+    assert rec["removed"] == len(table["removed_id"]) >= 10 and not rec["reused_pairwise"]
+    assert dedup_stage(run, DedupConfig())["finished_at"] == rec["finished_at"]  # fresh: skipped
+    again = dedup_stage(run, DedupConfig(eps=0.2, jaccard=0.9))
+    assert again["reused_pairwise"] and again["config"]["eps"] == 0.2
+    assert main(["dedup", str(path), "--eps", "0.05", "-q"]) == 0
+    assert json.loads((path / "dedup.json").read_text())["command"][:3] == ["clusterclip", "dedup", "{run}"]
+
+
+def test_stale_after_recluster(run_dir, tmp_path):
+    path, _ = run_dir
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(path, copy)
+    run = RunDir(copy)
+    dedup_stage(run, DedupConfig())
+    assert main(["cluster", str(copy), "--k", "4", "-q"]) == 0
+    with pytest.raises(ClusterClipError, match="stale"):
+        load_groups(run)
+    labels = load_npy(copy / "labels.npy")
+    group, kept = load_npy(copy / "dedup/group.npy"), load_npy(copy / "dedup/kept.npy")
+    if not np.array_equal(labels[kept[group]], labels):
+        with pytest.raises(ClusterClipError, match="spans clusters"):
+            build_grouped_plan(labels, PlanConfig(duplicates="drop"), group, kept)
+
+
+# --------------------------------------------------------------------------------------------- planning
+
+
+@hs.composite
+def grouped_cases(draw):
+    k = draw(hs.integers(1, 6))
+    n = draw(hs.integers(1, 60))
+    rng = np.random.default_rng(draw(hs.integers(0, 2**16)))
+    labels = rng.integers(0, k, n).astype(np.int32)
+    sub = rng.integers(0, draw(hs.integers(1, 8)), n)
+    tokens = rng.integers(1, 30, n)
+    key = labels.astype(np.int64) * 100 + sub
+    order = np.argsort(key, kind="stable")
+    same = np.flatnonzero(key[order][1:] == key[order][:-1])
+    pairs = np.stack([order[same], order[same + 1]], axis=1).astype(np.int64)
+    found = derive_groups(np.full(n, -1, np.int64), np.full(n, NONE_SIMILARITY, np.float32), pairs,
+                          np.ones(len(pairs), np.float32), tokens, 0.0, 1.0)
+    cap = draw(hs.integers(1, 4))
+    strategy = draw(hs.sampled_from(["clusterclip", "uniform", "random", "temperature"]))
+    groups = found.kept.size
+    budget = draw(hs.integers(1, cap * groups))
+    mode = draw(hs.sampled_from(["drop", "group-cap"]))
+    config = PlanConfig(strategy=strategy, max_repeat=cap, budget=budget, duplicates=mode,
+                        order=draw(hs.sampled_from(["equal-rate", "spread"])) if strategy != "random" else "equal-rate",
+                        seed=draw(hs.integers(0, 5)))
+    return labels, tokens, found.group, found.kept, config, int(labels.max()) + 1
+
+
+@given(grouped_cases(), hs.integers(1, 50))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_grouped_plans_equal_reference_and_cap_groups(case, chunk):
+    labels, tokens, group, kept, config, k = case
+    plan = build_grouped_plan(labels, config, group, kept, tokens, chunk_size=chunk, n_clusters=k)
+    order = np.asarray(plan.order)
+    assert np.array_equal(order, reference_grouped_order(labels, config, group, kept, tokens, k))
+    assert order.size == config.budget
+    per_group = np.bincount(group[order], minlength=kept.size)
+    assert per_group.max() <= config.max_repeat  # the cap holds per group
+    if config.duplicates == "drop":
+        assert np.isin(order, kept).all()
+    draws = np.bincount(labels[order], minlength=k)
+    assert np.array_equal(draws, plan.per_cluster["draws"])
+    g_c = np.bincount(labels[kept], minlength=k)
+    assert np.all(draws <= config.max_repeat * g_c)  # cluster exhaustion counts groups
+    if config.strategy == "uniform":
+        assert_water_filled(draws, config.max_repeat * g_c, config.budget)
+    counts = np.bincount(order, minlength=labels.size)
+    assert plan.stats["unique_docs"] == int((counts > 0).sum())
+    assert np.array_equal(np.bincount(counts), plan.repeat_hist)
+
+
+def assert_water_filled(draws, caps, budget):
+    """Brute-force oracle of balanced quotas: ``min(lambda, cap_c)`` rounded, for the lambda that meets the budget."""
+    lo, hi = 0.0, float(max(caps.max(), 1))
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.minimum(mid, caps).sum() < budget else (lo, mid)
+    assert np.all(np.abs(draws - np.minimum(hi, caps)) < 1 + 1e-9)
+
+
+def test_group_cap_uses_every_member_and_none_is_unchanged(tmp_path):
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    group, kept = np.array([0, 0, 0, 1, 2, 2]), np.array([0, 3, 4])
+    capped = build_grouped_plan(labels, PlanConfig(max_repeat=3, budget=9, duplicates="group-cap"), group, kept)
+    assert np.array_equal(np.sort(capped.order), [0, 1, 2, 3, 3, 3, 4, 4, 5])
+    dropped = build_grouped_plan(labels, PlanConfig(max_repeat=3, budget=9, duplicates="drop"), group, kept)
+    assert set(dropped.order.tolist()) == {0, 3, 4} and dropped.stats["max_repeat_observed"] == 3
+    on_disk = build_grouped_plan(labels, PlanConfig(max_repeat=3, budget=9, duplicates="group-cap"), group, kept,
+                                 out=tmp_path / "p" / "plan.npy", chunk_size=2)
+    assert np.array_equal(on_disk.order, capped.order) and on_disk.identity == capped.identity
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["plan.npy"]
+    plain = PlanConfig(max_repeat=3, budget=9)
+    assert np.array_equal(build_grouped_plan(labels, plain, group, kept).order, build_plan(labels, plain).order)
+    assert plain.name() == "clusterclip-R3-docs-B9-s0" and "duplicates" not in plain.to_json()
+    assert PlanConfig(duplicates="drop").name().endswith("-drop")
+    assert PlanConfig.from_json(PlanConfig(duplicates="group-cap").to_json()).duplicates == "group-cap"
+    with pytest.raises(InfeasiblePlanError):
+        build_grouped_plan(labels, PlanConfig(max_repeat=3, budget=10, duplicates="drop"), group, kept)
+    with pytest.raises(ClusterClipError, match="duplicates"):
+        build_plan(labels, PlanConfig(duplicates="drop"))
+    with pytest.raises(ClusterClipError, match="budget_unit"):
+        PlanConfig(duplicates="group-cap", budget_unit="tokens")

@@ -1,0 +1,143 @@
+"""The Hugging Face ``Trainer`` on a plan: checkpoints written at 2 processes, resumed at 1 and 3 with another
+per-device batch size, mid-epoch and in a later epoch; every sample trained once, in plan order.
+
+``train_on_plan`` is the recipe of docs/sampling.md verbatim. Processes are a gloo group (accelerate's
+multi-CPU mode); a tiny GPT-2 built from its config (no download) logs the rows of every micro-batch it trains.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+datasets = pytest.importorskip("datasets")
+
+from clusterclip.torch import load_plan  # noqa: E402
+from tests.test_resume_loops import DOCS, PLAN, README, _free_port, make_run_dir  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def train_on_plan(run_dir, plan_name, documents, model, output_dir, batch_size, max_steps, resume=None):
+    from transformers import TrainingArguments
+
+    from clusterclip.torch.hf import PlanTrainer
+
+    args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
+                             max_steps=max_steps, save_steps=1, use_cpu=True, report_to=[])
+    trainer = PlanTrainer(model=model, args=args, train_dataset=documents,  # row i = document i of the run
+                          plan=run_dir, plan_name=plan_name)             # the plan, by name
+    trainer.train(resume_from_checkpoint=resume)  # a checkpoint of any process count and batch size
+
+
+def test_docs_show_this_recipe():
+    for doc in (DOCS, README):
+        assert inspect.getsource(train_on_plan) in doc.read_text(encoding="utf-8"), f"{doc.name} shows the recipe"
+
+
+class _Logged(transformers.GPT2LMHeadModel):
+    """Logs the document of every row it trains on (row ``i`` holds token ``i + 1``)."""
+
+    trained: list[list[int]]
+
+    def forward(self, input_ids: Any = None, labels: Any = None, **kwargs: Any) -> Any:
+        if self.training:
+            self.trained.append((input_ids[:, 0] - 1).tolist())
+        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+
+def _model(n_docs: int) -> _Logged:
+    torch.manual_seed(0)
+    model = _Logged(transformers.GPT2Config(vocab_size=n_docs + 2, n_positions=8, n_embd=16, n_layer=1, n_head=2,
+                                            bos_token_id=0, eos_token_id=0))
+    model.trained = []
+    return model
+
+
+def _documents(n_docs: int) -> Any:
+    rows = [[i + 1] * 4 for i in range(n_docs)]
+    return datasets.Dataset.from_dict({"input_ids": rows, "labels": rows})
+
+
+def _train(job: dict[str, Any], rank: int = 0) -> None:
+    model = _model(job["n_docs"])
+    train_on_plan(job["run"], PLAN, _documents(job["n_docs"]), model, job["out"], job["batch"], job["steps"],
+                  job["resume"])
+    Path(f"{job['out']}/trained.rank{rank}.json").write_text(json.dumps(model.trained))
+
+
+def _process(rank: int, world_size: int, job: dict[str, Any]) -> None:
+    from accelerate.state import AcceleratorState, PartialState
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
+    AcceleratorState._reset_state(True)  # forked from pytest: forget its single-process state
+    PartialState._reset_state()
+    _train(job, rank)
+
+
+def run_trainer(processes: int, **job: Any) -> list[list[int]]:
+    """Train on ``processes`` processes; the global order trained, micro-step by micro-step, rank by rank."""
+    job = {"resume": None, "port": _free_port(), **job}
+    if processes == 1:
+        _train(job)
+    else:
+        torch.multiprocessing.start_processes(_process, args=(processes, job), nprocs=processes, start_method="fork")
+    logs = [json.loads(Path(f"{job['out']}/trained.rank{r}.json").read_text()) for r in range(processes)]
+    return [[i for log in logs for i in log[step]] for step in range(len(logs[0]))]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run_dir(tmp_path_factory.mktemp("resume_hf"))
+
+
+@pytest.mark.slow
+def test_trainer_checkpoints_resume_exactly_at_other_process_counts(run_dir, tmp_path):
+    plan = load_plan(run_dir, PLAN).tolist()
+    n_docs = int(np.load(run_dir / "labels.npy").shape[0])
+    stream = plan * 4  # epochs follow each other without a pad
+    common = {"run": str(run_dir), "n_docs": n_docs}
+    out = str(tmp_path / "two")
+    first = run_trainer(2, **common, out=out, batch=4, steps=16)  # global batch 8: epoch 1 after step 13
+    flat = [i for step in first for i in step]
+    assert flat == stream[:16 * 8]
+    state = json.loads(Path(out, "checkpoint-3", "clusterclip_plan.json").read_text())
+    assert state["sampler"]["epoch"] == 0 and state["sampler"]["consumed"] == 24 and state["processes"] == 2
+    later = json.loads(Path(out, "checkpoint-16", "clusterclip_plan.json").read_text())["sampler"]
+    assert (later["epoch"], later["consumed"], later["pad"]) == (1, 128 - len(plan), 0)
+    for processes, batch, ckpt, steps, at in ((1, 5, "checkpoint-3", 25, 24), (3, 3, "checkpoint-16", 30, 128)):
+        resumed = run_trainer(processes, **common, out=str(tmp_path / ckpt), batch=batch, steps=steps,
+                              resume=f"{out}/{ckpt}")
+        done = int(ckpt.split("-")[1])
+        assert len(resumed) == steps - done
+        assert [i for step in resumed for i in step] == stream[at:at + (steps - done) * batch * processes]
+
+
+def test_trainer_refusals_name_the_fix(run_dir, tmp_path):
+    from clusterclip.torch.hf import PlanTrainer, PlanTrainerError
+
+    n_docs = int(np.load(run_dir / "labels.npy").shape[0])
+
+    def trainer(rows: int, max_steps: int) -> PlanTrainer:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4,
+                                              max_steps=max_steps, use_cpu=True, report_to=[])
+        return PlanTrainer(model=_model(n_docs), args=args, train_dataset=_documents(rows), plan=run_dir,
+                           plan_name=PLAN)
+
+    with pytest.raises(PlanTrainerError, match="max_steps"):
+        trainer(n_docs, -1)
+    with pytest.raises(PlanTrainerError, match=r"has 60 rows .* 101 documents.*row i = document i"):
+        trainer(60, 5)
+    (tmp_path / "checkpoint-2").mkdir()
+    with pytest.raises(PlanTrainerError, match=r"clusterclip_plan\.json"):
+        trainer(n_docs, 5).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))

@@ -1,0 +1,255 @@
+"""``clusterclip tune --search weights``, one run per plan, ``--from-csv`` and the blend outputs.
+
+Fake runners with known losses and real plans on synthetic splits (milliseconds per run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from clusterclip.cli.main import main
+from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.specs import plan_config
+from clusterclip.experiment.tune import TuneConfig, run_tune
+from clusterclip.experiment.tune.groups import ClusterView, assign, cluster_weights, reference_groups
+from clusterclip.mixture import from_arrays, write_swarm
+from clusterclip.mixture.blend import megatron_data_path, olmo_source_mixture, write_blend
+from clusterclip.mixture.swarm import MixtureError
+from clusterclip.plan import build_plan
+from clusterclip.plan.quotas import feasible_weights
+from clusterclip.settings import SettingsError
+
+SIZES = np.array([300, 200, 100, 50, 30, 20])
+TARGET = np.array([0.30, 0.25, 0.18, 0.12, 0.09, 0.06])
+
+
+class PlanRunner:
+    """Real plans on a synthetic split (6 clusters, 700 docs, budget 2 passes); losses known: a weight
+    candidate's macro loss falls as its mixture nears ``TARGET``. Records every spec it trains."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, Any], int, int]] = []
+
+    def identity(self) -> dict[str, Any]:
+        return {"fake": "plan-runner"}
+
+    def _split(self, split: int) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.repeat(np.arange(6), SIZES)
+        tokens = np.random.default_rng(split).integers(5, 15, size=len(labels))
+        return labels, tokens
+
+    def cluster_view(self, split: int) -> ClusterView:
+        labels, tokens = self._split(split)
+        cent = np.eye(6) + np.random.default_rng([split, 7]).normal(0, 0.01, (6, 6))
+        return ClusterView(cent, np.bincount(labels, weights=tokens, minlength=6), int(2 * tokens.sum()))
+
+    def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
+        labels, tokens = self._split(split)
+        cfg = plan_config(spec, int(2 * tokens.sum()), seed)
+        return str(build_plan(labels, cfg, tokens=tokens, n_clusters=6).identity)
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        self.calls.append((spec, split, seed))
+        pair = np.random.default_rng([split, seed]).normal(0, 0.1)
+        own = np.random.default_rng([split, seed, zlib.crc32(spec["name"].encode())]).normal(0, 0.002)
+        macro = 0.0
+        if spec["strategy"] == "weights":
+            w = np.array([x for _, x in spec["weights"]])
+            macro = 2.0 * float(((w / w.sum() - TARGET) ** 2).sum()) - 0.05
+        return {"heldout_macro_cluster": 4.0 + pair + macro + own, "heldout_macro_domain": None,
+                "heldout_micro": 3.8 + pair + own, "seconds": 0.0}
+
+
+CFG = ExperimentConfig(split_seeds=(0, 1, 2), seeds=(0, 1), passes=2)
+WEIGHTS = TuneConfig(search=("weights",), weights_cap=3, weight_rounds=3, weight_runs=4, weight_pairs=2,
+                     weight_candidates=400, max_groups=6)
+
+
+def _tune(out: Path, runner: PlanRunner, tune: TuneConfig = WEIGHTS) -> dict[str, Any]:
+    return run_tune([], out, CFG, tune, runner=runner, write_plan=False)
+
+
+def test_feasible_weights_is_the_planners_exact_check() -> None:
+    sizes, budget = np.array([100.0, 50.0, 10.0]), 240.0
+    rows = np.array([sizes / sizes.sum(), [1, 1, 1], [0.55, 0.4, 0.05], [1, 0, 0], [0, 0, 0]])
+    assert feasible_weights(rows, sizes, 2, budget).tolist() == [True, False, True, False, False]
+    assert feasible_weights(rows[:2], sizes, None, budget).tolist() == [True, True]
+
+
+def test_weight_search_rounds_are_feasible_predicted_and_find_a_better_mixture(tmp_path: Path) -> None:
+    runner = PlanRunner()
+    res = _tune(tmp_path / "a", runner)
+    ws = res["weight_search"]
+    assert [r["round"] for r in ws["rounds"]] == [0, 1, 2]
+    assert all(c["predicted"] is None for c in ws["rounds"][0]["candidates"])
+    assert all(c["predicted"] is not None for r in ws["rounds"][1:] for c in r["candidates"])
+    for spec, split, _ in runner.calls:  # no infeasible mixture ever reached the runner
+        if spec["strategy"] == "weights":
+            view = runner.cluster_view(split)
+            w = np.array([[x for _, x in spec["weights"]]])
+            assert feasible_weights(w, view.tokens, 3, view.budget)[0]
+    assert res["winner"].startswith("weights-") and res["candidates"][res["winner"]]["status"] == "chosen"
+    chosen = np.array(res["candidates"][res["winner"]]["spec"]["group_weights"])
+    natural = np.array(ws["space"]["natural"])
+    assert np.abs(chosen - TARGET).sum() < np.abs(natural - TARGET).sum()
+
+
+def test_weight_search_is_deterministic_and_resumes_from_its_records(tmp_path: Path) -> None:
+    a, b = _tune(tmp_path / "a", PlanRunner()), _tune(tmp_path / "b", PlanRunner())
+    assert a["weight_search"]["rounds"] == b["weight_search"]["rounds"] and a["winner"] == b["winner"]
+    again = PlanRunner()
+    c = _tune(tmp_path / "a", again)
+    assert again.calls == [] and c["winner"] == a["winner"]
+
+
+def test_weights_and_grid_together_compare_the_finalists(tmp_path: Path) -> None:
+    tune = TuneConfig(search=("grid", "weights"), taus=(0.5,), caps=(3,), orders=("equal-rate",), weights_cap=3,
+                      weight_rounds=2, weight_runs=3, weight_pairs=1, weight_candidates=200, max_groups=6,
+                      check_split_seeds=(9,))
+    res = _tune(tmp_path, PlanRunner(), tune)
+    assert "uniform" in res["candidates"] and any(n.startswith("weights-") for n in res["candidates"])
+    assert res["weight_search"]["versus_grid"]["pairs"] == 6
+    assert res["unseen"]["split_seeds"] == [9]
+
+
+def test_identical_plans_are_trained_once_and_share_their_run(tmp_path: Path) -> None:
+    runner = PlanRunner()
+    tune = TuneConfig(taus=(0.0,), caps=(100000,), orders=("equal-rate",), eta=2)
+    res = _tune(tmp_path, runner, tune)
+    pairs = {(split, seed) for _, split, seed in runner.calls}
+    trained = [(s["name"], split, seed) for s, split, seed in runner.calls]
+    same = {"uniform", "clusterclip-R100000"}
+    for pair in pairs:
+        assert len([n for n, *p in trained if n in same and tuple(p) == pair]) <= 1
+    assert res["progress"]["shared"] > 0
+
+
+def test_groups_merge_clusters_and_map_other_splits() -> None:
+    rng = np.random.default_rng(0)
+    cent = np.repeat(np.eye(3), 4, axis=0) + rng.normal(0, 0.01, (12, 3))
+    view = ClusterView(cent, np.full(12, 10.0), 240)
+    groups = reference_groups(view, 3)
+    of = assign(view, groups)
+    assert len(groups) == 3 and sorted(np.bincount(of).tolist()) == [4, 4, 4]
+    w = cluster_weights(np.array([[0.5, 0.25, 0.25]]), view, of)
+    assert w.sum() == pytest.approx(1.0) and len(set(np.round(w[0][of == of[0]], 9))) == 1
+
+
+def test_from_csv_proposes_and_writes_a_weights_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    w = rng.dirichlet(np.ones(4), size=40)
+    y = 3.0 + np.exp(1.5 * w[:, 0] - 2.0 * w[:, 2]) + rng.normal(0, 0.01, 40)
+    swarm = from_arrays(w, y, ["0", "1", "2", "3"], objective_name="loss")
+    write_swarm(tmp_path / "swarm.csv", swarm)
+    assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "Predicted loss" in out
+    saved = json.loads((tmp_path / "o" / "tune" / "proposed_weights.json").read_text())
+    assert list(saved) == ["0", "1", "2", "3"] and sum(saved.values()) == pytest.approx(1.0)
+    assert saved["2"] > saved["0"]
+
+
+REGMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "regmix"
+
+
+@pytest.mark.skipif(not (REGMIX / "train_mixture_1m.csv").exists(), reason="no RegMix swarm here")
+def test_from_csv_reads_the_regmix_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", "--out", str(tmp_path), "--from-csv", str(REGMIX / "train_mixture_1m.csv"),
+                 "--loss-csv", str(REGMIX / "train_pile_loss_1m.csv")]) == 0
+    saved = json.loads((tmp_path / "tune" / "proposed_weights.json").read_text())
+    assert "train_the_pile_pile_cc" in saved and "pile_cc" in capsys.readouterr().out.lower()
+
+
+def test_blend_outputs(tmp_path: Path) -> None:
+    weights = {"0": 3.0, "1": 1.0, "2": 0.0}
+    prefixes = {"0": "/d/c0_text_document", "1": "/d/c1_text_document", "2": "/d/c2_text_document"}
+    assert megatron_data_path(weights, prefixes) == "0.75 /d/c0_text_document\n0.25 /d/c1_text_document\n"
+    cfg = olmo_source_mixture(weights, {k: [v + ".npy"] for k, v in prefixes.items()}, max_repetition=4,
+                              max_tokens=1000, sequence_length=512, seed=3)
+    assert [s["source_name"] for s in cfg["source_configs"]] == ["0", "1"]
+    assert cfg["source_configs"][0] == {"source_name": "0", "target_ratio": 0.75, "paths": ["/d/c0_text_document.npy"],
+                                        "max_source_fraction": 1.0, "max_repetition_ratio": 4.0}
+    assert (cfg["max_tokens"], cfg["sequence_length"], cfg["seed"]) == (1000, 512, 3)
+    files = write_blend(tmp_path, weights, prefixes)
+    assert json.loads(files["olmo"].read_text())["source_configs"][1]["target_ratio"] == 0.25
+    with pytest.raises(MixtureError):
+        megatron_data_path({"0": 1.0, "9": 1.0}, prefixes)
+    with pytest.raises(MixtureError):
+        megatron_data_path({"0": 0.0}, prefixes)
+
+
+def test_report_shows_the_weight_search(tmp_path: Path) -> None:
+    from clusterclip.experiment.tune import format_summary
+    from clusterclip.report.tune import tune_section
+
+    tune = TuneConfig(search=("grid", "weights"), taus=(0.5,), caps=(3,), orders=("equal-rate",), weights_cap=3,
+                      weight_rounds=2, weight_runs=3, weight_pairs=1, weight_candidates=200, max_groups=6)
+    res = _tune(tmp_path, PlanRunner(), tune)
+    page = tune_section(res)
+    assert "Weight search" in page and 'id="tune-weight-rounds"' in page and 'id="tune-weights"' in page
+    assert "natural" in page and "uniform" in page and 'id="tune-vs-grid"' in page
+    assert re.search(r"Weight search: 2 rounds, \d+ mixtures over 6 groups", format_summary(res))
+
+
+def test_chosen_weights_become_an_ordinary_weights_plan_with_its_file(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterclip.experiment import quick_config
+    from clusterclip.plan import stage
+    from clusterclip.plan.config import PlanConfigError
+
+    original = stage.plan_argv
+
+    def plan_argv(config: Any, continues: Any = None) -> list[str]:
+        try:
+            return original(config, continues)
+        except PlanConfigError:  # plan_argv's default PlanConfig(strategy='weights') has no weights (plan/stage.py)
+            return ["clusterclip", "plan", stage.RUN, "--strategy", "weights", "--weights", "WEIGHTS_FILE"]
+
+    monkeypatch.setattr(stage, "plan_argv", plan_argv)
+    from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
+    from clusterclip.experiment.tune.weights import weight_spec
+    from clusterclip.store import layout as A
+    from clusterclip.store import load_npy
+    from tests.test_experiment import _toy_corpus
+
+    corpus, out = _toy_corpus(tmp_path / "toy.jsonl"), tmp_path / "run"
+    cfg = quick_config()
+    write_chosen_plan([corpus], out, cfg, {"name": "random", "strategy": "random"}, 0)
+    cent = np.asarray(load_npy(out / A.CENTROIDS))
+    groups = cent[:3]
+    spec = weight_spec(np.array([0.5, 0.3, 0.2]), int(cfg.passes) + 2, 3)
+    plan = write_chosen_plan([corpus], out, cfg, spec, 0, weight_search={"space": {"group_centroids": groups.tolist()}})
+    saved = json.loads(Path(plan["weights_file"]).read_text())
+    assert len(saved) == len(cent) and sum(saved.values()) == pytest.approx(1.0)
+    assert plan["config"]["strategy"] == "weights" and f"--weights {plan['weights_file']}" in plan["command"]
+
+
+def test_parallel_jobs_make_the_same_weight_search(tmp_path: Path) -> None:
+    one = _tune(tmp_path / "one", PlanRunner())
+    two = _tune(tmp_path / "two", PlanRunner(), dataclasses.replace(WEIGHTS, jobs=2))
+    assert one["weight_search"]["rounds"] == two["weight_search"]["rounds"] and one["winner"] == two["winner"]
+
+
+def test_weight_options_are_checked() -> None:
+    with pytest.raises(SettingsError, match=r"weights.cap"):
+        TuneConfig(search=("weights",), weights_cap=2).weight_cap(CFG)
+    with pytest.raises(SettingsError):
+        TuneConfig(search=("weights", "nope"))
+    assert TuneConfig(search=("weights",)).grid(CFG) == [{"name": "random", "strategy": "random"}]
+
+
+def test_run_budget_stops_the_weight_search_and_it_still_decides(tmp_path: Path) -> None:
+    runner = PlanRunner()
+    res = _tune(tmp_path, runner, dataclasses.replace(WEIGHTS, max_runs=4))
+    assert res["status"].startswith("stopped: max-runs 4") and len(runner.calls) == 4
+    assert len(res["weight_search"]["rounds"]) == 1 and res["winner"]
