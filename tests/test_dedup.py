@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -127,6 +128,24 @@ def test_stage_artifacts_record_and_reuse(run_dir):
     assert again["reused_pairwise"] and again["config"]["eps"] == 0.2
     assert main(["dedup", str(path), "--eps", "0.05", "-q"]) == 0
     assert json.loads((path / "dedup.json").read_text())["command"][:3] == ["clusterclip", "dedup", "{run}"]
+
+
+def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
+    """`clusterclip plan --duplicates group-cap|drop` over the run's groups: a group's members together never
+    exceed the cap, `drop` draws only kept documents, and a continuation is refused with one line."""
+    path = tmp_path / "run"
+    shutil.copytree(run_dir[0], path)
+    assert main(["dedup", str(path), "-q"]) == 0
+    group, kept = load_groups(RunDir(path))
+    for mode in ("group-cap", "drop"):
+        assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", mode, "-q"]) == 0
+        (folder,) = [p for p in (path / "plans").iterdir() if p.name.endswith(mode)]
+        order = np.load(folder / "plan.npy")
+        assert np.bincount(group[order], minlength=kept.size).max() <= 2
+        if mode == "drop":
+            assert np.isin(order, kept).all()
+    assert main(["plan", str(path), "--strategy", "uniform", "--duplicates", "drop", "--continue",
+                 folder.name, "--consumed", "5", "-q"]) == 2
 
 
 def test_stale_after_recluster(run_dir, tmp_path):

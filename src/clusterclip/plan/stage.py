@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.dedup.stage import DEDUP_STAGE, GROUP, KEPT, load_groups
 from clusterclip.errors import disk_full_at
-from clusterclip.plan.build import build_plan
+from clusterclip.plan.build import Plan, build_plan
 from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
+from clusterclip.plan.duplicates import build_grouped_plan
 from clusterclip.plan.identity import record_identity, short
 from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
 from clusterclip.plan.locate import list_plans
@@ -57,6 +59,11 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
         inputs["corpus"] = run.output_hash(A.CORPUS_STAGE)
         reads[A.CORPUS_STAGE] = [A.TOKENS]
     name = config.name()
+    if config.duplicates != "none":
+        if continues is not None:
+            raise PlanConfigError("duplicates", "cannot be used with --continue yet", type(config))
+        inputs["dedup"] = run.output_hash(DEDUP_STAGE)
+        reads[DEDUP_STAGE] = [GROUP, KEPT]
     if continues is not None:
         name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
         inputs["continues"] = continues
@@ -67,8 +74,7 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
         k = int(load_npy(run.path(A.SIZES)).shape[0]) if run.path(A.SIZES).exists() else None
         tokens = np.asarray(load_npy(run.path(A.TOKENS), mmap=True)) if use_tokens else None
         prior = None if continues is None else chain_prior(run, continues, labels.shape[0])
-        plan = build_plan(labels, config, tokens=tokens, out=run.path(A.plan_path(name, A.PLAN_ORDER)),
-                          n_clusters=k, prior=prior)
+        plan = _order(run, config, labels, tokens, run.path(A.plan_path(name, A.PLAN_ORDER)), k, prior)
         arrays = {A.PLAN_BLOCKS: plan.checksums, A.PLAN_DRAWS: plan.per_cluster["draws"],
                   A.PLAN_UNIQUE: plan.per_cluster["unique"],
                   A.PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
@@ -137,6 +143,15 @@ def _check_windows(config: PlanConfig, n_docs: int | None) -> None:
     if -(-draws // config.window) > MAX_WINDOWS:
         raise PlanConfigError("window", f"{config.window} cuts {draws:,} draws into more than {MAX_WINDOWS:,} "
                               f"mixture windows; use --window {-(-draws // MAX_WINDOWS)} or more", type(config))
+
+
+def _order(run: RunDir, config: PlanConfig, labels: np.ndarray, tokens: np.ndarray | None, out: Any,
+           k: int | None, prior: np.ndarray | None) -> Plan:
+    """The plan's order: over every document, or over the duplicate groups of ``clusterclip dedup``."""
+    if config.duplicates == "none":
+        return build_plan(labels, config, tokens=tokens, out=out, n_clusters=k, prior=prior)
+    group, kept = load_groups(run)
+    return build_grouped_plan(labels, config, group, kept, tokens=tokens, out=out, n_clusters=k)
 
 
 def plan_argv(config: PlanConfig, continues: Mapping[str, Any] | None = None) -> list[str]:
