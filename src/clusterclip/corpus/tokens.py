@@ -29,8 +29,10 @@ def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarra
         raise SettingsError("tokenizer", "needs `pip install clusterclip[hf]`", CorpusConfig) from None
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer)
-    except OSError as exc:
-        raise ClusterClipError(f"cannot load tokenizer {tokenizer!r}: {exc}") from None
+    except Exception as exc:  # transformers raises OSError, ValueError, ImportError ... for unusable names
+        first = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+        raise ClusterClipError(f"cannot load tokenizer {tokenizer!r} (a folder, or a name in the local Hugging Face "
+                               f"cache when offline): {first}") from None
 
     def count_hf(texts: list[str]) -> np.ndarray:
         enc = tok(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)

@@ -8,9 +8,12 @@ in :mod:`clusterclip.export.writers`). The output folder is a run directory with
 ``export.json`` (identity, files, counts) is written by the stage runner. Everything is written into
 ``OUT/.partial/`` first and moved into place at the end; export owns only what it wrote, refuses anything
 else and never overwrites or deletes a file it did not write (:mod:`clusterclip.export.publish`). A killed
-export is finished by the same command, with byte-identical data files.
+export is finished by the same command, with byte-identical data files. On the trainer's side,
+:func:`read_export` / :func:`check_export` (:mod:`clusterclip.export.manifest`) read an export's identity back
+and refuse one of another plan than a training state was saved on.
 """
 
+from clusterclip.export.manifest import ExportInfo, ExportMismatchError, check_export, read_export
 from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.export.writers import (
     FORMATS,
@@ -23,5 +26,5 @@ from clusterclip.export.writers import (
     Writer,
 )
 
-__all__ = ["FORMATS", "WRITERS", "ExportConfig", "HfWriter", "JsonlWriter", "LitdataWriter", "MegatronWriter",
-           "ParquetWriter", "Writer", "export_plan"]
+__all__ = ["FORMATS", "WRITERS", "ExportConfig", "ExportInfo", "ExportMismatchError", "HfWriter", "JsonlWriter",
+           "LitdataWriter", "MegatronWriter", "ParquetWriter", "Writer", "check_export", "export_plan", "read_export"]

@@ -15,6 +15,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from clusterclip.errors import ClusterClipError
+from clusterclip.export.manifest import metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
 from clusterclip.export.writers.registry import FORMATS, WRITERS
@@ -25,6 +27,14 @@ from clusterclip.store import layout as A
 
 STAGE = A.EXPORT_MANIFEST.removesuffix(".json")
 """The export folder's one stage: its record is :data:`clusterclip.store.layout.EXPORT_MANIFEST`."""
+
+MAX_SEQ_LEN = 2**24
+"""The longest ``--seq-len``: 16,777,216 tokens, far past any model's context, and well inside the int32
+offsets of an Arrow list column (a window of samples is one such column)."""
+
+
+def _at_most_max(v: int) -> str | None:
+    return None if v <= MAX_SEQ_LEN else f"must be at most {MAX_SEQ_LEN:,} (2^24) tokens per sample, got {v:,}"
 
 
 @dataclass(frozen=True)
@@ -41,9 +51,12 @@ class ExportConfig(Settings):
                                                "ids instead of text (required for megatron)")
     append_eos: bool = setting(False, help="end each document with the tokenizer's EOS token",
                                check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}")
-    seq_len: int | None = setting(None, check=optional(at_least(1)),
+    seq_len: int | None = setting(None, check=optional(lambda v: at_least(1)(v) or _at_most_max(v)),
                                   help="pack the token stream into samples of this many tokens (documents run on "
                                        "across samples; the last partial sample is dropped)")
+    pad_to_multiple: int | None = setting(None, check=optional(at_least(1)),
+                                          help="repeat the stream's first rows so that the row count is a multiple "
+                                               "of this (litdata under R ranks with batch size B: R*B)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,7 +89,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     src = PlanStream(run, plan_name, cfg.tokenizer, cfg.append_eos)
     tokenizer = src.tokenizer.identity if src.tokenizer is not None else None
     identity = {"plan": src.name, "plan_sha256": src.plan_sha256, "format": cfg.fmt, "tokenizer": tokenizer,
-                "append_eos": cfg.append_eos, "seq_len": cfg.seq_len}
+                "append_eos": cfg.append_eos, "seq_len": cfg.seq_len, "pad_to_multiple": cfg.pad_to_multiple,
+                "plan_identity": src.identity}
     need = src.estimate_bytes(doubled=cfg.fmt == "hf")
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
@@ -103,11 +117,15 @@ def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, 
     everything (:meth:`ExportFolder.fail`)."""
     try:
         check_space(folder.staging, need)
-        writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype)
+        writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
         rows = 0
-        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len):
+        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple):
             writer.write(batch)
             rows += batch.num_rows
+        if rows == 0:
+            raise ClusterClipError(f"--seq-len {cfg.seq_len} is longer than the plan's whole token stream "
+                                   f"({src.stats()['dropped_tokens']:,} tokens): no full sample to write; use a "
+                                   "smaller --seq-len" if cfg.seq_len else "the plan is empty: nothing to export")
         writer.close()
         files = folder.prepare()
     except Exception as exc:
@@ -116,5 +134,6 @@ def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, 
             raise write_error(folder.out, exc) from exc
         raise
     folder.publish(files)
-    return Built(files, {"identity": folder.identity, **fields, "rows": rows, "columns": cfg.columns(),
+    return Built(files, {"identity": folder.identity, "stream_identity": stream_identity(folder.identity), **fields,
+                         "rows": rows, "columns": cfg.columns(),
                          **src.stats(), "files": files})

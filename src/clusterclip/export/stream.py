@@ -11,9 +11,7 @@ Every input (plan, labels, corpus parts, ``tokens.npy``) is checksum-verified be
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,59 +20,11 @@ import pyarrow.compute as pc
 
 from clusterclip.cluster import load_labels
 from clusterclip.corpus import corpus_parts, open_parquet
-from clusterclip.errors import ClusterClipError
+from clusterclip.export.tokenizer import Tokenizer
+from clusterclip.plan.identity import record_identity
 from clusterclip.plan.integrity import open_plan, resolve_plan_path
 from clusterclip.store import RunDir, StaleArtifactError, load_npy
 from clusterclip.store import layout as A
-
-EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
-
-
-class Tokenizer:
-    """A fast Hugging Face tokenizer: ids without special tokens, plus the EOS id when ``append_eos``."""
-
-    def __init__(self, name: str, append_eos: bool) -> None:
-        from tokenizers import Tokenizer as HfTokenizer
-
-        path = Path(name)
-        file = path / "tokenizer.json" if path.is_dir() else path
-        if file.is_file():
-            self.tok = HfTokenizer.from_file(str(file))
-            eos = next((t for t in EOS_TOKENS if self.tok.token_to_id(t) is not None), None)
-        else:
-            from transformers import AutoTokenizer
-
-            hf = AutoTokenizer.from_pretrained(name)
-            self.tok = hf.backend_tokenizer
-            eos = hf.eos_token or hf.sep_token
-        # Saved tokenizers often carry a model's truncation and padding (MiniLM's: 128 tokens); an export
-        # wants every token of every document.
-        self.tok.no_truncation()
-        self.tok.no_padding()
-        self.eos = self.tok.token_to_id(eos) if eos is not None else None
-        if append_eos and self.eos is None:
-            raise ClusterClipError(f"tokenizer {name!r} has no EOS token ({', '.join(EOS_TOKENS)}); drop --append-eos")
-        self.append_eos = append_eos
-        vocab = self.tok.get_vocab_size(with_added_tokens=True)
-        self.dtype = np.dtype(np.uint16 if vocab <= 2**16 else np.int32)
-        digest = hashlib.sha256(self.tok.to_str().encode()).hexdigest()
-        self.identity = {"name": name, "sha256": digest, "vocab_size": vocab,
-                         "eos_id": self.eos if append_eos else None, "dtype": self.dtype.name}
-
-    def encode(self, texts: pa.ChunkedArray, batch: int = 1024) -> pa.ChunkedArray:
-        """Token ids of ``texts`` as a ``list<uint16|int32>`` array, encoded ``batch`` texts at a time so that
-        Python lists of ids never hold more than one batch."""
-        return pa.chunked_array([self._encode(texts.slice(i, batch).to_pylist())
-                                 for i in range(0, len(texts), batch)], pa.list_(pa.from_numpy_dtype(self.dtype)))
-
-    def _encode(self, texts: list[str]) -> pa.Array:
-        ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
-        if self.append_eos:
-            ids = [[*i, self.eos] for i in ids]
-        lengths = np.fromiter((len(i) for i in ids), np.int64, len(ids))
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        flat = np.fromiter((t for i in ids for t in i), self.dtype, int(offsets[-1]))
-        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
 
 
 class CorpusIndex:
@@ -162,6 +112,32 @@ class Packer:
         return pa.table({"tokens": pa.ListArray.from_arrays(offsets, pa.array(stream[:n * self.seq_len]))})
 
 
+class Padder:
+    """Repeats the stream's first rows after its end so that the row count is a multiple of ``multiple``
+    (``--pad-to-multiple``: the pad ``DistributedSampler`` adds, made part of the export so that a loader that
+    drops incomplete global batches, like litdata under several ranks, reads every planned row)."""
+
+    def __init__(self, multiple: int) -> None:
+        self.multiple = multiple
+        self.head: list[pa.Table] = []
+        self.kept = 0
+        self.rows = 0
+        self.pad = 0
+
+    def __call__(self, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+        for table in tables:
+            if self.kept < self.multiple - 1:
+                part = table.slice(0, self.multiple - 1 - self.kept)
+                self.head.append(part)
+                self.kept += part.num_rows
+            self.rows += table.num_rows
+            yield table
+        self.pad = (-self.rows) % self.multiple
+        if self.pad and self.rows:
+            head = pa.concat_tables(self.head).combine_chunks()
+            yield head.take(pa.array(np.arange(self.pad) % head.num_rows))
+
+
 def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
     """Batches of exactly ``size`` rows (the last may be shorter), whatever the windows' sizes."""
     pending: list[pa.Table] = []
@@ -204,8 +180,11 @@ class PlanStream:
                                      f"`{run.rebuild_command(A.CLUSTER_STAGE, force=True)}`")
         self.tokenizer = Tokenizer(tokenizer, append_eos) if tokenizer is not None else None
         self.plan_sha256: str = self.record["artifacts"][A.plan_path(self.name, A.PLAN_ORDER)]["sha256"]
+        self.identity = record_identity(self.record, A.PLAN_ORDER)
+        """The plan's identity (what ``ClusterClipSampler`` states name)."""
         self.window = 1
         self.packer: Packer | None = None
+        self.padder: Padder | None = None
 
     @property
     def draws(self) -> int:
@@ -236,17 +215,23 @@ class PlanStream:
             size = text / 2 * self.tokenizer.dtype.itemsize + 8 * self.draws
         return int(size * (2 if doubled else 1))
 
-    def batches(self, memory_mb: int, shard_size: int, seq_len: int | None) -> Iterator[pa.Table]:
-        """The stream in batches of ``shard_size`` rows, packed into ``seq_len`` samples when given; sets
-        ``window`` (plan rows per corpus read) and ``packer``."""
+    def batches(self, memory_mb: int, shard_size: int, seq_len: int | None,
+                pad_to_multiple: int | None = None) -> Iterator[pa.Table]:
+        """The stream in batches of ``shard_size`` rows, packed into ``seq_len`` samples when given and padded
+        to a multiple of ``pad_to_multiple`` rows; sets ``window`` (plan rows per corpus read), ``packer`` and
+        ``padder``."""
         self.window = window_rows(self.corpus, self.draws, memory_mb, shard_size)
         stream: Iterator[pa.Table] = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer)
         self.packer = Packer(seq_len) if seq_len is not None else None
         if self.packer is not None:
             stream = map(self.packer.pack, stream)
+        self.padder = Padder(pad_to_multiple) if pad_to_multiple is not None else None
+        if self.padder is not None:
+            stream = self.padder(stream)
         return rebatch(stream, shard_size)
 
     def stats(self) -> dict[str, Any]:
         """What the record says about the stream once it was written."""
         return {"documents": self.draws, "dropped_tokens": self.packer.dropped if self.packer is not None else 0,
+                "pad_rows": self.padder.pad if self.padder is not None else 0,
                 "corpus_reads": -(-self.draws // self.window) if self.order.size else 0}

@@ -9,9 +9,22 @@ integration (imported on its own: transformers is optional). torch is imported o
 from __future__ import annotations
 
 from clusterclip.plan.integrity import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
+from clusterclip.torch.collate import ExportRows, TokenCollator
 from clusterclip.torch.plans import PlanInfo, SamplerArgumentError, load_plan, plan_info, reorder_dataset
 from clusterclip.torch.sampler import ClusterClipSampler
 from clusterclip.torch.state import sampler_state
 
-__all__ = ["ClusterClipSampler", "PlanInfo", "PlanIntegrityError", "PlanNotFoundError", "SamplerArgumentError",
-           "load_plan", "plan_info", "reorder_dataset", "resolve_plan_path", "sampler_state"]
+__all__ = [
+           "ClusterClipSampler",
+           "ExportRows",
+           "PlanInfo",
+           "PlanIntegrityError",
+           "PlanNotFoundError",
+           "SamplerArgumentError",
+           "TokenCollator",
+           "load_plan",
+           "plan_info",
+           "reorder_dataset",
+           "resolve_plan_path",
+           "sampler_state",
+]

@@ -20,7 +20,7 @@ from clusterclip.plan.integrity import PlanReader, open_plan, read_record, resol
 from clusterclip.settings import is_int
 from clusterclip.store import layout as A
 
-__all__ = ["PlanInfo", "SamplerArgumentError", "load_plan", "open_checked", "plan_info", "reorder_dataset"]
+__all__ = ["PlanInfo", "RowRange", "SamplerArgumentError", "load_plan", "open_checked", "plan_info", "reorder_dataset"]
 
 
 class SamplerArgumentError(ClusterClipError, ValueError):
@@ -76,6 +76,32 @@ class PlanInfo:
     def describe(self, identity: str | None = None) -> str:
         """``name (hash)`` for messages."""
         return f"{self.name or 'unnamed plan'} ({short(identity or self.identity)})"
+
+
+class RowRange:
+    """Rows ``0..length-1`` of an export as a plan: row ``i`` is the export's ``i``-th sample, so a sampler
+    over it yields row positions in order (the export already holds the plan's order). ``info`` names the
+    export's stream (:func:`clusterclip.export.manifest.stream_identity`)."""
+
+    def __init__(self, length: int, info: PlanInfo) -> None:
+        self.length = length
+        self.n_docs = length
+        self.info = info
+        self.path = None
+        self.record = None
+
+    def take(self, pos: np.ndarray) -> np.ndarray:
+        """Row positions are the rows."""
+        return np.asarray(pos, dtype=np.int64)
+
+    @property
+    def array(self) -> np.ndarray:
+        """The rows, materialised (only for consumers that need the whole order)."""
+        return np.arange(self.length, dtype=np.int64)
+
+    def verified(self) -> np.ndarray:
+        """Nothing to verify: the rows are positions."""
+        return self.array
 
 
 def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:

@@ -7,6 +7,7 @@ at ``(e, p)`` continues there whatever the number of ranks or the batch size.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,18 @@ import torch
 from torch.utils.data import Sampler
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.export.manifest import read_export
 from clusterclip.plan.identity import identity_of
 from clusterclip.plan.integrity import PlanReader, open_plan
-from clusterclip.torch.plans import PlanInfo, SamplerArgumentError, integer, open_checked, plan_info, plan_path
+from clusterclip.torch.plans import (
+    PlanInfo,
+    RowRange,
+    SamplerArgumentError,
+    integer,
+    open_checked,
+    plan_info,
+    plan_path,
+)
 from clusterclip.torch.state import STATE_FORMAT, checked_state, loader_driver
 
 __all__ = ["ClusterClipSampler"]
@@ -82,11 +92,12 @@ class ClusterClipSampler(Sampler[int]):
             if not isinstance(flag, (bool, np.bool_)):
                 raise SamplerArgumentError(f"{name} must be True or False, got {flag!r}")
         self._n_docs = n_docs
-        self._path: Path | None = plan_path(plan, plan_name)
-        self._reader_cache: PlanReader | None = open_checked(plan, plan_name, n_docs)
+        rows = plan if isinstance(plan, RowRange) else None
+        self._path: Path | None = None if rows is not None else plan_path(plan, plan_name)
+        self._reader_cache: PlanReader | RowRange | None = rows or open_checked(plan, plan_name, n_docs)
         self._n_docs = self._reader_cache.n_docs
         self.total = self._reader.length
-        self.info = plan_info(plan, plan_name)
+        self.info = rows.info if rows is not None else plan_info(plan, plan_name)
         self.rank, self.world_size = _dist_defaults(rank, world_size)
         self.drop_last, self.endless = bool(drop_last), bool(endless)
         if self.world_size > self.total and not (self.endless and self.total):
@@ -96,8 +107,21 @@ class ClusterClipSampler(Sampler[int]):
         self._epoch, self._consumed, self._pass, self._pass_id = 0, 0, None, 0
         self._reposition(0, start)
 
+    @classmethod
+    def from_export(cls, folder: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None,
+                    drop_last: bool = False, endless: bool = False) -> ClusterClipSampler:
+        """A sampler over the rows of an export (``clusterclip export``), which hold the plan's order already:
+        it yields row positions ``0, 1, ...`` (this rank's share), with the same epochs, states and resume as
+        over the corpus. Its identity is the export's stream identity: for an unpacked export, the plan's,
+        so a state saved while reading the corpus through the plan resumes here and back; a state of another
+        plan (or of a packed export of other settings) is refused by ``load_state_dict``. The folder's
+        ``export.json`` is checked against the format's own metadata (``clusterclip.export.read_export``)."""
+        info = read_export(folder)
+        rows = RowRange(info.rows, PlanInfo(info.plan, info.stream_identity))
+        return cls(rows, rank=rank, world_size=world_size, drop_last=drop_last, endless=endless)
+
     @property
-    def _reader(self) -> PlanReader:
+    def _reader(self) -> PlanReader | RowRange:
         if self._reader_cache is None:
             self._reader_cache = open_plan(self._path, n_docs=self._n_docs)
         return self._reader_cache

@@ -8,6 +8,7 @@ one staging folder, gets every batch in stream order and is closed once.
 
 from __future__ import annotations
 
+import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -17,11 +18,17 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.store import atomic_write
+
+INSTALL = {"hf": "pip install 'clusterclip[hf]'",
+           "megatron": "pip install 'clusterclip[export]'",
+           "litdata": "pip install 'clusterclip[export]' && pip install --no-deps litdata==0.2.76"}
+"""What installs each format's library (litdata goes in without its requirements: see the Makefile)."""
 
 
 def missing(fmt: str, package: str, exc: ImportError) -> ClusterClipError:
-    """The error for a format whose library is not installed."""
-    return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); install clusterclip[export] "
+    """The error for a format whose library is not installed, naming what installs it."""
+    return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); {INSTALL[fmt]} "
                             "(see docs/export.md)")
 
 
@@ -53,12 +60,23 @@ def plain_rows(batch: pa.Table) -> list[dict[str, Any]]:
     return out
 
 
+def add_json_key(path: Path, key: str, value: Any) -> None:
+    """Add ``key`` to the JSON object in ``path`` (a library's index), rewritten atomically."""
+    with open(path, encoding="utf-8") as fh:
+        found = json.load(fh)
+    found[key] = value
+    with atomic_write(path, "w") as fh:
+        json.dump(found, fh)
+
+
 class Writer(ABC):
     """Writes the batches of one export into ``folder``; ``close`` finishes the library's files."""
 
-    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
+    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         self.folder = folder
         self.token_dtype = token_dtype
+        self.meta = meta or {}
+        """The export's identity, for formats whose files carry metadata (:mod:`clusterclip.export.manifest`)."""
         self.batches = 0
 
     @abstractmethod

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.writers.base import Writer, create, missing
+from clusterclip.export.manifest import META_KEY
+from clusterclip.export.writers.base import Writer, add_json_key, create, missing
 from clusterclip.store import file_digest
 
 
@@ -17,8 +18,8 @@ class HfWriter(Writer):
     """A ``datasets.Dataset`` saved with ``save_to_disk``: batches go to one Arrow stream file (memory-mapped
     by ``Dataset.from_file``, so memory stays bounded), which ``save_to_disk`` then shards."""
 
-    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
-        super().__init__(folder, token_dtype)
+    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
+        super().__init__(folder, token_dtype, meta)
         try:
             import datasets  # noqa: F401
         except ImportError as exc:
@@ -45,6 +46,11 @@ class HfWriter(Writer):
         # The fingerprint names the content (the stream's bytes are determined by the export's identity),
         # so a re-run writes identical state.json instead of a random one.
         ds._fingerprint = file_digest(self.stream)[:16]
+        if self.meta:
+            ds.info.description = (f"clusterclip export of plan {self.meta['plan']} (stream "
+                                   f"{self.meta['stream_identity']}), rows in plan order")
         ds.save_to_disk(str(self.folder))
+        if self.meta:
+            add_json_key(self.folder / "dataset_info.json", META_KEY, self.meta)
         del ds
         self.stream.unlink()

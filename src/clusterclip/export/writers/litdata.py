@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.export.writers.base import Writer, missing, plain_rows
+from clusterclip.export.manifest import META_KEY
+from clusterclip.export.writers.base import Writer, add_json_key, missing, plain_rows
 
 
 class LitdataWriter(Writer):
     """litdata chunks (``chunk-0-0.bin`` ...) and ``index.json``, written by ``litdata``'s ``BinaryWriter``."""
 
-    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
-        super().__init__(folder, token_dtype)
+    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
+        super().__init__(folder, token_dtype, meta)
         try:
             from litdata.streaming.writer import BinaryWriter
         except ImportError as exc:
@@ -31,3 +33,5 @@ class LitdataWriter(Writer):
     def close(self) -> None:
         self.writer.done()
         self.writer.merge()
+        if self.meta:
+            add_json_key(self.folder / "index.json", META_KEY, self.meta)

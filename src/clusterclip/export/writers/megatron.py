@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +17,8 @@ class MegatronWriter(Writer):
 
     PREFIX = "data"
 
-    def __init__(self, folder: Path, token_dtype: np.dtype) -> None:
-        super().__init__(folder, token_dtype)
+    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
+        super().__init__(folder, token_dtype, meta)
         try:
             from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
         except ImportError as exc:
@@ -25,10 +26,8 @@ class MegatronWriter(Writer):
         self.builder = IndexedDatasetBuilder(str(folder / f"{self.PREFIX}.bin"), dtype=token_dtype.type)
 
     def write(self, batch: pa.Table) -> None:
-        import torch
-
         for ids in token_rows(batch.column("tokens")):
-            self.builder.add_document(torch.from_numpy(np.array(ids)), [int(ids.size)])
+            self.builder.add_document(np.asarray(ids), [int(ids.size)])
         self.batches += 1
 
     def close(self) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip.export.manifest import META_KEY
 from clusterclip.export.writers.base import ShardWriter, create
 from clusterclip.store import layout as A
 
@@ -13,6 +16,9 @@ class ParquetWriter(ShardWriter):
     """``part-00000.parquet``: one file per batch (a shard)."""
 
     def write(self, batch: pa.Table) -> None:
+        if self.meta:
+            batch = batch.replace_schema_metadata({**(batch.schema.metadata or {}),
+                                                   META_KEY.encode(): json.dumps(self.meta).encode()})
         with create(self.folder / A.export_shard(self.batches, "parquet")) as fh:
             pq.write_table(batch, fh)
         self.batches += 1

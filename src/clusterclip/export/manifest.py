@@ -1,0 +1,138 @@
+"""What an export is, read back on the trainer's side: its plan identity, in ``export.json`` and in the
+format's own metadata, and the check that refuses an export of another plan than a training state expects.
+
+Each export carries a **stream identity**: the identity of the sequence of rows it holds. Unpacked, row
+``i`` is plan position ``i``, so it is the plan's identity (the one ``ClusterClipSampler`` states carry: a
+state saved while reading the corpus through the plan resumes on the export and back). Packed
+(``--seq-len``), rows are samples cut from the token stream, so it is a hash of the plan's identity, the
+tokenizer, ``--append-eos``, ``--seq-len`` and ``--pad-to-multiple`` (the pad rows are part of the stream).
+
+The identity is written into each format's own metadata, so a folder copied without its ``export.json``
+still says what it holds: Parquet (schema metadata key ``clusterclip``), ``hf`` (``dataset_info.json``: key
+``clusterclip``, and the ``description``), litdata (``index.json``: key ``clusterclip``). JSONL and
+Megatron's ``.bin``/``.idx`` have no metadata: ``export.json`` is their record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.store import layout as A
+from clusterclip.store import load_json
+
+META_KEY = "clusterclip"
+"""The key of the export's identity in each format's own metadata."""
+
+
+class ExportMismatchError(ClusterClipError):
+    """An export that is not the one a training state or a caller expects (another plan, damaged metadata)."""
+
+
+def stream_identity(identity: Mapping[str, Any]) -> str:
+    """The identity of the rows an export of ``identity`` holds (see the module docstring)."""
+    plan = str(identity["plan_identity"])
+    if identity.get("seq_len") is None and identity.get("pad_to_multiple") is None:
+        return plan
+    tokenizer = identity.get("tokenizer") or {}
+    key = {"plan_identity": plan, "tokenizer": tokenizer.get("sha256"), "eos_id": tokenizer.get("eos_id"),
+           "append_eos": bool(identity.get("append_eos")), "seq_len": identity.get("seq_len"),
+           "pad_to_multiple": identity.get("pad_to_multiple")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def metadata(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """What goes into the format's own metadata under :data:`META_KEY`."""
+    return {"plan": identity["plan"], "plan_identity": identity["plan_identity"],
+            "stream_identity": stream_identity(identity), "format": identity["format"],
+            "seq_len": identity.get("seq_len"), "pad_to_multiple": identity.get("pad_to_multiple")}
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """An export folder as its ``export.json`` describes it (checked against the format's own metadata)."""
+
+    folder: Path
+    plan: str
+    plan_identity: str
+    stream_identity: str
+    format: str
+    rows: int
+    pad_rows: int
+    seq_len: int | None
+    record: dict[str, Any]
+
+
+def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any] | None:
+    """The identity stored in the format's own files, or None for formats without metadata."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        first = sorted(f for f in files if f.endswith(".parquet"))[:1]
+        raw = (pq.read_schema(folder / first[0]).metadata or {}).get(META_KEY.encode()) if first else None
+        return json.loads(raw) if raw else {}
+    name = {"hf": "dataset_info.json", "litdata": "index.json"}.get(fmt)
+    if name is None:
+        return None
+    found = load_json(folder / name)
+    return found.get(META_KEY, {}) if isinstance(found, dict) else {}
+
+
+def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
+    """The export in ``folder``: its ``export.json``, checked against the format's own metadata.
+
+    Refused (:class:`ExportMismatchError`, one line): a folder without ``export.json`` (not an export, or a
+    killed one: run the export again), a record without a plan identity (an older version's export), and
+    metadata that names another stream than ``export.json`` (files of two exports mixed).
+    """
+    folder = Path(folder)
+    path = folder / A.EXPORT_MANIFEST
+    if not path.is_file():
+        killed = (folder / A.EXPORT_STAGING).exists()
+        partial = " (a killed export: run the same `clusterclip export` again)" if killed else ""
+        raise ExportMismatchError(f"{folder}: no {A.EXPORT_MANIFEST}, not a finished clusterclip export{partial}")
+    record = load_json(path)
+    identity = record.get("identity") if isinstance(record, dict) else None
+    if not isinstance(identity, dict) or not identity.get("plan_identity"):
+        raise ExportMismatchError(f"{path}: records no plan identity (an export of an older version); export the "
+                                  "plan again with `clusterclip export`")
+    pad_rows = int(record.get("pad_rows", 0))
+    info = ExportInfo(folder, str(identity["plan"]), str(identity["plan_identity"]), stream_identity(identity),
+                      str(identity["format"]), int(record["rows"]), pad_rows,
+                      identity.get("seq_len"), record)
+    meta = _format_metadata(folder, info.format, list(record.get("files", [])))
+    if meta is not None and meta.get("stream_identity") != info.stream_identity:
+        raise ExportMismatchError(
+            f"{folder}: the {info.format} metadata names stream {meta.get('stream_identity')!r} (plan "
+            f"{meta.get('plan')!r}) but {A.EXPORT_MANIFEST} names {info.stream_identity!r} (plan {info.plan!r}): "
+            "files of two exports are mixed; export the plan again into an empty folder")
+    return info
+
+
+def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str) -> ExportInfo:
+    """The export in ``folder``, refused unless it holds the stream ``state`` was saved on.
+
+    ``state``: a ``ClusterClipSampler`` state (its ``plan_identity``) or an identity string. A state saved
+    while reading the corpus through the plan matches an unpacked export of that plan.
+    """
+    info = read_export(folder)
+    expected = state if isinstance(state, str) else state.get("plan_identity")
+    if not isinstance(expected, str) or not expected:
+        raise ExportMismatchError("the training state names no plan identity (saved by an older version?); "
+                                  "cannot check which export it belongs to")
+    if expected != info.stream_identity:
+        plan = "" if isinstance(state, str) else f" of plan {state.get('plan')!r}"
+        raise ExportMismatchError(
+            f"{folder} holds the stream {info.stream_identity[:12]} of plan {info.plan!r}, but the training state "
+            f"was saved on stream {expected[:12]}{plan}: resume on the export of the plan it was saved with")
+    return info
+
+
+__all__ = ["META_KEY", "ExportInfo", "ExportMismatchError", "check_export", "metadata", "read_export",
+           "stream_identity"]

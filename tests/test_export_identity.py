@@ -1,0 +1,128 @@
+"""An export says which plan it holds (``export.json`` and the format's own metadata), and a trainer
+refuses an export of another plan than its saved state; ``--pad-to-multiple`` pads like DistributedSampler."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from clusterclip.export import ExportMismatchError, check_export, export_plan, read_export
+from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.store import load_json
+from tests.test_export import _run
+from tests.test_export_formats import _available, _plan, _tokenizer
+
+torch = pytest.importorskip("torch")
+from clusterclip.torch import ClusterClipSampler  # noqa: E402
+
+FORMATS = ["jsonl", "parquet", "hf", "litdata", "megatron"]
+META_FILE = {"hf": "dataset_info.json", "litdata": "index.json"}
+
+
+def _export(tmp_path, fmt, **opts):
+    run, cfg, labels = _run(tmp_path)
+    if fmt == "megatron":
+        opts.setdefault("tokenizer", _tokenizer(tmp_path))
+    out = tmp_path / fmt
+    export_plan(run, cfg.name(), out, fmt=fmt, shard_size=32, **opts)
+    return run, cfg, out
+
+
+def _format_meta(out, fmt):
+    if fmt == "parquet":
+        return json.loads(pq.read_schema(out / "part-00000.parquet").metadata[b"clusterclip"])
+    return load_json(out / META_FILE[fmt])["clusterclip"] if fmt in META_FILE else None
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_export_records_the_plan_identity_in_its_own_metadata(tmp_path, fmt):
+    if not _available(fmt):
+        pytest.skip(f"{fmt} library not installed")
+    run, cfg, out = _export(tmp_path, fmt)
+    sampler = ClusterClipSampler(run.root, plan_name=cfg.name())
+    info = read_export(out)
+    assert info.plan == cfg.name() and info.plan_identity == sampler.identity
+    assert info.stream_identity == sampler.identity  # unpacked: row i is plan position i
+    record = load_json(out / "export.json")
+    assert record["identity"]["plan_identity"] == sampler.identity
+    assert record["stream_identity"] == sampler.identity
+    meta = _format_meta(out, fmt)
+    if fmt in ("jsonl", "megatron"):
+        assert meta is None
+    else:
+        assert meta["plan_identity"] == sampler.identity and meta["plan"] == cfg.name()
+    if fmt == "hf":
+        import datasets
+
+        ds = datasets.load_from_disk(str(out))
+        assert cfg.name() in ds.info.description and len(ds) == len(_plan(run, cfg))
+
+
+def test_trainer_side_check_refuses_an_export_of_another_plan(tmp_path):
+    run, cfg, out = _export(tmp_path, "parquet")
+    other = PlanConfig(budget=90, seed=5)
+    plan_stage(run, other)
+    export_plan(run, other.name(), tmp_path / "other", fmt="parquet")
+    mine = ClusterClipSampler(run.root, plan_name=cfg.name())
+    assert check_export(out, mine.state_dict()).plan == cfg.name()
+    with pytest.raises(ExportMismatchError, match=f"saved on stream .* of plan '{cfg.name()}'"):
+        check_export(tmp_path / "other", mine.state_dict())
+    with pytest.raises(ExportMismatchError, match="names no plan identity"):
+        check_export(out, {"consumed": 3})
+
+
+def test_metadata_of_another_export_is_refused(tmp_path):
+    run, cfg, out = _export(tmp_path, "litdata") if _available("litdata") else _export(tmp_path, "parquet")
+    fmt = read_export(out).format
+    if fmt == "litdata":
+        index = load_json(out / "index.json")
+        index["clusterclip"]["stream_identity"] = "0" * 32
+        (out / "index.json").write_text(json.dumps(index))
+    else:
+        other = PlanConfig(budget=90, seed=5)
+        plan_stage(run, other)
+        export_plan(run, other.name(), tmp_path / "o", fmt="parquet")
+        (out / "part-00000.parquet").write_bytes((tmp_path / "o" / "part-00000.parquet").read_bytes())
+    with pytest.raises(ExportMismatchError, match="files of two exports are mixed"):
+        read_export(out)
+
+
+def test_not_an_export_and_a_killed_export_are_named(tmp_path):
+    with pytest.raises(ExportMismatchError, match="not a finished clusterclip export$"):
+        read_export(tmp_path)
+    (tmp_path / ".partial").mkdir()
+    with pytest.raises(ExportMismatchError, match="a killed export"):
+        read_export(tmp_path)
+
+
+def test_sampler_over_an_export_resumes_a_corpus_state_and_refuses_another(tmp_path):
+    run, cfg, out = _export(tmp_path, "parquet")
+    plan = _plan(run, cfg)
+    corpus = ClusterClipSampler(run.root, plan_name=cfg.name(), rank=0, world_size=2)
+    state = corpus.state_dict(consumed_batches=3, batch_size=5)  # 30 plan positions trained
+    rows = ClusterClipSampler.from_export(out, rank=1, world_size=3)
+    rows.load_state_dict(state)
+    per_rank = -(-(len(plan) - 30) // 3)
+    assert list(rows) == [(30 + 1 + 3 * j) % len(plan) for j in range(per_rank)]  # row i is plan position i
+    packed = tmp_path / "packed"
+    export_plan(run, cfg.name(), packed, fmt="parquet", tokenizer=_tokenizer(tmp_path), seq_len=4)
+    over_packed = ClusterClipSampler.from_export(packed)
+    assert over_packed.identity == read_export(packed).stream_identity != corpus.identity
+    with pytest.raises(Exception, match="state is from plan"):
+        over_packed.load_state_dict(state)
+
+
+@pytest.mark.parametrize("multiple", [1, 7, 64, 1000])
+def test_pad_to_multiple_repeats_the_first_rows(tmp_path, multiple):
+    run, cfg, out = _export(tmp_path, "parquet", pad_to_multiple=multiple)
+    plan = _plan(run, cfg)
+    rows = pq.read_table(sorted(out.glob("part-*.parquet"))).column("index").to_numpy()
+    pad = (-len(plan)) % multiple
+    assert len(rows) % multiple == 0 and len(rows) == len(plan) + pad
+    np.testing.assert_array_equal(rows, np.resize(plan, len(plan) + pad))
+    record = load_json(out / "export.json")
+    assert record["pad_rows"] == pad and record["rows"] == len(rows)
+    assert read_export(out).stream_identity != ClusterClipSampler(run.root, plan_name=cfg.name()).identity
