@@ -9,6 +9,9 @@ in :mod:`clusterclip.export.writers`). The output folder is a run directory with
 ``OUT/.partial/`` first and moved into place at the end; export owns only what it wrote, refuses anything
 else and never overwrites or deletes a file it did not write (:mod:`clusterclip.export.publish`). A killed
 export is finished by the same command, with byte-identical data files.
+
+:class:`clusterclip.export.megatron_dataset.PlanOrderGPTDataset` (imported on its own: it needs megatron-core)
+lets Megatron read a ``megatron`` export in plan order, one pass at most.
 """
 
 from clusterclip.export.stage import ExportConfig, export_plan
