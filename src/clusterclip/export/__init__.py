@@ -11,6 +11,9 @@ else and never overwrites or deletes a file it did not write (:mod:`clusterclip.
 export is finished by the same command, with byte-identical data files. On the trainer's side,
 :func:`read_export` / :func:`check_export` (:mod:`clusterclip.export.manifest`) read an export's identity back
 and refuse one of another plan than a training state was saved on.
+
+:class:`clusterclip.export.megatron_dataset.PlanOrderGPTDataset` (imported on its own: it needs megatron-core)
+lets Megatron read a ``megatron`` export in plan order, one pass at most.
 """
 
 from clusterclip.export.manifest import ExportInfo, ExportMismatchError, check_export, read_export
