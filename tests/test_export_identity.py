@@ -23,7 +23,7 @@ META_FILE = {"hf": "dataset_info.json", "litdata": "index.json"}
 
 
 def _export(tmp_path, fmt, **opts):
-    run, cfg, labels = _run(tmp_path)
+    run, cfg, _labels = _run(tmp_path)
     if fmt == "megatron":
         opts.setdefault("tokenizer", _tokenizer(tmp_path))
     out = tmp_path / fmt
@@ -75,7 +75,7 @@ def test_trainer_side_check_refuses_an_export_of_another_plan(tmp_path):
 
 
 def test_metadata_of_another_export_is_refused(tmp_path):
-    run, cfg, out = _export(tmp_path, "litdata") if _available("litdata") else _export(tmp_path, "parquet")
+    run, _cfg, out = _export(tmp_path, "litdata") if _available("litdata") else _export(tmp_path, "parquet")
     fmt = read_export(out).format
     if fmt == "litdata":
         index = load_json(out / "index.json")
@@ -91,7 +91,7 @@ def test_metadata_of_another_export_is_refused(tmp_path):
 
 
 def test_not_an_export_and_a_killed_export_are_named(tmp_path):
-    with pytest.raises(ExportMismatchError, match="not a finished clusterclip export$"):
+    with pytest.raises(ExportMismatchError, match=r"not a finished clusterclip export$"):
         read_export(tmp_path)
     (tmp_path / ".partial").mkdir()
     with pytest.raises(ExportMismatchError, match="a killed export"):
