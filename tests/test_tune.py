@@ -366,6 +366,9 @@ def test_presets_and_split_seed_on_the_command_line() -> None:
         (["--eta", "1"], "--eta must be an integer >= 2"),
         (["--max-runs", "-1"], "--max-runs must be an integer >= 1 (or 0 for no limit)"),
         (["--jobs", "0"], "--jobs must be an integer >= 1"),
+        (["--seeds", "1,1"], "--seeds lists 1 more than once"),
+        (["--split-seeds", "0,1", "--check-split-seeds", "1,5"], "--check-split-seeds [1] are split seeds the search "
+                                                                  "trains on"),
     ],
 )
 def test_tune_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

@@ -154,8 +154,9 @@ def is_text(x: Any) -> str | None:
     return None if isinstance(x, str) and x else f"must be a non-empty string, got {x!r}"
 
 
-def each(check: Check, *, nonempty: bool = True) -> Check:
-    """A tuple or list whose items all pass ``check`` (and which has at least one item if ``nonempty``)."""
+def each(check: Check, *, nonempty: bool = True, distinct: bool = False) -> Check:
+    """A tuple or list whose items all pass ``check`` (and which has at least one item if ``nonempty``, no
+    item twice if ``distinct``: a seed listed twice would count one measurement as two)."""
 
     def check_all(xs: Any) -> str | None:
         if not isinstance(xs, (tuple, list)) or (nonempty and not xs):
@@ -164,6 +165,10 @@ def each(check: Check, *, nonempty: bool = True) -> Check:
             problem = check(x)
             if problem:
                 return f"items {problem}"
+        if distinct:
+            twice = sorted({x for x in xs if xs.count(x) > 1}, key=str)
+            if twice:
+                return f"lists {', '.join(map(str, twice))} more than once, got {xs!r}"
         return None
 
     return check_all

@@ -119,7 +119,7 @@ class ExperimentConfig(Settings):
     heldout: float = setting(0.2, check=between(0, 1), help="held-out fraction per (cluster, domain) stratum")
     split_seed: int = setting(0, check=at_least(0), help="seed of subset, split and k-means (one split)")
     split_seeds: tuple[int, ...] = setting(
-        (0, 1, 2), check=each(at_least(0), nonempty=False), parse=_ints,
+        (0, 1, 2), check=each(at_least(0), nonempty=False, distinct=True), parse=_ints,
         help="held-out splits, comma-separated: each draws its own subset, split and k-means and trains every "
              "(strategy, seed) on it; empty: the one --split-seed")
     text_field: str = _read_setting("text_field", help="field holding the text")
@@ -136,7 +136,7 @@ class ExperimentConfig(Settings):
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
                                            flag="--max-repeat", help="clusterclip caps to sweep, comma-separated")
     tau: float = setting(DEFAULT_TAU, check=finite(), help="temperature strategy: cluster weight n_c**tau")
-    seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0)), parse=_ints,
+    seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0), distinct=True), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
     small_clusters: float = setting(0.2, check=between(0, 1),

@@ -28,7 +28,7 @@ class TuneConfig(Settings):
 
     taus: tuple[float, ...] = setting((0.3, DEFAULT_TAU, 0.7), check=each(finite(), nonempty=False), parse=_floats,
                                       help="temperature grid, comma-separated (cluster weight n_c**tau)")
-    caps: tuple[int, ...] = setting((), check=each(at_least(1), nonempty=False), parse=_ints,
+    caps: tuple[int, ...] = setting((), check=each(at_least(1), nonempty=False, distinct=True), parse=_ints,
                                     help="ClusterClip max-repeat grid, comma-separated; empty: 1.5, 2 and 3 x passes")
     orders: tuple[str, ...] = setting(ORDERS, check=each(one_of(ORDERS), nonempty=False), parse=_strs,
                                       help="ClusterClip orders to try, comma-separated")
@@ -45,7 +45,7 @@ class TuneConfig(Settings):
                                         help="stop starting search runs after this many minutes (the decision "
                                              "uses the last complete rung); 0: no limit")
     check_split_seeds: tuple[int, ...] = setting(
-        (), check=each(at_least(0), nonempty=False), parse=_ints,
+        (), check=each(at_least(0), nonempty=False, distinct=True), parse=_ints,
         help="split seeds never seen by the search: every candidate is rerun there and the choice compared "
              "with the best fixed candidate, comma-separated")
     plan_seed: int = setting(0, check=at_least(0), help="seed of the chosen plan for the whole corpus")
@@ -81,6 +81,13 @@ class TuneConfig(Settings):
         if cap <= cfg.passes:
             raise SettingsError("weights_cap", f"{cap} must exceed {{passes}} {cfg.passes:g}", type(self))
         return cap
+
+    def check_unseen(self, cfg: ExperimentConfig) -> None:
+        """Refuse check split seeds that the search trains on: the comparison on them would not be unseen."""
+        seen = sorted(set(self.check_split_seeds) & set(cfg.splits()))
+        if seen:
+            raise SettingsError("check_split_seeds", f"{seen} are split seeds the search trains on ({cfg.splits()}); "
+                                "unseen splits must differ from them", type(self))
 
     def grid(self, cfg: ExperimentConfig) -> list[dict[str, Any]]:
         """Every candidate's spec (``random`` first), named as the experiment names strategies; only random

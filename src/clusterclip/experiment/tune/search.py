@@ -40,6 +40,7 @@ class Search:
     pool: ProcessPoolExecutor | None = None
 
     def __post_init__(self) -> None:
+        self.tune.check_unseen(self.cfg)
         self.specs = {s["name"]: s for s in self.tune.grid(self.cfg)}
         self.proxies = ProxyStages(self.tune_dir, self.runner.identity())
         self.cache: dict[tuple[str, Pair], dict[str, Any]] = {}
