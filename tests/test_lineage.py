@@ -276,3 +276,36 @@ def test_the_default_corpus_has_a_fixed_identity(tmp_path):
     with run.lock():
         rec = corpus_stage(run, (), CorpusConfig(), progress=False)
     assert rec["input_hashes"] == ["default-corpus"]
+
+
+# ------------------------------------------------------------------------------------------ disk full
+
+
+def _enospc(*args: object, **kwargs: object) -> None:
+    raise OSError(28, "No space left on device", "/full/file.npy")
+
+
+def test_disk_full_inside_add_after_its_journal_is_one_line_and_resumable(tmp_path, monkeypatch, capsys):
+    import clusterclip.add.workflow as workflow
+
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "new.jsonl", {"sailing": 30})
+    with monkeypatch.context() as m:
+        m.setattr(workflow, "embed_new", _enospc)
+        err = one_line_error(["add", str(run.root), str(new), "-q"], capsys)
+    assert "disk is full" in err and "/full/file.npy" in err and "run the same command again" in err
+    assert run.path(A.ADD_JOURNAL).exists()
+    assert main(["add", str(run.root), str(new), "-q"]) == 0  # space freed: the same command finishes it
+    assert not run.path(A.ADD_JOURNAL).exists() and not any(run.audit().values())
+
+
+def test_disk_full_while_writing_an_embedding_shard_is_one_line(tmp_path, monkeypatch, capsys):
+    import clusterclip.embed.stage as embed_stage
+
+    corpus = new_file(tmp_path / "c.jsonl", {"cooking": 60, "sailing": 40})
+    run = RunDir(tmp_path / "run")
+    with monkeypatch.context() as m:
+        m.setattr(embed_stage, "save_npy", _enospc)
+        err = one_line_error(embed_argv(run, corpus), capsys)
+    assert "disk is full" in err and "finished shards are kept" in err
+    assert main(embed_argv(run, corpus)) == 0

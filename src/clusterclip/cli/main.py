@@ -23,7 +23,7 @@ from clusterclip.cli.report import add_report_parser
 from clusterclip.cli.run import add_run_parser
 from clusterclip.cli.status import add_status_parser
 from clusterclip.cli.tune import add_tune_parser
-from clusterclip.errors import ClusterClipError, missing_extra
+from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError, DiskFullError, missing_extra
 from clusterclip.settings import error_message
 
 DESCRIPTION = """\
@@ -78,6 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ClusterClipError as exc:
         print(f"clusterclip: error: {error_message(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        # Stages name their own files (DiskFullError); this catches any write they do not wrap.
+        print(f"clusterclip: error: {DiskFullError(exc.filename or 'a file', 'the run keeps its last complete state')}",
+              file=sys.stderr)
         return 2
     except ImportError as exc:
         message = missing_extra(exc)
