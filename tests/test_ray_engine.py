@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,44 @@ def test_ray_tasks_keep_call_order_and_surface_errors(ray_local):
     # the first failure in call order wins, even when a later call fails sooner
     with pytest.raises(ClusterClipError, match=r"^first\.jsonl:1: "):
         ray_tasks(fail, [("ok",), ("first.jsonl:1", 1.0), ("ok",), ("later.jsonl:9", 0.0)])
+
+
+def test_a_local_ray_session_removes_its_session_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = ("from clusterclip.engines import ray_session\n"
+            "import ray\n"
+            "with ray_session(num_cpus=1):\n"
+            "    print(ray._private.worker._global_node.get_session_dir_path())\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True,
+                          timeout=300)
+    session = Path(done.stdout.strip().splitlines()[-1])
+    assert session.name.startswith("session_") and not session.exists(), "the Ray session folder was left behind"
+
+
+@pytest.mark.slow
+def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from ray.cluster_utils import Cluster
+
+    corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 40, "astronomy": 30, "finance": 20})
+    argv = ["run", str(corpus), "--embedder", "hashing", "--k", "3", "-q"]
+    assert main([*argv, "--out", str(tmp_path / "local")]) == 0
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        env = {**os.environ, "RAY_ADDRESS": cluster.address, "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run([sys.executable, "-m", "clusterclip", *argv, "--out", str(tmp_path / "ray"),
+                               "--engine", "ray"], env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        cluster.shutdown()
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("labels.npy", "tokens.npy", "embeddings/shard-00000.npy"):
+        np.testing.assert_array_equal(load_npy(tmp_path / "ray" / name), load_npy(tmp_path / "local" / name),
+                                      err_msg=name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,18 +66,21 @@ def _ray() -> Any:
 
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
-    """Connect to Ray (``address``: an existing cluster; none: start a local instance) for a block.
+    """Connect to Ray (``address``, else ``RAY_ADDRESS``: an existing cluster; neither: start a local
+    instance) for a block.
 
     Reuses a session that is already initialised, and shuts down only one it started itself, so the
-    stages of one ``clusterclip run`` share a single Ray instance.
+    stages of one ``clusterclip run`` share a single Ray instance. The session folder of a local instance
+    (logs, sockets: ``/tmp/ray/session_*``) is removed after shutdown, so runs leave nothing behind.
     """
     ray = _ray()
-    started = False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    started, session = False, None
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                   "configure_logging": False}
         if address:
-            kwargs["address"] = address
+            kwargs["address"] = address  # the cluster's resources are its own: no num_cpus
         else:
             kwargs["num_cpus"] = num_cpus or os.cpu_count()
         try:
@@ -84,6 +88,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         except ConnectionError as exc:
             raise ClusterClipError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
         started = True
+        session = None if address else _session_folder(ray)
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True
@@ -92,6 +97,27 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     finally:
         if started:
             ray.shutdown()
+            _remove_session(session)
+
+
+def _session_folder(ray: Any) -> Path | None:
+    """The session folder of the local instance this process started (Ray exposes it only privately; its
+    socket paths must stay short, so the folder is not moved with ``_temp_dir``)."""
+    try:
+        return Path(ray._private.worker._global_node.get_session_dir_path())
+    except Exception:  # a Ray without that attribute: leave the folder, as Ray does
+        return None
+
+
+def _remove_session(session: Path | None) -> None:
+    if session is None or not session.name.startswith("session_"):
+        return
+    shutil.rmtree(session, ignore_errors=True)
+    latest = session.parent / "session_latest"
+    if latest.is_symlink() and Path(os.readlink(latest)).name == session.name:
+        latest.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        session.parent.rmdir()  # the Ray temp folder, when no other session is in it
 
 
 def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
