@@ -35,8 +35,8 @@ class AddConfig(Settings):
     drift_threshold: float = setting(
         0.10, check=between(0.0, 1.0, closed=True),
         help="recommend `cluster --refit` when more than this share of the new documents is less similar to "
-             "every centroid than the 5th percentile of the existing documents (new documents like the old "
-             "ones give about 0.05; 0.10 is twice that, over 3 standard errors above it from 200 documents on)")
+             "every centroid than the 5th percentile of the existing documents (not calibrated: documents like "
+             "the old ones gave 0.004 to 0.12 by embedder on minipile, see docs/workflows.md)")
     allow_duplicates: bool = setting(
         False, help="append the documents even when an input's bytes already entered the run (under any name) "
                     "or a document's text is already in it (default: such an input is refused and such "
