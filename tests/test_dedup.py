@@ -248,3 +248,27 @@ def test_group_cap_uses_every_member_and_none_is_unchanged(tmp_path):
         build_plan(labels, PlanConfig(duplicates="drop"))
     with pytest.raises(ClusterClipError, match="budget_unit"):
         PlanConfig(duplicates="group-cap", budget_unit="tokens")
+
+
+def test_report_shows_duplicates_per_cluster_with_example_groups(run_dir, tmp_path):
+    from clusterclip.report import build_report
+
+    path = tmp_path / "run"
+    shutil.copytree(run_dir[0], path, ignore=shutil.ignore_patterns("dedup", "dedup.json"))
+    assert "Duplicates" not in build_report(path, progress=False).read_text()  # no dedup yet: no section
+    rec = dedup_stage(RunDir(path), DedupConfig())
+    html = build_report(path, progress=False).read_text()
+    assert 'id="duplicates"' in html and f"<td>{rec['removed']}</td>" in html.replace(",", "")
+    group, kept = load_groups(RunDir(path))
+    labels = load_npy(path / "labels.npy")
+    removed = kept[group] != np.arange(group.size)
+    worst = int(np.argmax(np.bincount(labels[removed], minlength=labels.max() + 1) / np.bincount(labels)))
+    assert f"<td>{worst}</td>" in html
+    texts = [json.loads(line)["text"] for line in (run_dir[0].parent / "c.jsonl").open()]
+    largest = int(np.argsort(-np.bincount(group), kind="stable")[0])
+    first = int(kept[largest])
+    assert f"<b>#{first} kept</b>: {' '.join(texts[first].split())[:100]}" in html
+    other = int(next(i for i in np.flatnonzero(group == largest) if i != first))
+    assert f"<b>#{other} removed</b>" in html
+    assert main(["cluster", str(path), "--k", "4", "-q"]) == 0  # the groups are now stale
+    assert "predate the current corpus or clusters" in build_report(path, progress=False).read_text()

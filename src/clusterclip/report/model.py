@@ -23,6 +23,7 @@ from clusterclip.report import charts
 from clusterclip.report.centroid_map import plot_centroid_map
 from clusterclip.report.clusters import ClusterTable, GroundTruth, cluster_table, ground_truth, majority_groups
 from clusterclip.report.continued import across_switch
+from clusterclip.report.dedup import DedupSection, dedup_section
 from clusterclip.report.experiment import experiment_curves, is_scalar, summary_rows
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import STAGES, PlanView, RunView
@@ -122,6 +123,7 @@ class Page:
     notes: tuple[str, ...]
     charts: tuple[ChartSpec, ...]
     tune: dict[str, Any] | None = None
+    dedup: DedupSection | None = None
 
 
 def page_model(run: RunView, scan: CorpusScan | None) -> Page:
@@ -145,6 +147,7 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
         notes=run.notes,
         charts=tuple(c for c in wanted if c is not None),
         tune=run.tune,
+        dedup=dedup_section(run.root),
     )
 
 

@@ -14,6 +14,7 @@ from clusterclip import __version__
 from clusterclip.report import html as h
 from clusterclip.report.charts import Chart
 from clusterclip.report.clusters import ClusterRow, ClusterTable, GroundTruth
+from clusterclip.report.dedup import render_dedup
 from clusterclip.report.model import (
     TOP_IN_MIXTURE,
     ExperimentSection,
@@ -46,6 +47,8 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
         from clusterclip.report.tune import tune_section
 
         sections.append(("tune", "Tune", tune_section(page.tune)))
+    if page.dedup is not None:
+        sections.append(("duplicates", "Duplicates", render_dedup(page.dedup)))
     if page.notes:
         items = "<ul>" + "".join(f"<li>{h.esc(n)}</li>" for n in page.notes) + "</ul>"
         intro = "Problems met while reading the run directory; the affected parts are omitted."
