@@ -226,3 +226,20 @@ def test_cli_export_with_tokenizer_and_packing(tmp_path, capsys):
     assert rows == [_ids(i, eos=True) for i in _plan(run, cfg)]
     assert main(["export", str(run.root), "--format", "megatron", "--out", str(tmp_path / "m")]) != 0
     assert "--format needs --tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_windows_cut_into_text_slices_write_the_same_bytes(tmp_path, monkeypatch, fmt):
+    """A window's text is handed on in slices of at most SLICE_BYTES (a window may hold more than one Arrow
+    string array can: 2 GiB); slicing a tiny corpus every few rows must not change a byte."""
+    from clusterclip.export import stream
+
+    run, cfg, _ = _run(tmp_path)
+    export_plan(run, cfg.name(), tmp_path / "whole", fmt=fmt, shard_size=40)
+    monkeypatch.setattr(stream, "SLICE_BYTES", 64)  # about three documents per slice
+    cuts = list(stream._slices(np.full(30, 25)))
+    assert [a for a, _ in cuts[1:]] == [b for _, b in cuts[:-1]] and cuts[0][0] == 0 and cuts[-1][1] == 30
+    assert max(b - a for a, b in cuts) * 25 <= 64 + 25 and len(cuts) >= 750 // 64
+    export_plan(run, cfg.name(), tmp_path / "sliced", fmt=fmt, shard_size=40)
+    whole = {p.name: p.read_bytes() for p in (tmp_path / "whole").glob("part-*")}
+    assert whole and whole == {p.name: p.read_bytes() for p in (tmp_path / "sliced").glob("part-*")}

@@ -74,20 +74,42 @@ class CorpusIndex:
         return pa.concat_tables(tables)
 
 
+SLICE_BYTES = 1 << 28
+"""Text per table handed on from a window (256 MiB): a window's text can exceed what one Arrow ``string``
+array holds (2 GiB), its slices never do."""
+STRING_LIMIT = 2**31 - 1
+
+
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
             tokenizer: Tokenizer | None) -> Iterator[pa.Table]:
-    """The planned stream, one window at a time: ``text`` (or ``tokens``), ``id``, ``index``, ``cluster``."""
+    """The planned stream, one window at a time, each in slices of at most about ``SLICE_BYTES`` of text:
+    ``text`` (or ``tokens``), ``id``, ``index``, ``cluster``."""
     for w in range(0, order.shape[0], window):
         block = np.asarray(order[w:w + window], dtype=np.int64)
         docs, where = np.unique(block, return_inverse=True)
         rows = corpus.gather(docs)
-        take = pa.array(where)
-        if tokenizer is None:
-            body = {"text": rows.column("text").take(take)}
-        else:
-            body = {"tokens": tokenizer.encode(rows.column("text")).take(take)}
-        cluster = pa.array(np.asarray(labels[block], dtype=np.int64))
-        yield pa.table({**body, "id": rows.column("id").take(take), "index": pa.array(block), "cluster": cluster})
+        text = rows.column("text")
+        sizes = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
+        if tokenizer is not None:
+            source = tokenizer.encode(text)
+        else:  # a take over more than 2 GiB of distinct text must concatenate 64-bit offsets
+            source = text.cast(pa.large_string()) if int(sizes.sum()) > STRING_LIMIT else text
+        for a, b in _slices(sizes[where]):
+            take = pa.array(where[a:b])
+            body = source.take(take)
+            if pa.types.is_large_string(body.type):
+                body = body.cast(pa.string())
+            yield pa.table({"tokens" if tokenizer is not None else "text": body, "id": rows.column("id").take(take),
+                            "index": pa.array(block[a:b]),
+                            "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))})
+
+
+def _slices(row_bytes: np.ndarray) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive rows holding about ``SLICE_BYTES`` of text each (one row at least)."""
+    ends = np.searchsorted(np.cumsum(row_bytes), np.arange(SLICE_BYTES, int(row_bytes.sum()), SLICE_BYTES),
+                           side="right")
+    cuts = np.unique(np.concatenate([[0], np.maximum(ends, 1), [row_bytes.size]]))
+    yield from zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)
 
 
 class Packer:
@@ -139,18 +161,26 @@ class Padder:
 
 
 def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """Batches of exactly ``size`` rows (the last may be shorter), whatever the windows' sizes."""
+    """Batches of exactly ``size`` rows (the last may be shorter), whatever the windows' sizes; a batch
+    whose text exceeds one Arrow array (2 GiB) stays in several chunks."""
     pending: list[pa.Table] = []
     held = 0
     for table in tables:
         pending.append(table)
         held += table.num_rows
         while held >= size:
-            joined = pa.concat_tables(pending).combine_chunks()
+            joined = _combined(pa.concat_tables(pending))
             yield joined.slice(0, size)
             pending, held = [joined.slice(size)], held - size
     if held:
-        yield pa.concat_tables(pending).combine_chunks()
+        yield _combined(pa.concat_tables(pending))
+
+
+def _combined(table: pa.Table) -> pa.Table:
+    try:
+        return table.combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        return table
 
 
 def window_rows(corpus: CorpusIndex, n_rows: int, memory_mb: int, shard_size: int) -> int:
