@@ -18,10 +18,11 @@ from clusterclip.export.writers import (
     HfWriter,
     JsonlWriter,
     LitdataWriter,
+    MdsWriter,
     MegatronWriter,
     ParquetWriter,
     Writer,
 )
 
-__all__ = ["FORMATS", "WRITERS", "ExportConfig", "HfWriter", "JsonlWriter", "LitdataWriter", "MegatronWriter",
-           "ParquetWriter", "Writer", "export_plan"]
+__all__ = ["FORMATS", "WRITERS", "ExportConfig", "HfWriter", "JsonlWriter", "LitdataWriter", "MdsWriter",
+           "MegatronWriter", "ParquetWriter", "Writer", "export_plan"]
