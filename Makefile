@@ -3,11 +3,14 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# MosaicML Streaming's own reader checks `--format mds` exports from an environment of its own (docs/export.md).
+MDS_VENV ?= .venv-mds
+MDS_PYTHON := $(abspath $(MDS_VENV))/bin/python
 RUN_DIR ?= runs/demo
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test mds-check lint bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,17 +24,24 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt --no-deps litdata==0.2.76
 	touch $@
 
+$(MDS_VENV)/.installed: scripts/mds-env.sh scripts/mds-requirements.txt
+	rm -f $@
+	PYTHON=$(PYTHON) bash scripts/mds-env.sh $(MDS_VENV)
+
 demo: $(BIN)/.installed
 	$(BIN)/clusterclip run --out $(RUN_DIR)
 	$(BIN)/clusterclip report $(RUN_DIR)
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(MDS_VENV)/.installed
 	bash scripts/install-chromium.sh
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/pytest -q -ra
+	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra
+
+mds-check: $(BIN)/.installed $(MDS_VENV)/.installed
+	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra tests/test_export_mds.py
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(MDS_VENV) runs .pytest_cache .ruff_cache

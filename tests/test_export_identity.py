@@ -18,8 +18,8 @@ from tests.test_export_formats import _available, _plan, _tokenizer
 torch = pytest.importorskip("torch")
 from clusterclip.torch import ClusterClipSampler  # noqa: E402
 
-FORMATS = ["jsonl", "parquet", "hf", "litdata", "megatron"]
-META_FILE = {"hf": "dataset_info.json", "litdata": "index.json"}
+FORMATS = ["jsonl", "parquet", "hf", "litdata", "megatron", "mds"]
+META_FILE = {"hf": "dataset_info.json", "litdata": "index.json", "mds": "index.json"}
 
 
 def _export(tmp_path, fmt, **opts):

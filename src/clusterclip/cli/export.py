@@ -13,7 +13,7 @@ from clusterclip.store import RunDir
 
 def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "export", cmd_export, "write the planned stream for a trainer (JSONL, Parquet, hf, litdata, "
-                "Megatron)", "Write the documents in plan order (repeats expanded) in a trainer's format; see "
+                "Megatron, MDS)", "Write the documents in plan order (repeats expanded) in a trainer's format; see "
                 "docs/export.md.", run_dir="run directory with at least one plan")
     p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
     p.add_argument("--out", required=True, help="output folder")

@@ -24,10 +24,12 @@ from clusterclip.export.writers import (
     HfWriter,
     JsonlWriter,
     LitdataWriter,
+    MdsWriter,
     MegatronWriter,
     ParquetWriter,
     Writer,
 )
 
 __all__ = ["FORMATS", "WRITERS", "ExportConfig", "ExportInfo", "ExportMismatchError", "HfWriter", "JsonlWriter",
-           "LitdataWriter", "MegatronWriter", "ParquetWriter", "Writer", "check_export", "export_plan", "read_export"]
+           "LitdataWriter", "MdsWriter", "MegatronWriter", "ParquetWriter", "Writer", "check_export", "export_plan",
+           "read_export"]

@@ -9,7 +9,7 @@ tokenizer, ``--append-eos``, ``--seq-len`` and ``--pad-to-multiple`` (the pad ro
 
 The identity is written into each format's own metadata, so a folder copied without its ``export.json``
 still says what it holds: Parquet (schema metadata key ``clusterclip``), ``hf`` (``dataset_info.json``: key
-``clusterclip``, and the ``description``), litdata (``index.json``: key ``clusterclip``). JSONL and
+``clusterclip``, and the ``description``), litdata and MDS (``index.json``: key ``clusterclip``). JSONL and
 Megatron's ``.bin``/``.idx`` have no metadata: ``export.json`` is their record.
 """
 
@@ -77,7 +77,7 @@ def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any]
         first = sorted(f for f in files if f.endswith(".parquet"))[:1]
         raw = (pq.read_schema(folder / first[0]).metadata or {}).get(META_KEY.encode()) if first else None
         return json.loads(raw) if raw else {}
-    name = {"hf": "dataset_info.json", "litdata": "index.json"}.get(fmt)
+    name = {"hf": "dataset_info.json", "litdata": "index.json", "mds": "index.json"}.get(fmt)
     if name is None:
         return None
     found = load_json(folder / name)

@@ -42,7 +42,8 @@ class ExportConfig(Settings):
     """How ``clusterclip export`` writes a plan (``--format``, ``--tokenizer`` ...)."""
 
     fmt: str = setting("jsonl", choices=FORMATS, flag="--format",
-                       help="output format: jsonl, parquet, hf (datasets.save_to_disk), litdata, megatron (.bin/.idx)")
+                       help="output format: jsonl, parquet, hf (datasets.save_to_disk), litdata, megatron (.bin/.idx), "
+                            "mds (MosaicML Streaming)")
     shard_size: int = setting(100_000, check=at_least(1),
                               help="rows (documents, or samples with --seq-len) per shard or batch")
     memory_mb: int = setting(4096, check=at_least(1),
