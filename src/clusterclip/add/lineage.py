@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from clusterclip.corpus import ReadOptions, open_parquet
 from clusterclip.corpus.stage import lineage_hashes
@@ -39,7 +40,11 @@ def run_text_hashes(run: RunDir, corpus_rec: Mapping[str, Any]) -> np.ndarray:
     """The sorted text hashes of every document of the run (its corpus parts, streamed)."""
     parts = sorted(r for r in corpus_rec["artifacts"] if r.startswith(f"{A.CORPUS_DIR}/") and r.endswith(".parquet"))
     chunks = [text_hashes(rb.column(0).to_pylist())
-              for rel in parts for rb in open_parquet(run.path(rel)).iter_batches(batch_size=8192, columns=["text"])]
+              for rel in parts
+              for rb in open_parquet(run.path(rel)).iter_batches(batch_size=8192, columns=["text"], use_threads=False)]
+    # Arrow's allocator keeps what the pass over every old text freed; hand it back, so the rest of the add
+    # does not carry memory that grows with the run.
+    pa.default_memory_pool().release_unused()
     return np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.uint64)
 
 
