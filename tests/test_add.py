@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterclip.add import AddConfig, add_documents, drift_report, lower_percentile
+from clusterclip.add.drift import leave_one_out
 from clusterclip.cli import main
 from clusterclip.cluster import ClusterConfig, cluster_stage
 from clusterclip.corpus import CorpusConfig, ReadOptions, corpus_stage, read_column
@@ -63,20 +64,51 @@ def test_lower_percentile_is_numpys(tmp_path_factory, values, q):
     assert lower_percentile(path, len(x), q) == float(np.percentile(x, q, method="lower"))
 
 
-def test_drift_report_on_a_constructed_case(tmp_path):
-    old = np.arange(100, dtype=np.float32) / 100
-    np.save(tmp_path / "scores.npy", old)
-    new_scores = np.float32([0.0, 0.03, 0.04, 0.5, 0.9])
-    new_labels = np.int32([0, 0, 2, 2, 2])
-    report = drift_report(tmp_path / "scores.npy", 100, new_scores, new_labels, np.int64([50, 30, 20]), 0.3)
-    assert report["similarity_cut"] == pytest.approx(0.04)
-    assert report["below_cut"] == 2 and report["drift_share"] == pytest.approx(0.4)
-    assert report["recommend_refit"] is True
-    assert report["cluster_added"] == [2, 0, 3]
-    assert report["cluster_growth"] == pytest.approx([0.04, 0.0, 0.15])
-    calm = drift_report(tmp_path / "scores.npy", 100, np.float32([0.5, 0.6]), np.int32([1, 1]), np.int64([50, 30, 20]),
-                        0.1)
-    assert calm["drift_share"] == 0 and calm["recommend_refit"] is False
+def _members(rng, centres, per_cluster, noise):
+    """Unit vectors around ``centres`` (``per_cluster`` each) and their cluster labels."""
+    labels = np.repeat(np.arange(len(centres)), per_cluster)
+    x = centres[labels] + noise * rng.standard_normal((labels.size, centres.shape[1]))
+    return x / np.linalg.norm(x, axis=1, keepdims=True), labels
+
+
+def _spherical(x, labels, k):
+    sums = np.stack([x[labels == c].sum(0) for c in range(k)])
+    return sums / np.linalg.norm(sums, axis=1, keepdims=True)
+
+
+def test_leave_one_out_equals_the_cosine_to_the_centroid_without_the_document(tmp_path):
+    rng = np.random.default_rng(0)
+    x, labels = _members(rng, rng.standard_normal((4, 16)), 12, 1.0)
+    centroids = _spherical(x, labels, 4)
+    np.save(tmp_path / "scores.npy", np.einsum("ij,ij->i", x, centroids[labels]).astype(np.float32))
+    np.save(tmp_path / "labels.npy", labels.astype(np.int32))
+    got = np.concatenate(list(leave_one_out(tmp_path / "scores.npy", tmp_path / "labels.npy", labels.size, 4)()))
+    for i in range(labels.size):
+        rest = x[labels == labels[i]].sum(0) - x[i]
+        assert got[i] == pytest.approx(float(x[i] @ rest / np.linalg.norm(rest)), abs=1e-5)
+
+
+def test_drift_of_documents_like_the_old_ones_is_about_five_percent(tmp_path):
+    """Small clusters pull their centroids towards their members; new documents from the same distribution
+    must still come out near the 5th percentile (the plain cut flagged about twice as many)."""
+    rng = np.random.default_rng(1)
+    centres = rng.standard_normal((20, 64))
+    x, labels = _members(rng, centres, 25, 1.2)
+    centroids = _spherical(x, labels, 20)
+    np.save(tmp_path / "scores.npy", np.einsum("ij,ij->i", x, centroids[labels]).astype(np.float32))
+    np.save(tmp_path / "labels.npy", labels.astype(np.int32))
+    new, _ = _members(rng, centres, 200, 1.2)
+    new_scores = (new @ centroids.T).max(1).astype(np.float32)
+    sizes = np.bincount(labels)
+    report = drift_report(tmp_path / "scores.npy", tmp_path / "labels.npy", labels.size, new_scores,
+                          (new @ centroids.T).argmax(1), sizes, 0.10)
+    plain = float(np.mean(new_scores < np.percentile(np.load(tmp_path / "scores.npy"), 5, method="lower")))
+    assert 0.02 <= report["drift_share"] <= 0.09 < plain and report["recommend_refit"] is False
+    far, _ = _members(rng, rng.standard_normal((5, 64)), 100, 1.2)
+    shifted = drift_report(tmp_path / "scores.npy", tmp_path / "labels.npy", labels.size,
+                           (far @ centroids.T).max(1).astype(np.float32), (far @ centroids.T).argmax(1), sizes, 0.10)
+    assert shifted["drift_share"] > 0.5 and shifted["recommend_refit"] is True
+    assert shifted["cluster_added"] == np.bincount((far @ centroids.T).argmax(1), minlength=20).tolist()
 
 
 @given(st.integers(0, 40), st.integers(0, 40))
@@ -276,3 +308,16 @@ def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
     with pytest.raises(CorruptFileError) as caught:
         load_json(run.path(A.ADD_JOURNAL))
     assert isinstance(caught.value, ValueError)  # callers that treat an unreadable record as stale still do
+
+
+def test_a_vocabulary_embedder_does_not_call_a_low_drift_share_a_fit(tmp_path):
+    from clusterclip.add import format_drift
+    from clusterclip.store import RunDir
+
+    report = {"documents_added": 10, "documents_before": 100, "drift_share": 0.01, "similarity_cut": 0.3,
+              "drift_threshold": 0.1, "cluster_growth": [0.1, 0.0], "cluster_added": [10, 0],
+              "cluster_before": [50, 50], "recommend_refit": False}
+    run = RunDir(tmp_path)
+    assert "no re-clustering needed" in format_drift({**report, "embedder": "hashing"}, run)
+    lsa = format_drift({**report, "embedder": "lsa"}, run)
+    assert "understates new topics" in lsa and "no re-clustering needed" not in lsa

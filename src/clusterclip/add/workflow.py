@@ -35,8 +35,8 @@ class AddConfig(Settings):
     drift_threshold: float = setting(
         0.10, check=between(0.0, 1.0, closed=True),
         help="recommend `cluster --refit` when more than this share of the new documents is less similar to "
-             "every centroid than the 5th percentile of the existing documents (not calibrated: documents like "
-             "the old ones gave 0.004 to 0.12 by embedder on minipile, see docs/workflows.md)")
+             "every centroid than the 5th percentile of the existing documents' (left out of their centroid); "
+             "documents like the old ones give about 0.05 with hashing, less with lsa (docs/workflows.md)")
     allow_duplicates: bool = setting(
         False, help="append the documents even when an input's bytes already entered the run (under any name) "
                     "or a document's text is already in it (default: such an input is refused and such "
@@ -124,7 +124,9 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)
     # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
-    report = drift_report(run.path(A.SCORES), n_old, scores, labels, old_sizes, config.drift_threshold)
+    report = drift_report(run.path(A.SCORES), run.path(A.LABELS), n_old, scores, labels, old_sizes,
+                          config.drift_threshold)
+    report["embedder"] = base["embed"]["config"].get("embedder", {}).get("name")
     grow_corpus_record(run, journal, new, time.perf_counter() - t0)
     grow_embed_record(run, base["embed"], n_old + len(new.ids), shards, journal["command"])
     grow_cluster_record(run, base["cluster"], n_old, scores, sizes)
