@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
@@ -232,3 +235,24 @@ def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path):
     for name in ("labels.npy", "tokens.npy", "embeddings/shard-00000.npy"):
         np.testing.assert_array_equal(load_npy(tmp_path / "ray" / name), load_npy(tmp_path / "local" / name),
                                       err_msg=name)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 17), st.integers(0, 3), st.randoms(use_true_random=False))
+def test_embeddings_arriving_out_of_order_are_written_in_document_order(n, shard, start_shards, rnd):
+    """Ray Data can hand a large parquet file's blocks back out of order: the shards must not change."""
+    from clusterclip.engines import in_document_order
+
+    start = min(start_shards * shard, n)
+    rows = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+    cuts = sorted({start, n, *(rnd.randint(start, n) for _ in range(4))})
+    blocks = [(np.arange(a, b), rows[a:b]) for a, b in itertools.pairwise(cuts)]
+    rnd.shuffle(blocks)
+    got = list(in_document_order(blocks, start, n, shard))
+    want = [rows[a:min(a + shard, n)].astype(np.float16) for a in range(start, n, shard)]
+    assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+    if len(blocks) > 1:
+        with pytest.raises(ClusterClipError, match="missing or repeated"):
+            list(in_document_order(blocks[1:], start, n, shard))
+        with pytest.raises(ClusterClipError, match="arrived twice"):
+            list(in_document_order([*blocks, blocks[0]], start, n, shard))

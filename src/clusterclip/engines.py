@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,17 +201,38 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
     ds = ds.map_batches(_Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None),
                         batch_size=batch_rows, batch_format="numpy",
                         compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)
+    batches = ((b["index"], b["embedding"]) for b in ds.iter_batches(batch_size=None, batch_format="numpy"))
+    yield from in_document_order(batches, start_row, n_docs, shard_size)
+
+
+def in_document_order(batches: Iterable[tuple[np.ndarray, np.ndarray]], start_row: int, n_docs: int,
+                      shard_size: int) -> Iterator[np.ndarray]:
+    """Float16 shards of ``shard_size`` rows (the last may be shorter) in document order, from batches of
+    ``(index, embedding)`` in any order: Ray Data's parquet reader can hand a large file's blocks back out of
+    order, even with ``preserve_order``. Rows wait until every earlier row arrived (memory: the rows that
+    arrived ahead); a row missing or arriving twice is an error."""
     expected = start_row
-    for batch in ds.iter_batches(batch_size=shard_size, batch_format="numpy", prefetch_batches=1):
-        index = batch["index"]
-        if index[0] != expected or (len(index) > 1 and not np.array_equal(index, np.arange(expected,
-                                                                                           expected + len(index)))):
-            raise ClusterClipError("ray engine: embeddings arrived out of document order")
-        expected += len(index)
-        yield np.ascontiguousarray(np.stack(batch["embedding"]) if batch["embedding"].dtype == object
-                                   else batch["embedding"], dtype=np.float16)
-    if expected != n_docs:
-        raise ClusterClipError(f"ray engine: embedded {expected} of {n_docs} documents")
+    held_index, held_rows = np.zeros(0, np.int64), None
+    for index, rows in batches:
+        rows = np.stack(rows) if rows.dtype == object else rows
+        index_all = np.concatenate([held_index, np.asarray(index, np.int64)])
+        rows_all = rows if held_rows is None else np.concatenate([held_rows, rows])
+        order = np.argsort(index_all, kind="stable")
+        index_all, rows_all = index_all[order], rows_all[order]
+        if not index_all.size:
+            continue
+        if index_all[0] < expected or np.any(np.diff(index_all) == 0):
+            raise ClusterClipError("ray engine: a document's embedding arrived twice")
+        gaps = index_all != expected + np.arange(index_all.size)
+        ready = int(np.argmax(gaps)) if gaps.any() else index_all.size
+        take = ready if expected + ready == n_docs else ready - ready % shard_size
+        for a in range(0, take, shard_size):
+            yield np.ascontiguousarray(rows_all[a:min(a + shard_size, take)], dtype=np.float16)
+        expected += take
+        held_index, held_rows = index_all[take:], rows_all[take:]
+    if expected != n_docs or held_index.size:
+        raise ClusterClipError(f"ray engine: embedded {expected - start_row} of {n_docs - start_row} documents in "
+                               "order (rows missing or repeated)")
 
 
 class _Assigner:
