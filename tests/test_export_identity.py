@@ -126,3 +126,16 @@ def test_pad_to_multiple_repeats_the_first_rows(tmp_path, multiple):
     record = load_json(out / "export.json")
     assert record["pad_rows"] == pad and record["rows"] == len(rows)
     assert read_export(out).stream_identity != ClusterClipSampler(run.root, plan_name=cfg.name()).identity
+
+
+def test_a_saved_stream_identity_checks_a_megatron_export(tmp_path):
+    if not _available("megatron"):
+        pytest.skip("megatron-core not installed")
+    run, _, out = _export(tmp_path, "megatron")
+    saved = read_export(out).stream_identity
+    assert check_export(out, saved).format == "megatron"
+    other = PlanConfig(budget=90, seed=5)
+    plan_stage(run, other)
+    export_plan(run, other.name(), tmp_path / "meg2", fmt="megatron", tokenizer=str(tmp_path / "tok"))
+    with pytest.raises(ExportMismatchError, match="resume on the export of the plan it was saved with"):
+        check_export(tmp_path / "meg2", saved)
