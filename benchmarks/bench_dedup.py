@@ -229,14 +229,26 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--embedder", default="static")
     ap.add_argument("--semhash-python", default=None, help="python of a virtualenv with semhash installed")
+    ap.add_argument("--corpora", default="minipile,minipile-1k",
+                    help="comma-separated: minipile (the first --base documents), minipile-1k, stdlib (the "
+                         "docstrings of the Python standard library: clusterclip's default corpus, not minipile)")
     ap.add_argument("--write", action="store_true", help="append the table to benchmarks/RESULTS.md")
     return ap.parse_args()
 
 
+def stdlib_texts() -> list[str]:
+    """The default corpus of ``clusterclip run``: docstrings of the installed Python standard library."""
+    from clusterclip.corpus.default_corpus import stdlib_documents
+
+    return [t for batch in stdlib_documents() for t in batch.texts]
+
+
 def run_all() -> None:
     args = parse()
-    corpora = {f"minipile {args.base}": read_texts(DATA / "minipile.jsonl.gz", args.base),
-               "minipile-1k": read_texts(DATA / "minipile-1k.jsonl", 10**9)}
+    readers = {"minipile": (f"minipile {args.base}", lambda: read_texts(DATA / "minipile.jsonl.gz", args.base)),
+               "minipile-1k": ("minipile-1k", lambda: read_texts(DATA / "minipile-1k.jsonl", 10**9)),
+               "stdlib": ("stdlib-docstrings", stdlib_texts)}
+    corpora = {readers[c][0]: readers[c][1]() for c in args.corpora.split(",")}
     rows, plans = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name, texts in corpora.items():
