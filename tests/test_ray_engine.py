@@ -256,3 +256,25 @@ def test_embeddings_arriving_out_of_order_are_written_in_document_order(n, shard
             list(in_document_order(blocks[1:], start, n, shard))
         with pytest.raises(ClusterClipError, match="arrived twice"):
             list(in_document_order([*blocks, blocks[0]], start, n, shard))
+
+
+def test_dedup_on_ray_runs_clusters_as_tasks_with_the_local_results(tmp_path, ray_local, monkeypatch):
+    import shutil
+
+    import clusterclip.dedup.stage as dedup_stage
+    from tests.test_dedup import corpus_with_copies
+
+    corpus_with_copies(tmp_path / "c.jsonl", n=200)
+    assert main(["embed", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "local"), "--embedder", "hashing",
+                 "--id-field", "id", "-q"]) == 0
+    assert main(["cluster", str(tmp_path / "local"), "--k", "4", "-q"]) == 0
+    shutil.copytree(tmp_path / "local", tmp_path / "ray")
+    monkeypatch.setattr(dedup_stage, "RAY_TASK_DOCS", 30)  # several clusters' tasks
+    assert main(["dedup", str(tmp_path / "local"), "-q"]) == 0
+    assert main(["dedup", str(tmp_path / "ray"), "--engine", "ray", "-q"]) == 0
+    for name in ("neighbour.npy", "group.npy", "kept.npy"):
+        assert (tmp_path / "local" / "dedup" / name).read_bytes() == (tmp_path / "ray" / "dedup" / name).read_bytes()
+    # Ray workers run BLAS on one thread: cosines may differ in the last float32 bit
+    np.testing.assert_allclose(load_npy(tmp_path / "ray" / "dedup" / "similarity.npy"),
+                               load_npy(tmp_path / "local" / "dedup" / "similarity.npy"), atol=1e-6)
+    assert RunDir(tmp_path / "ray").record("dedup")["engine"] == "ray"

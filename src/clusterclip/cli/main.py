@@ -71,8 +71,10 @@ def setup_logging(quiet: bool, verbose: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, run, and turn user errors into one-line messages (exit status 2)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args: Any = build_parser().parse_args(argv)
+    # Hugging Face tokenizers use every core unless told not to, and a process that forks after using them
+    # (DataLoader workers, process pools) must tell them; `export` tokenizes in one process that never forks.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if args.command == "export" else "false")
     setup_logging(args.quiet, args.verbose)
     try:
         return int(args.func(args) or 0)

@@ -27,23 +27,36 @@ def kept_order(labels: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return np.lexsort((np.arange(labels.size), -tokens.astype(np.int64), labels))
 
 
+Runner = Callable[[list[np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]
+"""Runs :func:`cluster_neighbours` for each cluster's members (in kept order): here, or as Ray tasks."""
+
+
 def earlier_neighbours(labels: np.ndarray, tokens: np.ndarray, fetch: Fetch, block: int = BLOCK,
-                       cache_rows: int = CACHE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+                       cache_rows: int = CACHE_ROWS, runner: Runner | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per document: its earlier (kept-rule order) same-cluster member of highest cosine (-1: none) and that
-    cosine (``NONE_SIMILARITY``: none). ``fetch`` reads embedding rows."""
+    cosine (``NONE_SIMILARITY``: none). ``fetch`` reads embedding rows; ``runner`` runs the clusters
+    elsewhere (the Ray engine)."""
     n = labels.size
     neighbour = np.full(n, -1, np.int64)
     similarity = np.full(n, NONE_SIMILARITY, np.float32)
     order = kept_order(labels, tokens)
     bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        members = order[lo:hi]
-        if members.size < 2:
-            continue
-        sim, arg = cluster_neighbours(members.size, _rows(members, fetch, cache_rows), block)
+    clusters = [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+                if hi - lo >= 2]
+    if runner is None:
+        results = [members_neighbours(members, fetch, block, cache_rows) for members in clusters]
+    else:
+        results = runner(clusters)
+    for members, (sim, arg) in zip(clusters, results, strict=True):
         similarity[members] = sim
         neighbour[members] = np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
     return neighbour, similarity
+
+
+def members_neighbours(members: np.ndarray, fetch: Fetch, block: int = BLOCK,
+                       cache_rows: int = CACHE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`cluster_neighbours` of one cluster's members (document indices in kept order)."""
+    return cluster_neighbours(members.size, _rows(members, fetch, cache_rows), block)
 
 
 def _rows(members: np.ndarray, fetch: Fetch, cache_rows: int) -> Callable[[int, int], np.ndarray]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,9 @@ from clusterclip.dedup.config import (
 )
 from clusterclip.dedup.groups import DuplicateGroups, derive_groups, detector_names, group_sizes
 from clusterclip.dedup.lexical import lsh_pairs, signatures
-from clusterclip.dedup.semantic import earlier_neighbours
+from clusterclip.dedup.semantic import earlier_neighbours, members_neighbours
 from clusterclip.embed import gather_embeddings
+from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
@@ -44,6 +46,7 @@ from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 TEXT_BATCH = 2048
+RAY_TASK_DOCS = 50_000
 COSINE_BATCH = 65_536
 
 
@@ -52,8 +55,11 @@ def dedup_inputs(run: RunDir) -> str:
     return config_hash({s: run.output_hash(s) for s in (A.CLUSTER_STAGE, A.EMBED_STAGE, A.CORPUS_STAGE)})
 
 
-def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False) -> dict[str, Any]:
-    """Find the duplicate groups of ``run`` (skipped when fresh); returns the stage's record."""
+def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False,
+                engine: str = "local") -> dict[str, Any]:
+    """Find the duplicate groups of ``run`` (skipped when fresh); returns the stage's record. ``engine="ray"``
+    runs the semantic pass's clusters as Ray tasks (inside an open ``ray_session``): the same groups, cosines
+    within 1e-6 (Ray workers run BLAS on one thread)."""
     config = config or DedupConfig()
     run.require_current(A.CLUSTER_STAGE)
     inputs = dedup_inputs(run)
@@ -62,7 +68,7 @@ def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = Fa
     settings = asdict(config)
     stage = Stage(DEDUP_STAGE, settings, inputs,
                   reads={A.EMBED_STAGE: None, A.CLUSTER_STAGE: [A.LABELS], A.CORPUS_STAGE: [A.TOKENS]},
-                  build=lambda job: _build(run, config, reuse),
+                  build=lambda job: _build(run, config, reuse, engine),
                   command=("clusterclip", "dedup", A.RUN, *command_flags(DedupConfig, settings)))
     return run_stage(run, stage, force)
 
@@ -74,7 +80,7 @@ def _index_reusable(run: RunDir, previous: dict[str, Any] | None, inputs: str, c
     return not run.problems(DEDUP_STAGE, previous, only=INDEX_ARTIFACTS)
 
 
-def _build(run: RunDir, config: DedupConfig, reuse: bool) -> Built:
+def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str) -> Built:
     t0 = time.perf_counter()
     run.path(DEDUP_DIR).mkdir(exist_ok=True)
     labels = load_npy(run.path(A.LABELS))
@@ -82,7 +88,7 @@ def _build(run: RunDir, config: DedupConfig, reuse: bool) -> Built:
     if reuse:
         log.info("dedup: reusing the stored pairwise work (only the thresholds changed)")
     else:
-        _pairwise(run, config, labels, tokens)
+        _pairwise(run, config, labels, tokens, engine)
     t_pair = time.perf_counter() - t0
     found = derive_groups(load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY)),
                           load_npy(run.path(LEXICAL_PAIRS)), load_npy(run.path(LEXICAL_JACCARD)), tokens,
@@ -98,12 +104,13 @@ def _build(run: RunDir, config: DedupConfig, reuse: bool) -> Built:
         index=config.index_settings(), documents=int(found.group.size), groups=int(found.kept.size),
         removed=int(removed.size), removed_semantic=int(np.isin(found.linked[removed], (1, 3)).sum()),
         removed_lexical=int(np.isin(found.linked[removed], (2, 3)).sum()), largest_group=int(sizes.max()),
-        reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3)))
+        reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3), engine=engine))
 
 
-def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray) -> None:
+def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray, engine: str) -> None:
     """Compute and save the semantic neighbours and the lexical candidate pairs."""
-    neighbour, similarity = earlier_neighbours(labels, tokens, lambda rows: fetch_rows(run, rows))
+    runner = partial(_on_ray, str(run.root)) if engine == "ray" else None
+    neighbour, similarity = earlier_neighbours(labels, tokens, lambda rows: fetch_rows(run, rows), runner=runner)
     save_npy(run.path(NEIGHBOUR), neighbour)
     save_npy(run.path(SIMILARITY), similarity)
     texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH))
@@ -111,6 +118,26 @@ def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.n
     pairs, jac = lsh_pairs(sig, config.bands, labels)
     save_npy(run.path(LEXICAL_PAIRS), pairs)
     save_npy(run.path(LEXICAL_JACCARD), jac)
+
+
+def _on_ray(root: str, clusters: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The clusters' semantic neighbours as Ray tasks, clusters batched to about ``RAY_TASK_DOCS`` documents."""
+    batches: list[list[np.ndarray]] = [[]]
+    held = 0
+    for members in clusters:
+        if held >= RAY_TASK_DOCS:
+            batches.append([])
+            held = 0
+        batches[-1].append(members)
+        held += members.size
+    done = ray_tasks(_clusters_task, [(root, batch) for batch in batches if batch])
+    return [result for batch in done for result in batch]
+
+
+def _clusters_task(root: str, clusters: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One Ray task: the semantic neighbours of a few clusters, embeddings read from the run directory."""
+    run = RunDir(root)
+    return [members_neighbours(members, lambda rows: fetch_rows(run, rows)) for members in clusters]
 
 
 def fetch_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
