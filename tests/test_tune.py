@@ -165,6 +165,8 @@ def test_budget_stops_the_search_and_decides_on_what_finished(tmp_path: Path) ->
     assert len(runner.calls) == 10 and res["status"] == "stopped: max-runs 10 reached"
     assert res["progress"]["search_runs"] == 10
     assert res["winner"] == "random"  # one pair per candidate cannot give a verdict
+    unconfirmed = res["reason"].split("(")[1].split(" lowered the objective on a single pair")[0]
+    assert "clusterclip-R12" in unconfirmed.split(", ") and "raise --max-runs" in res["reason"]
 
 
 def test_time_budget_stops_starting_runs(tmp_path: Path) -> None:

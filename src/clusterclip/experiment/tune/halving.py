@@ -80,6 +80,10 @@ def choose(final: dict[str, Any], tol: float, seen: dict[str, Any] | None = None
     why = "no candidate beat random: none within the micro tolerance has an objective interval below zero"
     if infeasible:
         why += f" ({', '.join(sorted(infeasible))} lowered the objective, but raised micro by more than {tol:g})"
+    unconfirmed = sorted(n for n, a in final.items() if a["objective"]["n"] < 2 and a["objective"]["mean"] < 0)
+    if unconfirmed:
+        why += (f" ({', '.join(unconfirmed)} lowered the objective on a single pair, which gives no interval: the "
+                "search ended before they ran on more pairs; raise --max-runs or --max-minutes to confirm them)")
     return "random", why + "; random (the natural mixture) is the chosen plan"
 
 
