@@ -69,14 +69,17 @@ def test_reexport_removes_stale_shards_and_defaults_to_only_plan(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_export_in_windows_when_the_corpus_exceeds_the_memory_limit(tmp_path, fmt):
-    """3 MiB of text with a 1 MiB limit: the corpus is read once per window, the output is unchanged."""
+def test_export_in_buckets_when_the_corpus_exceeds_the_memory_limit(tmp_path, fmt):
+    """3 MiB of text with a 1 MiB limit: the corpus is read once, into buckets of plan positions, and the
+    output is unchanged; the buckets' scratch folder is gone afterwards."""
     run, cfg, _ = _run(tmp_path, n=600, parts=3, budget=1800, pad=" " + "lorem ipsum " * 430)
     whole = export_plan(run, cfg.name(), tmp_path / "whole", fmt=fmt, shard_size=64)
-    windowed = export_plan(run, cfg.name(), tmp_path / "windowed", fmt=fmt, shard_size=64, memory_mb=1)
-    assert [p.read_bytes() for p in windowed] == [p.read_bytes() for p in whole]
-    reads = [json.loads((tmp_path / d / "export.json").read_text())["corpus_reads"] for d in ("whole", "windowed")]
-    assert reads[0] == 1 and reads[1] >= 5
+    bucketed = export_plan(run, cfg.name(), tmp_path / "bucketed", fmt=fmt, shard_size=64, memory_mb=1)
+    assert [p.read_bytes() for p in bucketed] == [p.read_bytes() for p in whole]
+    records = [json.loads((tmp_path / d / "export.json").read_text()) for d in ("whole", "bucketed")]
+    assert [r["corpus_reads"] for r in records] == [1, 1]
+    assert records[0]["buckets"] == 0 and records[1]["buckets"] >= 5
+    assert not any(p.name.startswith(".") and p.name != ".lock" for p in (tmp_path / "bucketed").iterdir())
 
 
 def test_export_errors(tmp_path):

@@ -16,7 +16,7 @@ from clusterclip.cli import main
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import ExportConfig, export_plan
 from clusterclip.export import writers as export_writers
-from clusterclip.export.stream import Packer, rebatch
+from clusterclip.export.stream import Packer, PlanStream, rebatch
 from clusterclip.plan import PlanConfig, plan_stage
 from tests.test_export import _run
 
@@ -243,3 +243,29 @@ def test_windows_cut_into_text_slices_write_the_same_bytes(tmp_path, monkeypatch
     export_plan(run, cfg.name(), tmp_path / "sliced", fmt=fmt, shard_size=40)
     whole = {p.name: p.read_bytes() for p in (tmp_path / "whole").glob("part-*")}
     assert whole and whole == {p.name: p.read_bytes() for p in (tmp_path / "sliced").glob("part-*")}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "hf", "litdata", "megatron", "mds"])
+@pytest.mark.parametrize("seq_len", [None, 7])
+def test_buckets_write_the_bytes_of_one_window(tmp_path, monkeypatch, fmt, seq_len):
+    """Tokenized, packed and padded: the stream through buckets (a corpus over --memory-mb) equals the stream
+    of one window, byte for byte (litdata's index.json differs in its write time only)."""
+    from clusterclip.export import buckets
+
+    if not _available(fmt):
+        pytest.skip(f"{fmt} library not installed")
+    run, cfg, _ = _run(tmp_path, n=120, parts=3, budget=300)
+    opts = {"fmt": fmt, "shard_size": 16, "tokenizer": _tokenizer(tmp_path), "append_eos": True, "seq_len": seq_len,
+            "pad_to_multiple": 5}
+    export_plan(run, cfg.name(), tmp_path / "one", **opts)
+    monkeypatch.setattr(buckets, "BUCKET_BYTES", 700)  # buckets of about 23 rows, across the 16-row shards
+    monkeypatch.setattr(PlanStream, "bucketed", lambda self, memory_mb: True)  # "the corpus exceeds memory"
+    export_plan(run, cfg.name(), tmp_path / "many", **opts)
+    record = json.loads((tmp_path / "many" / "export.json").read_text())
+    assert record["buckets"] > 5 and record["corpus_reads"] == 1
+    files = sorted(q.relative_to(tmp_path / "one") for q in (tmp_path / "one").rglob("*")
+                   if q.is_file() and q.name not in ("export.json", ".lock"))
+    assert files and files == sorted(q.relative_to(tmp_path / "many") for q in (tmp_path / "many").rglob("*")
+                                     if q.is_file() and q.name not in ("export.json", ".lock"))
+    for rel in files:
+        assert _content(tmp_path / "one" / rel) == _content(tmp_path / "many" / rel), rel

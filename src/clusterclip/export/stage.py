@@ -26,6 +26,8 @@ from clusterclip.store import RUN, RunDir, exclusive
 from clusterclip.store import layout as A
 
 STAGE = A.EXPORT_MANIFEST.removesuffix(".json")
+SCRATCH = ".buckets"
+"""In the staging folder: the buckets of a corpus larger than ``--memory-mb`` (removed before publishing)."""
 """The export folder's one stage: its record is :data:`clusterclip.store.layout.EXPORT_MANIFEST`."""
 
 MAX_SEQ_LEN = 2**24
@@ -92,7 +94,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     identity = {"plan": src.name, "plan_sha256": src.plan_sha256, "format": cfg.fmt, "tokenizer": tokenizer,
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len, "pad_to_multiple": cfg.pad_to_multiple,
                 "plan_identity": src.identity}
-    need = src.estimate_bytes(doubled=cfg.fmt == "hf")
+    need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
     command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
@@ -120,7 +122,8 @@ def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, 
         check_space(folder.staging, need)
         writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
         rows = 0
-        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple):
+        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
+                                 scratch=folder.staging / SCRATCH):
             writer.write(batch)
             rows += batch.num_rows
         if rows == 0:

@@ -12,6 +12,7 @@ Every input (plan, labels, corpus parts, ``tokens.npy``) is checksum-verified be
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 
 from clusterclip.cluster import load_labels
 from clusterclip.corpus import corpus_parts, open_parquet
+from clusterclip.export.buckets import bucket_rows, gather, scatter
 from clusterclip.export.tokenizer import Tokenizer
 from clusterclip.plan.identity import record_identity
 from clusterclip.plan.integrity import open_plan, resolve_plan_path
@@ -78,6 +80,17 @@ SLICE_BYTES = 1 << 28
 """Text per table handed on from a window (256 MiB): a window's text can exceed what one Arrow ``string``
 array holds (2 GiB), its slices never do."""
 STRING_LIMIT = 2**31 - 1
+
+
+def corpus_row_groups(corpus: CorpusIndex) -> Iterator[tuple[int, pa.Table]]:
+    """``(first document index, id and text)`` of every row group of the corpus, in order (one at a time)."""
+    for pf, starts in zip(corpus.files, corpus.rg_starts, strict=True):
+        for g in range(len(starts) - 1):
+            table = pf.read_row_group(g, columns=["index", "id", "text"])
+            if not np.array_equal(table.column("index").to_numpy(), np.arange(starts[g], starts[g + 1])):
+                raise StaleArtifactError(f"{corpus.parts[0].parent}: rows are not in index order; rebuild the "
+                                         f"corpus with `{corpus.rebuild}`")
+            yield int(starts[g]), table.drop_columns(["index"])
 
 
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
@@ -213,6 +226,7 @@ class PlanStream:
         self.identity = record_identity(self.record, A.PLAN_ORDER)
         """The plan's identity (what ``ClusterClipSampler`` states name)."""
         self.window = 1
+        self.buckets = 0
         self.packer: Packer | None = None
         self.padder: Padder | None = None
 
@@ -226,11 +240,15 @@ class PlanStream:
         """The dtype of token ids (``int32`` without a tokenizer, for writers that ask)."""
         return self.tokenizer.dtype if self.tokenizer is not None else np.dtype(np.int32)
 
-    def estimate_bytes(self, doubled: bool) -> int:
+    def bucketed(self, memory_mb: int) -> bool:
+        """Whether the corpus text exceeds ``memory_mb``, so the stream goes through buckets (:mod:`.buckets`)."""
+        return self.corpus.text_bytes > memory_mb * 2**20
+
+    def estimate_bytes(self, doubled: bool, scratch: bool = False) -> int:
         """A generous estimate of the bytes the export writes: the planned documents' text (the larger of
         the corpus's mean document per draw and the plan's token count at the corpus's bytes per token) plus
         a row's fields; with a tokenizer, one token per two bytes of text; ``doubled`` (``hf``: its stream,
-        then the saved copy) twice that."""
+        then the saved copy) twice that; ``scratch`` adds the buckets' copy of the planned text."""
         corpus, run = self.corpus, self.run
         planned = self.record.get("stats", {}).get("tokens")
         text = self.draws * corpus.text_bytes / max(corpus.n, 1)
@@ -243,15 +261,20 @@ class PlanStream:
             size = text + 64 * self.draws
         else:
             size = text / 2 * self.tokenizer.dtype.itemsize + 8 * self.draws
-        return int(size * (2 if doubled else 1))
+        return int(size * (2 if doubled else 1) + (text + 32 * self.draws if scratch else 0))
 
     def batches(self, memory_mb: int, shard_size: int, seq_len: int | None,
-                pad_to_multiple: int | None = None) -> Iterator[pa.Table]:
+                pad_to_multiple: int | None = None, scratch: Path | None = None) -> Iterator[pa.Table]:
         """The stream in batches of ``shard_size`` rows, packed into ``seq_len`` samples when given and padded
-        to a multiple of ``pad_to_multiple`` rows; sets ``window`` (plan rows per corpus read), ``packer`` and
-        ``padder``."""
+        to a multiple of ``pad_to_multiple`` rows; sets ``window`` (plan rows per corpus read), ``buckets``,
+        ``packer`` and ``padder``. A corpus over ``memory_mb`` goes through buckets in ``scratch`` (one pass
+        over the corpus, :mod:`clusterclip.export.buckets`); without ``scratch``, through windows (a pass each)."""
         self.window = window_rows(self.corpus, self.draws, memory_mb, shard_size)
-        stream: Iterator[pa.Table] = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer)
+        stream: Iterator[pa.Table]
+        if scratch is not None and self.bucketed(memory_mb):
+            stream = self._bucketed(memory_mb, scratch)
+        else:
+            stream = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer)
         self.packer = Packer(seq_len) if seq_len is not None else None
         if self.packer is not None:
             stream = map(self.packer.pack, stream)
@@ -260,8 +283,19 @@ class PlanStream:
             stream = self.padder(stream)
         return rebatch(stream, shard_size)
 
+    def _bucketed(self, memory_mb: int, scratch: Path) -> Iterator[pa.Table]:
+        rows = bucket_rows(self.corpus.text_bytes, self.corpus.n, memory_mb)
+        scratch.mkdir(parents=True, exist_ok=True)
+        self.buckets = scatter(self.order, corpus_row_groups(self.corpus), self.corpus.n, rows, scratch)
+        stream = gather(self.order, self.labels, rows, self.buckets, scratch)
+        if self.tokenizer is None:
+            return stream
+        tok = self.tokenizer
+        return (t.set_column(0, "tokens", tok.encode(t.column("text"))) for t in stream)
+
     def stats(self) -> dict[str, Any]:
         """What the record says about the stream once it was written."""
+        reads = 1 if self.buckets else -(-self.draws // self.window) if self.order.size else 0
         return {"documents": self.draws, "dropped_tokens": self.packer.dropped if self.packer is not None else 0,
-                "pad_rows": self.padder.pad if self.padder is not None else 0,
-                "corpus_reads": -(-self.draws // self.window) if self.order.size else 0}
+                "pad_rows": self.padder.pad if self.padder is not None else 0, "corpus_reads": reads,
+                "buckets": self.buckets}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +45,10 @@ class HfWriter(Writer):
         self.sink.close()
         self.file.close()
         ds = datasets.Dataset.from_file(str(self.stream))
-        # The fingerprint names the content (the stream's bytes are determined by the export's identity),
-        # so a re-run writes identical state.json instead of a random one.
-        ds._fingerprint = file_digest(self.stream)[:16]
+        # The fingerprint names the content, so a re-run writes identical state.json instead of a random one:
+        # the export's identity determines its rows (the stream file's bytes also depend on buffer layout).
+        ds._fingerprint = (hashlib.sha256(json.dumps(self.meta, sort_keys=True).encode()).hexdigest()[:16]
+                           if self.meta else file_digest(self.stream)[:16])
         if self.meta:
             ds.info.description = (f"clusterclip export of plan {self.meta['plan']} (stream "
                                    f"{self.meta['stream_identity']}), rows in plan order")
