@@ -17,8 +17,6 @@ through an ``nn.Embedding``, so a dtype a model rejects fails the test.
 from __future__ import annotations
 
 import inspect
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +26,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("litdata")
 
-import torch.distributed as dist  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from clusterclip.export import export_plan  # noqa: E402
 from clusterclip.torch import ClusterClipSampler, ExportRows, TokenCollator, load_plan  # noqa: E402
+from tests import test_resume_loops as loops  # noqa: E402
 from tests.test_export_formats import _tokenizer  # noqa: E402
-from tests.test_resume_loops import PLAN, _free_port, by_epoch, make_run_dir  # noqa: E402
+from tests.test_resume_loops import PLAN, by_epoch, log_until_stop, make_run_dir  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "export.md"
 
@@ -81,6 +79,7 @@ def test_docs_show_these_recipes():
 # -- running a recipe on ranks and logging what each trained
 
 def _record(job: dict[str, Any], rank: int) -> None:
+    """Run the recipe of ``job["loader"]`` on this rank and log the rows (their ``index``) it trained."""
     checkpoint = torch.load(job["resume"], weights_only=False) if job["resume"] else None
     embed = torch.nn.Embedding(job["vocab"], 4)
     trained: list[Any] = []
@@ -90,35 +89,11 @@ def _record(job: dict[str, Any], rank: int) -> None:
         trained.append(batch["index"].tolist())
 
     loop = RECIPES[job["loader"]](job["export"], job["batch"], job["epochs"], checkpoint, train_step)
-    log = []
-    for i, ckpt in enumerate(loop):
-        state = ckpt.get("sampler", {"epoch": 0, "consumed": 1, "pad": 0})
-        log.append({"batch": trained[-1], "state": state})
-        if i + 1 == job.get("stop"):
-            if rank == 0:
-                torch.save(ckpt, job["out"] + ".ckpt")
-            break
-    loop.close()
-    Path(f"{job['out']}.rank{rank}.json").write_text(json.dumps(log))
-
-
-def _rank_main(rank: int, world_size: int, job: dict[str, Any]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    try:
-        _record(job, rank)
-    finally:
-        dist.destroy_process_group()
+    log_until_stop(loop, trained, lambda ckpt: ckpt.get("sampler", {"epoch": 0, "consumed": 1, "pad": 0}), job, rank)
 
 
 def run_ranks(world_size: int, **job: Any) -> list[list[dict[str, Any]]]:
-    job = {"resume": None, "port": _free_port(), **job}
-    if world_size == 1:
-        _record(job, 0)
-    else:
-        torch.multiprocessing.start_processes(_rank_main, args=(world_size, job), nprocs=world_size,
-                                              start_method="fork")
-    return [json.loads(Path(f"{job['out']}.rank{r}.json").read_text()) for r in range(world_size)]
+    return loops.run_ranks(world_size, _record, **job)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +76,13 @@ def _state_of(ckpt: dict[str, Any]) -> dict[str, Any]:
     return ckpt["sampler"] if "sampler" in ckpt else sampler_state(ckpt["loader"])
 
 
-def _record(job: dict[str, Any], rank: int) -> None:
-    """Run the recipe until ``job["stop"]`` checkpoints (or the end), log every trained batch and its state."""
-    checkpoint = torch.load(job["resume"], weights_only=False) if job["resume"] else None
-    trained: list[Any] = []
-    documents = range(job["n_docs"])  # row i is document i
-    loop = RECIPES[job["loader"]](job["run"], PLAN, documents, job["batch"], job["epochs"], checkpoint, trained.append)
+def log_until_stop(loop: Any, trained: list[Any], state_of: Callable[[Any], dict[str, Any]], job: dict[str, Any],
+                   rank: int) -> None:
+    """Run ``loop`` until ``job["stop"]`` checkpoints (or the end), log every trained batch (the last of
+    ``trained``) and its state, save rank 0's checkpoint at the stop and write this rank's log."""
     log = []
     for i, ckpt in enumerate(loop):
-        log.append({"batch": trained[-1].tolist(), "state": _state_of(ckpt)})
+        log.append({"batch": trained[-1], "state": state_of(ckpt)})
         if i + 1 == job.get("stop"):
             if rank == 0:
                 torch.save(ckpt, job["out"] + ".ckpt")
@@ -92,11 +91,21 @@ def _record(job: dict[str, Any], rank: int) -> None:
     Path(f"{job['out']}.rank{rank}.json").write_text(json.dumps(log))
 
 
-def _rank_main(rank: int, world_size: int, job: dict[str, Any]) -> None:
+def _record(job: dict[str, Any], rank: int) -> None:
+    """Run the recipe of ``job["loader"]`` on this rank and log what it trained."""
+    checkpoint = torch.load(job["resume"], weights_only=False) if job["resume"] else None
+    trained: list[Any] = []
+    documents = range(job["n_docs"])  # row i is document i
+    loop = RECIPES[job["loader"]](job["run"], PLAN, documents, job["batch"], job["epochs"], checkpoint,
+                                  lambda batch: trained.append(batch.tolist()))
+    log_until_stop(loop, trained, _state_of, job, rank)
+
+
+def _rank_main(rank: int, world_size: int, job: dict[str, Any], record: Callable[[dict[str, Any], int], None]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        _record(job, rank)
+        record(job, rank)
     finally:
         dist.destroy_process_group()
 
@@ -107,13 +116,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(world_size: int, **job: Any) -> list[list[dict[str, Any]]]:
-    """The recipe on ``world_size`` ranks (processes in a gloo group; one rank runs here); each rank's log."""
+def run_ranks(world_size: int, record: Callable[[dict[str, Any], int], None] = _record,
+              **job: Any) -> list[list[dict[str, Any]]]:
+    """``record`` (default: this module's recipes) on ``world_size`` ranks (processes in a gloo group; one rank
+    runs here); each rank's log."""
     job = {"resume": None, "port": _free_port(), **job}
     if world_size == 1:
-        _record(job, 0)
+        record(job, 0)
     else:
-        torch.multiprocessing.start_processes(_rank_main, args=(world_size, job), nprocs=world_size,
+        torch.multiprocessing.start_processes(_rank_main, args=(world_size, job, record), nprocs=world_size,
                                               start_method="fork")
     return [json.loads(Path(f"{job['out']}.rank{r}.json").read_text()) for r in range(world_size)]
 
