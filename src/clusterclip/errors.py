@@ -24,17 +24,26 @@ EXTRAS = {"torch": "torch", "torchdata": "torch", "sentence_transformers": "embe
 (``None``: a core requirement, so a broken install)."""
 
 
+def install_command(module: str) -> str | None:
+    """The pip command that installs optional module ``module`` (an import name), or None for another module.
+    litdata goes in without its requirements (see the Makefile)."""
+    extra = EXTRAS.get(module.split(".")[0], "")
+    if extra is None:
+        return "pip install clusterclip"
+    if not extra:
+        return None
+    fix = f"pip install 'clusterclip[{extra}]'"
+    return fix + " && pip install --no-deps litdata==0.2.76" if module.startswith("litdata") else fix
+
+
 def missing_extra(exc: ImportError) -> str | None:
     """The one-line message for an optional package that is not installed, or None for another import error."""
     name = (getattr(exc, "name", None) or "").split(".")[0]
-    if name not in EXTRAS:
+    fix = install_command(name) if name else None
+    if fix is None:
         return None
-    extra = EXTRAS[name]
-    if extra is None:
-        return f"the {name} package is missing, but clusterclip requires it: reinstall with `pip install clusterclip`"
-    fix = f"pip install 'clusterclip[{extra}]'"
-    if name == "litdata":
-        fix += " && pip install --no-deps litdata==0.2.76"
+    if EXTRAS[name] is None:
+        return f"the {name} package is missing, but clusterclip requires it: reinstall with `{fix}`"
     return f"this needs the {name} package, not installed: {fix}"
 
 

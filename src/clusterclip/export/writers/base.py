@@ -17,19 +17,15 @@ from typing import IO, Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, install_command
 from clusterclip.store import atomic_write
-
-INSTALL = {"hf": "pip install 'clusterclip[hf]'",
-           "megatron": "pip install 'clusterclip[export]'",
-           "litdata": "pip install 'clusterclip[export]' && pip install --no-deps litdata==0.2.76"}
-"""What installs each format's library (litdata goes in without its requirements: see the Makefile)."""
 
 
 def missing(fmt: str, package: str, exc: ImportError) -> ClusterClipError:
-    """The error for a format whose library is not installed, naming what installs it."""
-    return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); {INSTALL[fmt]} "
-                            "(see docs/export.md)")
+    """The error for a format whose library is not installed, naming what installs it (``package``: its pip
+    name, whose first word is its import name)."""
+    return ClusterClipError(f"--format {fmt} needs the {package} package ({exc}); "
+                            f"{install_command(package.partition('-')[0])} (see docs/export.md)")
 
 
 def create(path: Path, mode: str = "wb") -> IO[Any]:
