@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -79,28 +80,29 @@ def dedup_section(root: Path) -> DedupSection | None:
     dropped = np.bincount(labels[removed], minlength=sizes.size)
     share = dropped / np.maximum(sizes, 1)
     top = np.lexsort((np.arange(sizes.size), -share))[:TOP_CLUSTERS]
-    table = pq.read_table(run.path(REMOVED), columns=["detector"]).column("detector")
-    counts = pc.value_counts(table).to_pylist() if len(table) else []
+    table = pq.read_table(run.path(REMOVED), columns=["removed_index", "detector"])
+    counts = pc.value_counts(table.column("detector")).to_pylist() if table.num_rows else []
     return DedupSection(
         settings, int(group.size), int(kept.size), int(removed.sum()),
         tuple(sorted((str(c["values"]), int(c["counts"])) for c in counts)),
         tuple(ClusterDuplicates(int(c), int(sizes[c]), int(dropped[c]), float(share[c])) for c in top if dropped[c]),
-        _examples(run, group, kept),
+        _examples(run, group, kept, table),
     )
 
 
-def _examples(run: RunDir, group: np.ndarray, kept: np.ndarray) -> tuple[ExampleGroup, ...]:
-    """The largest groups, each with its kept document and a few removed members (text from the corpus)."""
+def _examples(run: RunDir, group: np.ndarray, kept: np.ndarray, removed: pa.Table) -> tuple[ExampleGroup, ...]:
+    """The largest groups, each with its kept document and a few removed members (text from the corpus;
+    ``removed``: ``removed_index`` and ``detector`` of ``removed.parquet``)."""
     counts = np.bincount(group, minlength=kept.size)
     largest = [g for g in np.argsort(-counts, kind="stable")[:EXAMPLE_GROUPS].tolist() if counts[g] > 1]
     if not largest:
         return ()
-    removed = pq.read_table(run.path(REMOVED), columns=["removed_index", "kept_index", "detector"])
-    detector = dict(zip(removed.column("removed_index").to_pylist(), removed.column("detector").to_pylist(),
-                        strict=True))
     chosen = {g: [int(kept[g]), *[int(i) for i in np.flatnonzero(group == g) if i != kept[g]][:MEMBERS_SHOWN - 1]]
               for g in largest}
     docs = np.unique(np.concatenate([np.asarray(v) for v in chosen.values()]))
+    shown = pc.is_in(removed.column("removed_index"), value_set=pa.array(docs)).to_numpy(zero_copy_only=False)
+    rows = removed.filter(pa.array(shown))
+    detector = dict(zip(rows.column("removed_index").to_pylist(), rows.column("detector").to_pylist(), strict=True))
     texts = dict(zip(docs.tolist(), CorpusIndex(run).gather(docs).column("text").to_pylist(), strict=True))
     return tuple(
         ExampleGroup(int(counts[g]), tuple((i, "kept" if i == kept[g] else "removed", detector.get(i, ""),
