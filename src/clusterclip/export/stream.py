@@ -68,12 +68,15 @@ class CorpusIndex:
             first = np.zeros(len(starts) - 1, np.int64)
             first[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
-            rows = table.take(pa.array(first[rg] + mine - starts[rg]))
-            if not np.array_equal(rows.column("index").to_numpy(), mine):
-                raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; rebuild the corpus "
-                                         f"with `{self.rebuild}`")
-            tables.append(rows.drop_columns(["index"]))
+            tables.append(self.checked(table.take(pa.array(first[rg] + mine - starts[rg])), mine))
         return pa.concat_tables(tables)
+
+    def checked(self, rows: pa.Table, index: np.ndarray) -> pa.Table:
+        """``rows`` without their ``index`` column, refused unless it holds ``index`` (the corpus's order)."""
+        if not np.array_equal(rows.column("index").to_numpy(), index):
+            raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; rebuild the corpus "
+                                     f"with `{self.rebuild}`")
+        return rows.drop_columns(["index"])
 
 
 SLICE_BYTES = 1 << 28
@@ -87,10 +90,7 @@ def corpus_row_groups(corpus: CorpusIndex) -> Iterator[tuple[int, pa.Table]]:
     for pf, starts in zip(corpus.files, corpus.rg_starts, strict=True):
         for g in range(len(starts) - 1):
             table = pf.read_row_group(g, columns=["index", "id", "text"])
-            if not np.array_equal(table.column("index").to_numpy(), np.arange(starts[g], starts[g + 1])):
-                raise StaleArtifactError(f"{corpus.parts[0].parent}: rows are not in index order; rebuild the "
-                                         f"corpus with `{corpus.rebuild}`")
-            yield int(starts[g]), table.drop_columns(["index"])
+            yield int(starts[g]), corpus.checked(table, np.arange(starts[g], starts[g + 1]))
 
 
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
