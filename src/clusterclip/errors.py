@@ -24,6 +24,12 @@ EXTRAS = {"torch": "torch", "torchdata": "torch", "sentence_transformers": "embe
 (``None``: a core requirement, so a broken install)."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of a library's error (at most 200 characters), for a one-line message."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:200]
+
+
 def install_command(module: str) -> str | None:
     """The pip command that installs optional module ``module`` (an import name), or None for another module.
     litdata goes in without its requirements (see the Makefile)."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, first_line
 from clusterclip.settings import SettingsError
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -30,9 +30,8 @@ def make_token_counter(tokenizer: str | None) -> Callable[[list[str]], np.ndarra
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError ... for unusable names
-        first = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
         raise ClusterClipError(f"cannot load tokenizer {tokenizer!r} (a folder, or a name in the local Hugging Face "
-                               f"cache when offline): {first}") from None
+                               f"cache when offline): {first_line(exc)}") from None
 
     def count_hf(texts: list[str]) -> np.ndarray:
         enc = tok(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)

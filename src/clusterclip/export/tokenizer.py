@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, first_line
 
 EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
 """Tokens tried, in order, as the EOS of a bare ``tokenizer.json`` (a ``transformers`` one names its own)."""
@@ -22,11 +22,6 @@ EOS_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]")
 
 class TokenizerError(ClusterClipError):
     """A ``--tokenizer`` that cannot be loaded: missing, malformed, unknown offline, or its library absent."""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
 
 
 def _from_file(name: str, file: Path) -> tuple[Any, str | None]:
@@ -38,7 +33,7 @@ def _from_file(name: str, file: Path) -> tuple[Any, str | None]:
         tok = HfTokenizer.from_file(str(file))
     except Exception as exc:  # tokenizers raises a bare Exception for malformed files
         raise TokenizerError(f"--tokenizer {name!r}: {file} is not a valid tokenizer.json "
-                             f"({_first_line(exc)})") from None
+                             f"({first_line(exc)})") from None
     return tok, next((t for t in EOS_TOKENS if tok.token_to_id(t) is not None), None)
 
 
@@ -52,7 +47,7 @@ def _from_transformers(name: str) -> tuple[Any, str | None]:
         hf = AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # transformers raises OSError, ValueError, ImportError ... for unusable names
         where = "folder" if Path(name).is_dir() else "name (offline runs need it in the local Hugging Face cache)"
-        raise TokenizerError(f"--tokenizer {name!r}: cannot load this {where}: {_first_line(exc)}; pass a "
+        raise TokenizerError(f"--tokenizer {name!r}: cannot load this {where}: {first_line(exc)}; pass a "
                              "tokenizer.json or a folder holding one") from None
     backend = getattr(hf, "backend_tokenizer", None)
     if backend is None:
