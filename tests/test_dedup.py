@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -13,9 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from clusterclip.cli.main import main
+from clusterclip.corpus import read_column
+from clusterclip.corpus.parts import iter_corpus
 from clusterclip.dedup import DedupConfig, dedup_stage, derive_groups, load_groups
 from clusterclip.dedup.lexical import lsh_pairs, shingle_hashes, signatures
-from clusterclip.dedup.semantic import NONE_SIMILARITY, cluster_neighbours, earlier_neighbours, kept_order
+from clusterclip.dedup.semantic import (
+    NONE_SIMILARITY,
+    appended_neighbours,
+    cluster_neighbours,
+    earlier_neighbours,
+    has_near_copy,
+    kept_order,
+)
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, build_plan
 from clusterclip.plan.duplicates import build_grouped_plan, reference_grouped_order
@@ -43,6 +53,25 @@ def test_blocked_neighbours_equal_brute_force(n, block, seed):
             assert arg[i] == -1 and best[i] == NONE_SIMILARITY
         else:
             assert arg[i] == int(np.argmax(s[i, :i])) and best[i] == pytest.approx(s[i, :i].max(), abs=1e-5)
+
+
+@given(n=hs.integers(1, 40), first=hs.integers(0, 40), k=hs.integers(1, 4), block=hs.integers(1, 9),
+       cache=hs.sampled_from([0, 1000]), seed=hs.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_appended_neighbours_equal_brute_force(n, first, k, block, cache, seed):
+    """Each document ``clusterclip add`` appended: its most similar same-cluster document of lower index."""
+    first = min(first, n)
+    x = unit_rows(n, 8, seed)
+    labels = np.random.default_rng(seed).integers(0, k, n).astype(np.int32)
+    nb, sim = appended_neighbours(labels, first, lambda r: x[r], block=block, cache_rows=cache)
+    assert nb.shape == sim.shape == (n - first,)
+    for i in range(first, n):
+        same = np.flatnonzero(labels[:i] == labels[i])
+        if not same.size:
+            assert nb[i - first] == -1 and sim[i - first] == NONE_SIMILARITY
+        else:
+            s = x[same] @ x[i]
+            assert nb[i - first] == same[np.argmax(s)] and sim[i - first] == pytest.approx(s.max(), abs=1e-5)
 
 
 def test_earlier_neighbours_bounded_blocks_equal_cached():
@@ -148,14 +177,17 @@ def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
                  folder.name, "--consumed", "5", "-q"]) == 2
 
 
-def test_stale_after_recluster(run_dir, tmp_path):
-    path, _ = run_dir
-    import shutil
-
+def deduped_copy(run_dir, tmp_path) -> tuple[Path, RunDir]:
+    """A copy of the module's run with the dedup stage's defaults run on it."""
     copy = tmp_path / "run"
-    shutil.copytree(path, copy)
+    shutil.copytree(run_dir[0], copy)
     run = RunDir(copy)
     dedup_stage(run, DedupConfig())
+    return copy, run
+
+
+def test_stale_after_recluster(run_dir, tmp_path):
+    copy, run = deduped_copy(run_dir, tmp_path)
     assert main(["cluster", str(copy), "--k", "4", "-q"]) == 0
     with pytest.raises(ClusterClipError, match="stale"):
         load_groups(run)
@@ -164,6 +196,53 @@ def test_stale_after_recluster(run_dir, tmp_path):
     if not np.array_equal(labels[kept[group]], labels):
         with pytest.raises(ClusterClipError, match="spans clusters"):
             build_grouped_plan(labels, PlanConfig(duplicates="drop"), group, kept)
+
+
+def _partition(group: np.ndarray) -> np.ndarray:
+    """Group ids renumbered by first appearance: equal for equal partitions."""
+    _, first, inverse = np.unique(group, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]
+
+
+def test_add_extends_the_groups_to_the_new_documents(run_dir, tmp_path):
+    """`clusterclip add` assigns new near-copies to their originals' groups (hashing only the new texts), keeps
+    the older documents' groups, and leaves the stage current: plans with --duplicates need no re-run."""
+    n = run_dir[1]
+    copy, run = deduped_copy(run_dir, tmp_path)
+    before = load_npy(copy / "dedup" / "group.npy")
+    texts = dict(zip(read_column(run, "id"), read_column(run, "text"), strict=True))
+    rng = np.random.default_rng(7)
+    new = [{"id": f"new{j}", "text": texts[f"d{j}"] + " extra words at the end"} for j in (1, 3, 5)]
+    new += [{"id": f"fresh{i}", "text": " ".join(rng.choice(WORDS, 60))} for i in range(6)]
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps(r) + "\n" for r in new))
+    assert main(["add", str(copy), str(tmp_path / "new.jsonl"), "-q"]) == 0
+    group, kept = load_groups(run)
+    rec = run.record("dedup")
+    assert rec["appended_from"] == n and rec["documents"] == n + len(new)
+    ids = read_column(run, "id")
+    index = {doc: i for i, doc in enumerate(ids)}
+    for first in (0, 5, n - 1, n, n + 3, n + len(new)):  # reading from a document, across the add's part
+        assert [x for b in iter_corpus(run, ("id",), 7, first=first) for x in b.column(0).to_pylist()] == ids[first:]
+    for j in (1, 3, 5):
+        assert group[index[f"new{j}"]] == group[index[f"d{j}"]]
+        assert kept[group[index[f"d{j}"]]] == index[f"new{j}"]  # the longest member is kept
+    assert np.array_equal(_partition(group[:n]), _partition(before))
+    assert json.loads((copy / "drift.json").read_text())["dedup"]["extended"]
+    assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", "group-cap",
+                 "-q"]) == 0
+    assert main(["dedup", str(copy), "--force", "-q"]) == 0  # a full recompute finds the same groups here
+    assert np.array_equal(_partition(load_groups(run)[0]), _partition(group))
+
+
+def test_add_leaves_groups_without_signatures_stale(run_dir, tmp_path):
+    """Groups from before the signatures were stored (or damaged pairwise work) are not extended: stale."""
+    copy, run = deduped_copy(run_dir, tmp_path)
+    (copy / "dedup" / "signatures.npy").unlink()
+    (tmp_path / "new.jsonl").write_text(json.dumps({"id": "x", "text": " ".join(WORDS)}) + "\n")
+    assert main(["add", str(copy), str(tmp_path / "new.jsonl"), "-q"]) == 0
+    assert json.loads((copy / "drift.json").read_text())["dedup"] == {"extended": False}
+    with pytest.raises(ClusterClipError, match="predate"):
+        load_groups(run)
 
 
 # --------------------------------------------------------------------------------------------- planning
@@ -272,3 +351,27 @@ def test_report_shows_duplicates_per_cluster_with_example_groups(run_dir, tmp_pa
     assert f"<b>#{other} removed</b>" in html
     assert main(["cluster", str(path), "--k", "4", "-q"]) == 0  # the groups are now stale
     assert "predate the current corpus or clusters" in build_report(path, progress=False).read_text()
+
+
+@settings(max_examples=30, deadline=None)
+@given(hs.integers(0, 40), hs.integers(0, 40), hs.integers(1, 7), hs.floats(0.0, 0.5), hs.integers(0, 2**31))
+def test_near_copies_across_two_sets_equal_brute_force(nq: int, nr: int, block: int, eps: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ref = rng.normal(size=(nr, 4)).astype(np.float32)
+    q = rng.normal(size=(nq, 4)).astype(np.float32)
+    if nr:
+        q[: nq // 2] = ref[rng.integers(0, nr, nq // 2)] + 0.05 * rng.normal(size=(nq // 2, 4))
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    expect = (q @ ref.T >= np.float32(1 - eps)).any(axis=1) if nr else np.zeros(nq, bool)
+    assert np.array_equal(has_near_copy(q, ref, eps, block=block), expect)
+
+
+def test_signatures_of_a_later_slice_equal_those_of_the_whole_corpus():
+    """Per part (Ray) or per add, ``first`` keeps empty documents apart exactly as one pass over everything."""
+    texts = ["", "w1 w2 w3 w4", "", "w5", "w1 w2 w3 w4 w6", ""]
+    whole = signatures([pa.array(texts)], 6, 32, 3, 0)
+    parts = np.concatenate([signatures([pa.array(texts[:3])], 3, 32, 3, 0),
+                            signatures([pa.array(texts[3:])], 3, 32, 3, 0, first=3)])
+    assert np.array_equal(whole, parts)
+    assert not np.array_equal(whole[0], whole[2]) and not np.array_equal(whole[2], whole[5])

@@ -262,7 +262,7 @@ def test_every_model_and_training_setting_invalidates_finished_runs(section: str
 def test_only_runtime_settings_leave_the_results_hash_alone() -> None:
     base = ExperimentConfig()
     runtime = dict(seeds=(0, 1, 2, 3), strategies=("random", "clusterclip-spread"), max_repeats=(9, 12, 18),
-                   device="cpu", threads=2, split_seeds=(0, 1, 2, 3))
+                   device="cpu", threads=2, split_seeds=(0, 1, 2, 3), duplicates=("none", "group-cap"))
     assert set(runtime) == set(RUNTIME_FIELDS)
     assert dataclasses.replace(base, **runtime).results_hash() == base.results_hash()
     # a GPU trains in bfloat16 autocast: its runs are kept apart from CPU runs, but not from another GPU's
@@ -286,6 +286,19 @@ def test_strategy_specs_expand_the_cap_sweep() -> None:
     spread = ExperimentConfig(strategies=("clusterclip-spread",), max_repeats=(9,)).strategy_specs()
     assert spread == [{"name": "clusterclip-spread-R9", "strategy": "clusterclip", "max_repeat": 9,
                        "order": "spread", "shuffle": False}]
+
+
+def test_duplicates_sweep_the_clusterclip_strategies_only() -> None:
+    cfg = ExperimentConfig(strategies=("random", "clusterclip"), max_repeats=(9,),
+                           duplicates=("none", "drop", "group-cap"))
+    specs = cfg.strategy_specs()
+    assert [s["name"] for s in specs] == ["random", "clusterclip-R9", "clusterclip-R9-drop", "clusterclip-R9-groupcap"]
+    assert "duplicates" not in specs[1] and specs[3]["duplicates"] == "group-cap" and cfg.uses_groups()
+    assert not ExperimentConfig().uses_groups()
+    with pytest.raises(SettingsError, match="applies to the clusterclip strategies"):
+        ExperimentConfig(strategies=("random", "uniform"), duplicates=("drop",))
+    with pytest.raises(SettingsError, match="must be one of"):
+        ExperimentConfig(duplicates=("dedupe",))
 
 
 def test_small_shares_see_what_the_end_of_training_holds() -> None:
@@ -410,3 +423,37 @@ def test_quick_experiment_on_minipile_1k(tmp_path: Path) -> None:
     assert res["status"] == "complete" and len(res["data"]["domains"]) == 7
     for r in res["runs"].values():
         assert r["heldout_macro_cluster"] < res["unigram"]["macro_cluster"]
+
+
+def test_quick_experiment_compares_the_cap_with_duplicate_groups(tmp_path: Path) -> None:
+    """A corpus whose cooking documents come with near-copies: ``drop`` and ``group-cap`` plan over the training
+    split's dedup groups (the cap holds per group), and held-out documents with a copy in training are set apart."""
+    rng = random.Random(1)
+    lines = _toy_corpus(tmp_path / "toy.jsonl").read_text().splitlines()
+    copies = []
+    for line in lines[:30]:
+        doc = json.loads(line)
+        for c in range(rng.randint(3, 8)):
+            copies.append(json.dumps({**doc, "id": f"{doc['id']}-copy{c}", "text": doc["text"] + " Advertisement."}))
+    corpus = tmp_path / "dup.jsonl"
+    corpus.write_text("\n".join(lines + copies) + "\n")
+    out = tmp_path / "run"
+    cfg = quick_config(docs=None, strategies=("random", "clusterclip"), max_repeats=(5,),
+                       duplicates=("none", "drop", "group-cap"))
+    res = run_experiment([corpus], out, cfg)
+    runs = res["runs"]
+    assert set(runs) == {"random/0", "clusterclip-R5/0", "clusterclip-R5-drop/0", "clusterclip-R5-groupcap/0"}
+    assert res["data"]["heldout_near_train"] > 0
+    group = np.load(out / "dedup" / "group.npy", allow_pickle=False)
+    assert np.unique(group).size < group.size
+    none, drop, gcap = (runs[f"clusterclip-R5{s}/0"] for s in ("", "-drop", "-groupcap"))
+    assert drop["plan"]["duplicates"] == "drop" and gcap["plan"]["duplicates"] == "group-cap"
+    assert gcap["plan"]["budget_unit"] == "docs" and gcap["wrapped_tokens"] == 0
+    for r in (drop, gcap):
+        assert r["plan_stats"]["max_repeat"] <= 5 and r["repeats"]["max"] <= 5
+    # drop never draws a removed member: fewer distinct documents than the per-document cap
+    assert drop["repeats"]["unique_docs"] < none["repeats"]["unique_docs"]
+    for r in runs.values():
+        assert r["heldout_novel_micro"] is not None and r["heldout_novel_micro"] != r["heldout_micro"]
+    table = (out / "experiment" / "results.md").read_text()
+    assert "near-copy in the training split" in table and "| clusterclip-R5-groupcap |" in table

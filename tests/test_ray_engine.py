@@ -265,14 +265,19 @@ def test_dedup_on_ray_runs_clusters_as_tasks_with_the_local_results(tmp_path, ra
     from tests.test_dedup import corpus_with_copies
 
     corpus_with_copies(tmp_path / "c.jsonl", n=200)
-    assert main(["embed", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "local"), "--embedder", "hashing",
+    lines = (tmp_path / "c.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "c1.jsonl").write_text("".join(lines[:90]))
+    (tmp_path / "c2.jsonl").write_text("".join(lines[90:]))
+    assert main(["embed", str(tmp_path / "c1.jsonl"), "--out", str(tmp_path / "local"), "--embedder", "hashing",
                  "--id-field", "id", "-q"]) == 0
     assert main(["cluster", str(tmp_path / "local"), "--k", "4", "-q"]) == 0
+    assert main(["add", str(tmp_path / "local"), str(tmp_path / "c2.jsonl"), "-q"]) == 0
+    assert len(list((tmp_path / "local" / "corpus").glob("part-*.parquet"))) == 2  # one signature task per part
     shutil.copytree(tmp_path / "local", tmp_path / "ray")
     monkeypatch.setattr(dedup_stage, "RAY_TASK_DOCS", 30)  # several clusters' tasks
     assert main(["dedup", str(tmp_path / "local"), "-q"]) == 0
     assert main(["dedup", str(tmp_path / "ray"), "--engine", "ray", "-q"]) == 0
-    for name in ("neighbour.npy", "group.npy", "kept.npy"):
+    for name in ("neighbour.npy", "group.npy", "kept.npy", "signatures.npy", "lexical_pairs.npy"):
         assert (tmp_path / "local" / "dedup" / name).read_bytes() == (tmp_path / "ray" / "dedup" / name).read_bytes()
     # Ray workers run BLAS on one thread: cosines may differ in the last float32 bit
     np.testing.assert_allclose(load_npy(tmp_path / "ray" / "dedup" / "similarity.npy"),

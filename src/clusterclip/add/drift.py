@@ -119,4 +119,11 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
                      "or re-cluster if the new documents are of another kind")
     else:
         lines.append("the existing clusters still fit the new documents; no re-clustering needed")
+    dedup = report.get("dedup")
+    if dedup and dedup["extended"]:
+        lines.append(f"duplicate groups extended to the new documents: {dedup['groups']:,} groups, "
+                     f"{dedup['removed']:,} of {dedup['documents']:,} documents removed as duplicates")
+    elif dedup:
+        lines.append(f"the duplicate groups predate this run's last change; `clusterclip dedup {run.root}` "
+                     "recomputes them (plans with --duplicates need it)")
     return "\n".join(lines)

@@ -18,6 +18,8 @@ from clusterclip.add.new_docs import read_new_documents
 from clusterclip.cluster import grow_cluster_record, grow_clusters
 from clusterclip.corpus import ReadOptions, expand_inputs, inputs_fingerprint, work_units
 from clusterclip.corpus.inputs import content_hashes
+from clusterclip.dedup import DEDUP_STAGE
+from clusterclip.dedup.grow import extend_groups
 from clusterclip.engines import check_engine
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import Settings, between, setting
@@ -130,6 +132,14 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     grow_corpus_record(run, journal, new, time.perf_counter() - t0)
     grow_embed_record(run, base["embed"], n_old + len(new.ids), shards, journal["command"])
     grow_cluster_record(run, base["cluster"], n_old, scores, sizes)
+    report["dedup"] = _dedup_summary(extend_groups(run, base, n_old), run.record(DEDUP_STAGE) is not None)
     save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates})
     run.path(A.ADD_JOURNAL).unlink()
     return load_json(run.path(A.DRIFT_REPORT))
+
+
+def _dedup_summary(record: dict[str, Any] | None, ran: bool) -> dict[str, Any] | None:
+    """What the add did to the duplicate groups: extended (the new counts), stale, or nothing (no dedup yet)."""
+    if record is None:
+        return {"extended": False} if ran else None
+    return {"extended": True, **{k: record[k] for k in ("documents", "groups", "removed", "largest_group")}}

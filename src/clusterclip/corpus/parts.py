@@ -127,10 +127,23 @@ def corpus_parts(run: RunDir) -> list[Path]:
     return [run.path(r) for r in rels]
 
 
-def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096) -> Iterator[pa.RecordBatch]:
-    """Stream the corpus of a run directory in index order, only the given columns."""
+def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
+                first: int = 0) -> Iterator[pa.RecordBatch]:
+    """Stream the corpus of a run directory in index order, only the given columns, from document ``first``
+    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended)."""
+    start = 0
     for part in corpus_parts(run):
-        yield from open_parquet(part).iter_batches(batch_size=batch_rows, columns=list(columns))
+        pf = open_parquet(part)
+        rows = pf.metadata.num_rows
+        if start + rows > first:
+            skip = max(0, first - start)
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+                if skip >= rb.num_rows:
+                    skip -= rb.num_rows
+                    continue
+                yield rb.slice(skip)
+                skip = 0
+        start += rows
 
 
 def read_column(run: RunDir, column: str) -> list[Any]:

@@ -22,7 +22,9 @@ KEPT = "dedup/kept.npy"
 """int64 [G]: the representative (kept document) of each group, ascending."""
 REMOVED = "dedup/removed.parquet"
 """One row per removed document: removed/kept index and id, cosine to the kept one, and the detector."""
-INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD)
+SIGNATURES = "dedup/signatures.npy"
+"""uint32 [N, num_perm]: MinHash signatures (kept so that ``clusterclip add`` hashes only the new texts)."""
+INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES)
 """The pairwise work, reused when only the thresholds change."""
 INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed")
 """Settings the pairwise work depends on (besides the inputs)."""

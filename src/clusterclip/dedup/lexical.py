@@ -100,14 +100,16 @@ def _shingles(words: np.ndarray, doc: np.ndarray, n: int, k: int, first: int) ->
     return tokens[order], rows
 
 
-def signatures(batches: Iterable[pa.Array], n: int, num_perm: int, shingle: int, seed: int) -> np.ndarray:
-    """MinHash signatures (uint32 [n, num_perm]) of the texts in ``batches`` (rensa's ``RMinHash``)."""
+def signatures(batches: Iterable[pa.Array], n: int, num_perm: int, shingle: int, seed: int,
+               first: int = 0) -> np.ndarray:
+    """MinHash signatures (uint32 [n, num_perm]) of the texts in ``batches`` (rensa's ``RMinHash``), documents
+    ``first..first+n-1`` of the corpus (the index only tells empty documents apart)."""
     from rensa import RMinHash
 
     sig = np.empty((n, num_perm), np.uint32)
     pos = 0
     for texts in batches:
-        tokens, rows = shingle_hashes(texts, shingle, pos)
+        tokens, rows = shingle_hashes(texts, shingle, first + pos)
         digest = RMinHash.digest_matrix_from_flat_token_hashes(tokens, rows, num_perm, seed)
         sig[pos:pos + len(texts)] = np.asarray(digest.to_rows(), np.uint32).reshape(len(texts), num_perm)
         pos += len(texts)

@@ -67,27 +67,66 @@ def _rows(members: np.ndarray, fetch: Fetch, cache_rows: int) -> Callable[[int, 
     return lambda a, b: fetch(members[a:b])
 
 
-def cluster_neighbours(n: int, rows: Callable[[int, int], np.ndarray], block: int) -> tuple[np.ndarray, np.ndarray]:
-    """For positions ``0..n-1`` of one ordered cluster: the max cosine to an earlier position and its argmax."""
-    best = np.full(n, NONE_SIMILARITY, np.float32)
-    arg = np.full(n, -1, np.int64)
-    for qa in range(0, n, block):
+def cluster_neighbours(n: int, rows: Callable[[int, int], np.ndarray], block: int,
+                       start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """For positions ``start..n-1`` of one ordered cluster (``start`` > 0: the members ``clusterclip add``
+    appended): the max cosine to an earlier position and its argmax, arrays of ``n - start``."""
+    best = np.full(n - start, NONE_SIMILARITY, np.float32)
+    arg = np.full(n - start, -1, np.int64)
+    for qa in range(start, n, block):
         qb = min(n, qa + block)
-        q = rows(qa, qb)
+        q, out = rows(qa, qb), slice(qa - start, qb - start)
         for ka in range(0, qb, block):
             kb = min(qb, ka + block)
-            s = q @ (q if ka == qa else rows(ka, kb)).T
-            if ka == qa:  # only strictly earlier positions
-                s[np.triu_indices(qb - qa, 0, kb - ka)] = NONE_SIMILARITY
+            s = q @ (q if (ka, kb) == (qa, qb) else rows(ka, kb)).T
+            if kb > qa:  # only strictly earlier positions
+                s[np.arange(ka, kb)[None, :] >= np.arange(qa, qb)[:, None]] = NONE_SIMILARITY
             j = np.argmax(s, axis=1)
             m = s[np.arange(qb - qa), j]
-            better = m > best[qa:qb]
-            best[qa:qb] = np.where(better, m, best[qa:qb])
-            arg[qa:qb] = np.where(better & (m > NONE_SIMILARITY), j + ka, arg[qa:qb])
+            better = m > best[out]
+            best[out] = np.where(better, m, best[out])
+            arg[out] = np.where(better & (m > NONE_SIMILARITY), j + ka, arg[out])
     return best, arg
+
+
+def appended_neighbours(labels: np.ndarray, first: int, fetch: Fetch, block: int = BLOCK,
+                        cache_rows: int = CACHE_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`earlier_neighbours` of the documents ``first..N-1`` appended by ``clusterclip add``: each one's
+    most similar member of its cluster among the older documents and the appended ones before it (index
+    order); arrays of ``N - first``. The older documents' own neighbours stay as they were."""
+    n = labels.size
+    neighbour = np.full(n - first, -1, np.int64)
+    similarity = np.full(n - first, NONE_SIMILARITY, np.float32)
+    order = np.argsort(labels, kind="stable")
+    bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = order[lo:hi]
+        start = int(np.searchsorted(members, first))
+        if start == members.size:
+            continue
+        sim, arg = cluster_neighbours(members.size, _rows(members, fetch, cache_rows), block, start)
+        new = members[start:] - first
+        similarity[new] = sim
+        neighbour[new] = np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
+    return neighbour, similarity
 
 
 def semantic_edges(neighbour: np.ndarray, similarity: np.ndarray, eps: float) -> np.ndarray:
     """Edges ``(document, earlier neighbour)`` [E, 2] of the documents that are duplicates at ``eps``."""
     dup = np.flatnonzero((similarity >= np.float32(1.0 - eps)) & (neighbour >= 0))
     return np.stack([dup, neighbour[dup]], axis=1).astype(np.int64)
+
+
+def has_near_copy(queries: np.ndarray, reference: np.ndarray, eps: float, block: int = BLOCK) -> np.ndarray:
+    """bool [len(queries)]: whether a unit row of ``queries`` has a row of ``reference`` with cosine
+    ``>= 1 - eps`` (SemDeDup's rule across two sets, e.g. held-out documents against the training split)."""
+    q, ref = np.asarray(queries, np.float32), np.asarray(reference, np.float32)
+    out = np.zeros(q.shape[0], bool)
+    if not ref.shape[0]:
+        return out
+    for a in range(0, q.shape[0], block):
+        best = np.full(min(block, q.shape[0] - a), NONE_SIMILARITY, np.float32)
+        for b in range(0, ref.shape[0], block):
+            np.maximum(best, (q[a:a + block] @ ref[b:b + block].T).max(axis=1), out=best)
+        out[a:a + block] = best >= np.float32(1.0 - eps)
+    return out

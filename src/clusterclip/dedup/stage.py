@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from functools import partial
 from typing import Any
@@ -19,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.corpus import read_column
-from clusterclip.corpus.parts import iter_corpus
+from clusterclip.corpus.parquet import open_parquet
+from clusterclip.corpus.parts import corpus_parts, iter_corpus
 from clusterclip.dedup.config import (
     DEDUP_DIR,
     DEDUP_STAGE,
@@ -30,21 +32,23 @@ from clusterclip.dedup.config import (
     LEXICAL_PAIRS,
     NEIGHBOUR,
     REMOVED,
+    SIGNATURES,
     SIMILARITY,
     DedupConfig,
 )
 from clusterclip.dedup.groups import DuplicateGroups, derive_groups, detector_names, group_sizes
 from clusterclip.dedup.lexical import lsh_pairs, signatures
-from clusterclip.dedup.semantic import earlier_neighbours, members_neighbours
+from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
 from clusterclip.embed import gather_embeddings
 from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
-from clusterclip.store import RunDir, atomic_path, config_hash, load_npy, save_npy
+from clusterclip.store import RunDir, atomic_path, config_hash, load_npy, record_output_hash, save_npy
 from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
+READS = (A.CLUSTER_STAGE, A.EMBED_STAGE, A.CORPUS_STAGE)
 TEXT_BATCH = 2048
 RAY_TASK_DOCS = 50_000
 COSINE_BATCH = 65_536
@@ -52,14 +56,21 @@ COSINE_BATCH = 65_536
 
 def dedup_inputs(run: RunDir) -> str:
     """The hash of what the stage reads: the current cluster, embed and corpus outputs."""
-    return config_hash({s: run.output_hash(s) for s in (A.CLUSTER_STAGE, A.EMBED_STAGE, A.CORPUS_STAGE)})
+    return inputs_of({s: run.require(s, verify=False) for s in READS})
+
+
+def inputs_of(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """The stage's inputs hash for these cluster, embed and corpus records (e.g. those before an add)."""
+    return config_hash({s: record_output_hash(records[s]) for s in READS})
 
 
 def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False,
-                engine: str = "local") -> dict[str, Any]:
+                engine: str = "local", appended: int | None = None) -> dict[str, Any]:
     """Find the duplicate groups of ``run`` (skipped when fresh); returns the stage's record. ``engine="ray"``
-    runs the semantic pass's clusters as Ray tasks (inside an open ``ray_session``): the same groups, cosines
-    within 1e-6 (Ray workers run BLAS on one thread)."""
+    runs the semantic pass's clusters and the MinHash signatures of each corpus part as Ray tasks (inside an
+    open ``ray_session``): the same groups, cosines within 1e-6 (Ray workers run BLAS on one thread).
+    ``appended`` (from ``clusterclip add``, which checked that the stored pairwise work covers documents
+    ``0..appended-1``) extends that work to the new documents only (:func:`clusterclip.dedup.grow.extend_groups`)."""
     config = config or DedupConfig()
     run.require_current(A.CLUSTER_STAGE)
     inputs = dedup_inputs(run)
@@ -68,7 +79,7 @@ def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = Fa
     settings = asdict(config)
     stage = Stage(DEDUP_STAGE, settings, inputs,
                   reads={A.EMBED_STAGE: None, A.CLUSTER_STAGE: [A.LABELS], A.CORPUS_STAGE: [A.TOKENS]},
-                  build=lambda job: _build(run, config, reuse, engine),
+                  build=lambda job: _build(run, config, reuse, engine, appended),
                   command=("clusterclip", "dedup", A.RUN, *command_flags(DedupConfig, settings)))
     return run_stage(run, stage, force)
 
@@ -80,13 +91,15 @@ def _index_reusable(run: RunDir, previous: dict[str, Any] | None, inputs: str, c
     return not run.problems(DEDUP_STAGE, previous, only=INDEX_ARTIFACTS)
 
 
-def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str) -> Built:
+def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended: int | None) -> Built:
     t0 = time.perf_counter()
     run.path(DEDUP_DIR).mkdir(exist_ok=True)
     labels = load_npy(run.path(A.LABELS))
     tokens = load_npy(run.path(A.TOKENS))
     if reuse:
         log.info("dedup: reusing the stored pairwise work (only the thresholds changed)")
+    elif appended is not None:
+        _append_pairwise(run, config, labels, appended)
     else:
         _pairwise(run, config, labels, tokens, engine)
     t_pair = time.perf_counter() - t0
@@ -104,7 +117,8 @@ def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str) -> Built:
         index=config.index_settings(), documents=int(found.group.size), groups=int(found.kept.size),
         removed=int(removed.size), removed_semantic=int(np.isin(found.linked[removed], (1, 3)).sum()),
         removed_lexical=int(np.isin(found.linked[removed], (2, 3)).sum()), largest_group=int(sizes.max()),
-        reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3), engine=engine))
+        reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3), engine=engine,
+        **({} if appended is None else {"appended_from": appended})))
 
 
 def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray, engine: str) -> None:
@@ -113,11 +127,52 @@ def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.n
     neighbour, similarity = earlier_neighbours(labels, tokens, lambda rows: fetch_rows(run, rows), runner=runner)
     save_npy(run.path(NEIGHBOUR), neighbour)
     save_npy(run.path(SIMILARITY), similarity)
-    texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH))
-    sig = signatures(texts, labels.size, config.num_perm, config.shingle, config.lexical_seed)
+    if engine == "ray":
+        sig = _signatures_on_ray(run, config, labels.size)
+    else:
+        texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH))
+        sig = signatures(texts, labels.size, config.num_perm, config.shingle, config.lexical_seed)
+    _lexical(run, config, sig, labels)
+
+
+def _signatures_on_ray(run: RunDir, config: DedupConfig, n: int) -> np.ndarray:
+    """The MinHash signatures as one Ray task per corpus part (each reads its part's texts), in index order."""
+    calls, first = [], 0
+    for part in corpus_parts(run):
+        rows = open_parquet(part).metadata.num_rows
+        calls.append((str(part), first, config.num_perm, config.shingle, config.lexical_seed))
+        first += rows
+    if first != n:
+        raise ClusterClipError(f"{run.root}: the corpus parts hold {first} documents, the labels {n}")
+    return np.concatenate([np.zeros((0, config.num_perm), np.uint32), *ray_tasks(_part_signatures, calls)])
+
+
+def _part_signatures(path: str, first: int, num_perm: int, shingle: int, seed: int) -> np.ndarray:
+    """One Ray task: the signatures of one corpus part's documents (the first is document ``first``)."""
+    pf = open_parquet(path)
+    texts = (b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"]))
+    return signatures(texts, pf.metadata.num_rows, num_perm, shingle, seed, first)
+
+
+def _lexical(run: RunDir, config: DedupConfig, sig: np.ndarray, labels: np.ndarray) -> None:
     pairs, jac = lsh_pairs(sig, config.bands, labels)
+    save_npy(run.path(SIGNATURES), sig)
     save_npy(run.path(LEXICAL_PAIRS), pairs)
     save_npy(run.path(LEXICAL_JACCARD), jac)
+
+
+def _append_pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, first: int) -> None:
+    """The pairwise work of documents ``first..N-1`` (appended by ``clusterclip add``) added to the stored work
+    of the older ones, which is read whole before anything is written: semantic neighbours of the new documents
+    only, MinHash signatures of the new texts only, then the LSH candidates of all signatures."""
+    neighbour, similarity = load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY))
+    old_sig = load_npy(run.path(SIGNATURES))
+    new_nb, new_sim = appended_neighbours(labels, first, lambda rows: fetch_rows(run, rows))
+    texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH, first=first))
+    new_sig = signatures(texts, labels.size - first, config.num_perm, config.shingle, config.lexical_seed, first)
+    save_npy(run.path(NEIGHBOUR), np.concatenate([neighbour[:first], new_nb]))
+    save_npy(run.path(SIMILARITY), np.concatenate([similarity[:first], new_sim]))
+    _lexical(run, config, np.concatenate([old_sig[:first], new_sig]), labels)
 
 
 def _on_ray(root: str, clusters: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:

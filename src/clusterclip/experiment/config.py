@@ -16,7 +16,7 @@ from typing import Any
 from clusterclip.corpus import ReadOptions
 from clusterclip.embed import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, clusterclip_spec, plain_spec, temperature_spec
-from clusterclip.plan.config import DEFAULT_TAU
+from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -31,12 +31,12 @@ from clusterclip.settings import (
 from clusterclip.store import config_hash
 
 STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS)
-RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "device", "threads")
+RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "device", "threads")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
 reuses the finished runs; every other setting changes the numbers of every run."""
 DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder",
                "k")
-SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "tau", "seeds")
+SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "duplicates", "tau", "seeds")
 MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
@@ -135,6 +135,11 @@ class ExperimentConfig(Settings):
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
                                            flag="--max-repeat", help="clusterclip caps to sweep, comma-separated")
+    duplicates: tuple[str, ...] = setting(
+        ("none",), check=each(one_of(DUPLICATES), distinct=True), parse=_strs,
+        help="clusterclip's near-duplicate handling to sweep, comma-separated: none (the per-document cap), drop "
+             "(plan the kept documents only), group-cap (a group's members share the cap); drop and group-cap run "
+             "`clusterclip dedup` on the training split (docs/dedup.md)")
     tau: float = setting(DEFAULT_TAU, check=finite(), help="temperature strategy: cluster weight n_c**tau")
     seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0), distinct=True), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
@@ -154,6 +159,9 @@ class ExperimentConfig(Settings):
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
         if not any(s in CLUSTERCLIP_VARIANTS for s in self.strategies):
+            if set(self.duplicates) - {"none"}:
+                raise SettingsError("duplicates", f"{','.join(self.duplicates)} applies to the clusterclip strategies; "
+                                    "add one to {strategies}", type(self))
             return
         if not self.max_repeats:
             raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip strategies",
@@ -166,6 +174,10 @@ class ExperimentConfig(Settings):
                 f"{self.passes:g} times on average, so a cap below that is infeasible and a cap equal to it makes "
                 f"ClusterClip identical to random; use caps above the number of passes "
                 f"(e.g. {math.ceil(self.passes * 1.5)}) or lower {{passes}}", type(self))
+
+    def uses_groups(self) -> bool:
+        """Whether a swept strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
+        return any(d != "none" for d in self.duplicates)
 
     def splits(self) -> tuple[int, ...]:
         """The split seeds trained on: ``split_seeds``, or ``split_seed`` alone when that is empty."""
@@ -189,7 +201,8 @@ class ExperimentConfig(Settings):
         specs: list[dict[str, Any]] = []
         for s in self.strategies:
             if s in CLUSTERCLIP_VARIANTS:
-                specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s]) for r in self.max_repeats]
+                specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s], duplicates=d)
+                          for r in self.max_repeats for d in self.duplicates]
             elif s == "temperature":
                 specs.append(temperature_spec(self.tau))
             else:

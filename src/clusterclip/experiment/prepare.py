@@ -18,6 +18,8 @@ import numpy as np
 
 from clusterclip.cluster import ClusterConfig, assign, cluster_stage, fit_centroids, load_labels
 from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
+from clusterclip.dedup import DedupConfig, dedup_stage
+from clusterclip.dedup.semantic import has_near_copy
 from clusterclip.embed import embed_stage, encode_texts
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.data import (
@@ -54,7 +56,8 @@ class Subset:
 
 @dataclass(frozen=True)
 class Prepared:
-    """Both splits with their clusters (the training split's k-means) and domains (None without a group field)."""
+    """Both splits with their clusters (the training split's k-means) and domains (None without a group field);
+    ``heldout_near_train`` marks the held-out documents with a near-duplicate in the training split."""
 
     run: RunDir
     split_hash: str
@@ -64,6 +67,7 @@ class Prepared:
     heldout_domains: np.ndarray | None
     labels: np.ndarray
     heldout_labels: np.ndarray
+    heldout_near_train: np.ndarray
     data: dict[str, Any]
 
 
@@ -100,12 +104,14 @@ def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     heldout_labels = assign([emb[ho]], centroids)[0].astype(np.int64)
     train_dom = np.array(read_column(run, "group"), dtype=object).astype(str)
     heldout_dom = np.array(subset.domains, dtype=object)[ho].astype(str)
-    data = _data_summary(subset, int(tr.size), labels, heldout_labels, int(centroids.shape[0]))
+    near = has_near_copy(emb[ho], emb[tr], DedupConfig().eps)
+    data = {**_data_summary(subset, int(tr.size), labels, heldout_labels, int(centroids.shape[0])),
+            "heldout_near_train": int(near.sum())}
     if subset.has_domains:
         data["domains"] = _domain_sizes(train_dom, heldout_dom)
     return Prepared(run, split_hash, read_column(run, "text"), [subset.texts[i] for i in ho],
                     train_dom if subset.has_domains else None, heldout_dom if subset.has_domains else None,
-                    labels, heldout_labels, data)
+                    labels, heldout_labels, near, data)
 
 
 @dataclass(frozen=True)
@@ -151,9 +157,13 @@ def _heldout_mask(emb: np.ndarray, domains: list[str], cfg: ExperimentConfig) ->
 
 
 def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progress: bool) -> np.ndarray:
-    """Corpus, embed and cluster stages on the training split (``OUT`` is its run directory); its centroids."""
+    """Corpus, embed and cluster stages on the training split (``OUT`` is its run directory), and its dedup
+    stage when a strategy plans over duplicate groups; its centroids."""
     pipeline_stages(run, [train_file], CorpusConfig(id_field="id", group_field="domain"), progress, cfg.embedder,
                     ClusterConfig(k=cfg.k, seed=cfg.split_seed))
+    if cfg.uses_groups():
+        with run.lock():
+            dedup_stage(run)
     return load_npy(run.path(A.CENTROIDS))
 
 

@@ -2,8 +2,9 @@
 spec to the :class:`~clusterclip.plan.PlanConfig` of a proxy run.
 
 A spec is a small JSON-able dict: ``name``, ``strategy`` and the options that strategy needs (``tau``;
-``max_repeat``, ``order`` and ``shuffle`` for ClusterClip). ``clusterclip tune`` stores it in its results
-and hashes it into the key of every proxy run, so its shape is part of the on-disk format.
+``max_repeat``, ``order``, ``shuffle`` and, when not ``none``, ``duplicates`` for ClusterClip).
+``clusterclip tune`` stores it in its results and hashes it into the key of every proxy run, so its shape is
+part of the on-disk format.
 """
 
 from __future__ import annotations
@@ -21,11 +22,16 @@ CLUSTERCLIP_VARIANTS: dict[str, dict[str, Any]] = {
 draws in random order)."""
 
 
-def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool = False) -> dict[str, Any]:
-    """A ClusterClip candidate: ``clusterclip[-spread][-shuffled]-R<cap>``."""
+def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool = False,
+                     duplicates: str = "none") -> dict[str, Any]:
+    """A ClusterClip candidate: ``clusterclip[-spread][-shuffled]-R<cap>[-drop|-groupcap]``; ``duplicates``
+    (``drop``, ``group-cap``) plans over the training split's near-duplicate groups."""
     name = "clusterclip" + ("-spread" if order == "spread" else "") + ("-shuffled" if shuffle else "")
-    return {"name": f"{name}-R{max_repeat}", "strategy": "clusterclip", "max_repeat": int(max_repeat),
+    spec = {"name": f"{name}-R{max_repeat}", "strategy": "clusterclip", "max_repeat": int(max_repeat),
             "order": order, "shuffle": shuffle}
+    if duplicates != "none":
+        spec.update(name=f"{spec['name']}-{duplicates.replace('-', '')}", duplicates=duplicates)
+    return spec
 
 
 def temperature_spec(tau: float) -> dict[str, Any]:
@@ -38,8 +44,10 @@ def plain_spec(strategy: str) -> dict[str, Any]:
     return {"name": strategy, "strategy": strategy}
 
 
-def plan_config(spec: dict[str, Any], budget: int, seed: int) -> PlanConfig:
-    """The plan of a spec for a token ``budget`` (what a proxy run trains on, and ``tune``'s chosen plan)."""
-    return PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit="tokens",
+def plan_config(spec: dict[str, Any], budget: int, seed: int, budget_unit: str = "tokens") -> PlanConfig:
+    """The plan of a spec for a ``budget`` (tokens: what a proxy run trains on, and ``tune``'s chosen plan;
+    ``group-cap`` takes documents)."""
+    return PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit=budget_unit,
                       max_repeat=spec.get("max_repeat"), tau=spec.get("tau", DEFAULT_TAU),
-                      order=spec.get("order", DEFAULT_ORDER), seed=seed, weights=spec.get("weights"))
+                      order=spec.get("order", DEFAULT_ORDER), seed=seed, weights=spec.get("weights"),
+                      duplicates=spec.get("duplicates", "none"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clusterclip.dedup import load_groups
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.data import Packed, TokenizedDocs, pack, select_docs
 from clusterclip.experiment.evaluate import (
@@ -32,7 +34,8 @@ from clusterclip.experiment.prepare import Prepared, Tokenized
 from clusterclip.experiment.results import PRIMARY
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.train import train_model
-from clusterclip.plan import PlanConfig, build_plan
+from clusterclip.plan import Plan, PlanConfig, build_plan
+from clusterclip.plan.duplicates import build_grouped_plan
 from clusterclip.settings import SettingsError
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,7 @@ class ProxyMetrics:
     heldout: dict[str, Any]
     small_heldout: float
     small_train: float
+    heldout_novel: float | None
     cluster_mixture: dict[str, Any]
     domain_mixture: dict[str, Any] | None
     repeats: dict[str, Any]
@@ -151,8 +155,8 @@ def set_up(prep: Prepared, tok: Tokenized, cfg: ExperimentConfig) -> Setup:
 def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> PlannedProxy:
     """The strategy's plan over the training split for the token budget, packed into training sequences
     (the diagnostic ``shuffle`` permutes the plan's draws first)."""
-    plan_cfg = plan_config(spec, setup.budget, seed)
-    plan = build_plan(prep.labels, plan_cfg, tokens=tok.train.lengths, n_clusters=prep.data["k"])
+    plan = _plan(spec, seed, prep, tok, setup)
+    plan_cfg = plan.config
     order = np.asarray(plan.order, dtype=np.int64)
     if spec.get("shuffle"):
         order = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(order)
@@ -160,6 +164,21 @@ def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, 
     used = order[: np.searchsorted(np.cumsum(tok.train.lengths[order]), packed.stream_tokens) + 1]
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
     return PlannedProxy(spec["name"], seed, plan_cfg, stats, used, packed)
+
+
+def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
+    """The spec's plan for the token budget. ``group-cap`` plans documents (members differ in tokens): enough
+    of them, at the training split's mean length plus 5 %, for the steps (the packer stops at the budget)."""
+    k, lengths = prep.data["k"], tok.train.lengths
+    if spec.get("duplicates", "none") == "none":
+        return build_plan(prep.labels, plan_config(spec, setup.budget, seed), tokens=lengths, n_clusters=k)
+    group, kept = load_groups(prep.run)
+    if spec["duplicates"] == "group-cap":
+        docs = math.ceil(1.05 * setup.budget / float(lengths.mean()))
+        cfg = plan_config(spec, min(docs, spec["max_repeat"] * kept.size), seed, budget_unit="docs")
+    else:
+        cfg = plan_config(spec, setup.budget, seed)
+    return build_grouped_plan(prep.labels, cfg, group, kept, tokens=lengths, n_clusters=k)
 
 
 def train_proxy(planned: PlannedProxy, setup: Setup, device: str = "cpu") -> TrainedProxy:
@@ -189,11 +208,13 @@ def evaluate_proxy(planned: PlannedProxy, trained: TrainedProxy, prep: Prepared,
     sums, counts = setup.heldout.losses(trained.model)
     small_ho = float(sums[setup.small_heldout].sum() / max(counts[setup.small_heldout].sum(), 1))
     s_sums, s_counts = setup.small_train.losses(trained.model)
+    novel = ~prep.heldout_near_train
     lengths = tok.train.lengths
     return ProxyMetrics(
         heldout=summarize_losses(sums, counts, prep.heldout_labels, prep.heldout_domains),
         small_heldout=small_ho,
         small_train=float(s_sums.sum() / max(s_counts.sum(), 1)),
+        heldout_novel=float(sums[novel].sum() / counts[novel].sum()) if counts[novel].sum() else None,
         cluster_mixture=mixture(planned.used, lengths, prep.labels),
         domain_mixture=None if prep.train_domains is None else mixture(planned.used, lengths, prep.train_domains),
         repeats=repeats(planned.used, len(tok.train)),
@@ -210,6 +231,7 @@ def proxy_record(planned: PlannedProxy, trained: TrainedProxy, metrics: ProxyMet
         "plan_stats": planned.plan_stats,
         "heldout_macro_cluster": h["macro_cluster"], "heldout_micro": h["micro"],
         "heldout_macro_domain": h.get("macro_domain"), "heldout_worst10_cluster": h["worst10_cluster"],
+        "heldout_novel_micro": metrics.heldout_novel,
         "heldout_per_cluster": h["per_cluster"], "heldout_per_domain": h.get("per_domain"),
         "small_heldout": metrics.small_heldout, "small_train": metrics.small_train,
         "small_gap": metrics.small_heldout - metrics.small_train,

@@ -1,0 +1,33 @@
+"""``clusterclip add`` extends the duplicate groups to the documents it appends, instead of leaving them stale.
+
+The stored pairwise work of the older documents is kept; each new document gets its most similar member of
+its cluster (older documents and the new ones before it) and its MinHash signature (only the new texts are
+read), and the LSH candidates are drawn again from all signatures. The groups are then derived as the stage
+always derives them: a new document joins the group of any member it duplicates, may join two groups into
+one, and becomes the kept document when it is the longest member (the kept rule). ``clusterclip dedup RUN
+--force`` recomputes everything; it can differ slightly, because the older documents' neighbours are taken
+in the kept rule's order and the new ones' in index order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clusterclip.dedup.config import DEDUP_STAGE, INDEX_ARTIFACTS, DedupConfig
+from clusterclip.dedup.stage import dedup_stage, inputs_of
+from clusterclip.store import RunDir
+
+
+def extend_groups(run: RunDir, before: Mapping[str, Mapping[str, Any]], n_old: int) -> dict[str, Any] | None:
+    """The dedup record extended to documents ``n_old..N-1``, when the stage was current with the corpus, embed
+    and cluster records ``before`` the add (its pairwise work intact); else None: the groups stay stale and
+    ``clusterclip dedup`` recomputes them."""
+    previous = run.record(DEDUP_STAGE)
+    if previous is None or previous.get("inputs_hash") != inputs_of(before) or previous.get("documents") != n_old:
+        return None
+    if any(rel not in previous.get("artifacts", {}) for rel in INDEX_ARTIFACTS):
+        return None
+    if run.problems(DEDUP_STAGE, previous, only=INDEX_ARTIFACTS):
+        return None
+    return dedup_stage(run, DedupConfig(**previous["config"]), appended=n_old)
