@@ -122,7 +122,7 @@ def _deny(monkeypatch: pytest.MonkeyPatch, target: Path) -> None:
     monkeypatch.setattr(opener_module, "open", lambda p, *a, **k: (_ for _ in ()).throw(denied())
                         if Path(p) == target else real_open(p, *a, **k), raising=False)
     monkeypatch.setattr(os, "scandir", lambda p=".": (_ for _ in ()).throw(denied())
-                        if Path(p) == target else real_scandir(p))
+                        if not isinstance(p, int) and Path(p) == target else real_scandir(p))
     monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(denied())
                         if self == target else real_read_bytes(self))
 

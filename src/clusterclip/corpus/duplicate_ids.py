@@ -1,4 +1,5 @@
-"""Duplicate document ids: counted from id hashes, and the first repeat named with where both copies are."""
+"""Duplicate document ids: counted from the spilled id hashes (:mod:`clusterclip.corpus.id_spill`), and the first
+repeat named with where both copies are."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | 
                         resolved: Sequence[tuple[Path, str]], config: CorpusConfig) -> int:
     """The number of duplicate ids; with ``id_field`` set, the first repeat raises (``on_bad_record="error"``,
     naming where both copies are) or is logged (kept)."""
-    duplicates = int(read.id_hashes.size - np.unique(read.id_hashes).size)
-    if not duplicates or config.id_field is None:
+    if read.ids is None:
+        raise ValueError("check_duplicate_ids needs the id hashes spilled by the reader (WrittenParts.ids)")
+    duplicates, pair = read.ids.duplicates()
+    if not duplicates or config.id_field is None or pair is None:
         return duplicates
-    first, second = _first_duplicate(read.id_hashes)
+    first, second = pair
     doc_id = _ids_at(run, read, (first,))[0]
     msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
     if config.on_bad_record == "error":
@@ -40,16 +43,6 @@ def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | 
                                "to keep them, counted)")
     log.warning("corpus: %s, the first %r (kept)", msg, doc_id)
     return duplicates
-
-
-def _first_duplicate(hashes: np.ndarray) -> tuple[int, int]:
-    """Document indices ``(first, second)`` of the earliest repeat: ``second`` is the smallest index whose
-    id hash occurred before, ``first`` where it did."""
-    order = np.argsort(hashes, kind="stable")
-    sorted_hashes = hashes[order]
-    repeat = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1]) + 1
-    at = repeat[np.argmin(order[repeat])]
-    return int(order[np.searchsorted(sorted_hashes, sorted_hashes[at])]), int(order[at])
 
 
 def _ids_at(run: RunDir, read: WrittenParts, indices: Sequence[int]) -> list[str]:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
+from clusterclip.corpus.id_spill import IdSpill
 from clusterclip.corpus.parquet import open_parquet
 from clusterclip.corpus.records import DocBatch, ReadStats
 from clusterclip.errors import disk_full_at
@@ -39,7 +40,8 @@ CORPUS_SCHEMA = pa.schema(
 @dataclass
 class WrittenParts:
     """What writing some documents leaves for the stage record: the parts (run-relative) and their sizes,
-    and per document its token count and id hash, with the group counts and read stats."""
+    and per document its token count and id hash (in ``id_hashes``, or spilled to ``ids``), with the group
+    counts and read stats; ``key_base`` is the spill key of the first document (Ray work units)."""
 
     parts: list[str]
     part_sizes: list[int]
@@ -47,6 +49,8 @@ class WrittenParts:
     id_hashes: np.ndarray
     groups: Counter[str]
     stats: ReadStats
+    ids: IdSpill | None = None
+    key_base: int = 0
 
 
 def write_part(path: Path, table: pa.Table) -> None:
@@ -61,9 +65,9 @@ class PartWriter:
     the stage record needs: token counts, id hashes, groups."""
 
     def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
-                 part_rows: int, first_index: int = 0) -> None:
+                 part_rows: int, first_index: int = 0, ids: IdSpill | None = None) -> None:
         self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
-        self.first_index = first_index
+        self.first_index, self.ids = first_index, ids
         self.parts: list[str] = []
         self.part_sizes: list[int] = []
         self.tokens: list[np.ndarray] = []
@@ -80,7 +84,10 @@ class PartWriter:
                               pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
                               pa.array(tokens), pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA)
         self.tokens.append(tokens)
-        self.id_hashes.append(hash_ids(batch.ids))
+        if self.ids is not None:
+            self.ids.add(hash_ids(batch.ids), start)
+        else:
+            self.id_hashes.append(hash_ids(batch.ids))
         self.groups.update(g for g in batch.groups if g is not None)
         self.n += len(batch)
         while rb.num_rows:
@@ -96,7 +103,7 @@ class PartWriter:
         if self._pending:
             self._flush()
         return WrittenParts(self.parts, self.part_sizes, concat(self.tokens, np.int64),
-                            concat(self.id_hashes, np.uint64), self.groups, stats)
+                            concat(self.id_hashes, np.uint64), self.groups, stats, self.ids)
 
     def _flush(self) -> None:
         rel = self.name(len(self.parts))

@@ -3,6 +3,7 @@ parts with global indices, byte for byte the parts this process would write."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
 from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.id_spill import UNIT_SHIFT, IdSpill
 from clusterclip.corpus.inputs import WorkUnit, number_lines, work_units
 from clusterclip.corpus.jsonl import count_newlines
 from clusterclip.corpus.parts import PartWriter, WrittenParts, concat, write_part
@@ -37,9 +39,17 @@ def read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: Corpus
     ranges = [(str(u.path), *u.byte_range) for u in units if u.byte_range is not None]
     units = number_lines(units, ray_tasks(count_newlines, ranges))
 
+    spill = IdSpill(root / A.CORPUS_ID_SPILL)
+
+    def done(r: WrittenParts) -> None:
+        """Spill a unit's id hashes as it finishes, so that the driver never holds them all."""
+        bar.update(r.tokens.size)
+        spill.add(r.id_hashes, r.key_base)
+        r.id_hashes = r.id_hashes[:0]
+
     reads: list[WrittenParts] = ray_tasks(
-        _read_unit_task, [(str(root), i, unit, config, part_rows) for i, unit in enumerate(units)],
-        on_done=lambda r: bar.update(r.tokens.size))
+        _read_unit_task, [(str(root), i, unit, config, part_rows) for i, unit in enumerate(units)], on_done=done)
+    spill.units([r.tokens.size for r in reads])
     staged = [(rel, size) for r in reads for rel, size in zip(r.parts, r.part_sizes, strict=True)]
     cuts = _cut_parts(staged, part_rows)
     ray_tasks(_assemble_part_task, [(str(root), rel, pieces, first) for rel, pieces, first in cuts])
@@ -51,7 +61,7 @@ def read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: Corpus
     n = sum(size for _, size in staged)
     sizes = [min(part_rows, n - first) for _, _, first in cuts]
     return WrittenParts([rel for rel, _, _ in cuts], sizes, concat([r.tokens for r in reads], np.int64),
-                        concat([r.id_hashes for r in reads], np.uint64), groups, stats)
+                        np.zeros(0, np.uint64), groups, stats, spill)
 
 
 def _cut_parts(staged: Sequence[tuple[str, int]], part_rows: int) -> list[tuple[str, list[Piece], int]]:
@@ -81,7 +91,7 @@ def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfi
                         make_token_counter(config.tokenizer), part_rows)
     for batch in read_unit(unit, config, stats):
         writer.add(batch)
-    return writer.finish(stats)
+    return dataclasses.replace(writer.finish(stats), key_base=unit_no << UNIT_SHIFT)
 
 
 def _assemble_part_task(root: str, rel: str, pieces: list[Piece], first_index: int) -> None:

@@ -18,6 +18,7 @@ from clusterclip.corpus import limits
 from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
+from clusterclip.corpus.id_spill import IdSpill
 from clusterclip.corpus.inputs import DEFAULT_IDENTITY, content_hashes, expand_inputs, inputs_fingerprint, same_content
 from clusterclip.corpus.parts import PartWriter, WrittenParts
 from clusterclip.corpus.ray_read import read_on_ray
@@ -96,16 +97,19 @@ def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
 
 def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
                   config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
-    read = _read_parts(run, inputs, resolved, config, engine, progress)
-    n, stats = read.tokens.size, read.stats
-    if n == 0:
-        where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
-        raise ClusterClipError(f"{where}: empty corpus: no usable documents"
-                               + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
-    for stale in sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB)):
-        if f"{A.CORPUS_DIR}/{stale.name}" not in read.parts:
-            stale.unlink()
-    duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
+    try:
+        read = _read_parts(run, inputs, resolved, config, engine, progress)
+        n, stats = read.tokens.size, read.stats
+        if n == 0:
+            where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
+            raise ClusterClipError(f"{where}: empty corpus: no usable documents"
+                                   + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
+        for stale in sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB)):
+            if f"{A.CORPUS_DIR}/{stale.name}" not in read.parts:
+                stale.unlink()
+        duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
+    finally:
+        shutil.rmtree(run.path(A.CORPUS_ID_SPILL), ignore_errors=True)
     hashed = content_hashes(fingerprint) if inputs else []
     with disk_full_at(run.path(A.TOKENS)):
         save_npy(run.path(A.TOKENS), read.tokens)
@@ -140,7 +144,8 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     """Read every document in this process (``resolved=None``: the default corpus) into the final parts."""
     stats = ReadStats()
     batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
-    writer = PartWriter(root, A.corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS)
+    writer = PartWriter(root, A.corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS,
+                        ids=IdSpill(root / A.CORPUS_ID_SPILL))
     for batch in batches:
         writer.add(batch)
         bar.update(len(batch))

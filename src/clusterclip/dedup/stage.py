@@ -166,7 +166,7 @@ def _append_pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, first
     of the older ones, which is read whole before anything is written: semantic neighbours of the new documents
     only, MinHash signatures of the new texts only, then the LSH candidates of all signatures."""
     neighbour, similarity = load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY))
-    old_sig = load_npy(run.path(SIGNATURES))
+    old_sig = load_npy(run.path(SIGNATURES), mmap=True)
     new_nb, new_sim = appended_neighbours(labels, first, lambda rows: fetch_rows(run, rows))
     texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH, first=first))
     new_sig = signatures(texts, labels.size - first, config.num_perm, config.shingle, config.lexical_seed, first)

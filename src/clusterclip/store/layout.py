@@ -20,6 +20,8 @@ STAGES = (CORPUS_STAGE, EMBED_STAGE, CLUSTER_STAGE)
 CORPUS_DIR = "corpus"
 CORPUS_PART_GLOB = "part-*.parquet"
 CORPUS_STAGING = "corpus/.staging"
+CORPUS_ID_SPILL = "corpus/.ids"
+"""Scratch of the duplicate-id check while the corpus stage runs (:mod:`clusterclip.corpus.id_spill`)."""
 TOKENS = "tokens.npy"
 
 
