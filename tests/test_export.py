@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +81,19 @@ def test_export_in_buckets_when_the_corpus_exceeds_the_memory_limit(tmp_path, fm
     assert [r["corpus_reads"] for r in records] == [1, 1]
     assert records[0]["buckets"] == 0 and records[1]["buckets"] >= 5
     assert not any(p.name.startswith(".") and p.name != ".lock" for p in (tmp_path / "bucketed").iterdir())
+
+
+def test_a_batch_larger_than_the_memory_limit_is_named_with_a_shard_size_that_fits(tmp_path, caplog):
+    run, cfg, _ = _run(tmp_path, n=600, parts=3, budget=1800, pad=" " + "lorem ipsum " * 430)
+    with caplog.at_level(logging.WARNING, logger="clusterclip.export.stage"):
+        export_plan(run, cfg.name(), tmp_path / "small", shard_size=64)
+    assert not caplog.records
+    with caplog.at_level(logging.WARNING, logger="clusterclip.export.stage"):
+        export_plan(run, cfg.name(), tmp_path / "large", shard_size=1000, memory_mb=1)
+    (record,) = caplog.records
+    fits = int(record.getMessage().rsplit("--shard-size ", 1)[1].split()[0].replace(",", ""))
+    assert "more than --memory-mb 1" in record.getMessage() and 1 <= fits < 1000
+    assert (tmp_path / "large" / "export.json").exists()
 
 
 def test_export_errors(tmp_path):

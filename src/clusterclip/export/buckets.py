@@ -7,7 +7,7 @@ goes, with its plan position, to the bucket of ``bucket_rows`` consecutive posit
 Arrow IPC file in a scratch folder). Then each bucket is read back, sorted by position and handed on: the
 same rows in the same order as the windows made, with each corpus byte read once and written once more to
 scratch. Memory: the plan's inverse (8 bytes per draw, plus 8 per document), one row group, and one bucket
-(at most ``BUCKET_BYTES`` of text).
+(a third of ``memory_mb`` of text, at most ``BUCKET_BYTES``) up to three times while it is sorted.
 """
 
 from __future__ import annotations
@@ -26,10 +26,14 @@ BUCKET_BYTES = 1 << 30
 SCHEMA = pa.schema([("position", pa.int64()), ("id", pa.string()), ("text", pa.string())])
 
 
+HELD_COPIES = 3
+"""Copies of a bucket alive at once while :func:`gather` sorts it (as read, its chunks joined, sorted)."""
+
+
 def bucket_rows(text_bytes: int, n_docs: int, memory_mb: int) -> int:
-    """Plan positions per bucket: as many as hold, at the corpus's mean document, ``memory_mb`` of text and at
-    most ``BUCKET_BYTES``."""
-    limit = min(memory_mb * 2**20, BUCKET_BYTES)
+    """Plan positions per bucket: as many as hold, at the corpus's mean document, a third of ``memory_mb`` of
+    text (``HELD_COPIES``: the sort holds up to three copies) and at most ``BUCKET_BYTES``."""
+    limit = min(memory_mb * 2**20 // HELD_COPIES, BUCKET_BYTES)
     return max(1, int(limit / max(text_bytes / max(n_docs, 1), 1)))
 
 

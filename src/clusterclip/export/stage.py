@@ -9,6 +9,7 @@ a re-export of the same plan with the same settings whose files pass the quick c
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -24,6 +25,8 @@ from clusterclip.settings import Settings, at_least, command_flags, optional, se
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, exclusive
 from clusterclip.store import layout as A
+
+log = logging.getLogger(__name__)
 
 STAGE = A.EXPORT_MANIFEST.removesuffix(".json")
 SCRATCH = ".buckets"
@@ -95,6 +98,8 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len, "pad_to_multiple": cfg.pad_to_multiple,
                 "plan_identity": src.identity}
     need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
+    if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
+        log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
     command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
