@@ -287,6 +287,27 @@ def test_ctfidf_batching_does_not_change_scores():
     assert one.top(5, min_count=1) == many.top(5, min_count=1)
 
 
+def test_ctfidf_prunes_rare_terms_past_the_cap_and_keeps_the_keywords():
+    """Every document holds its cluster's frequent word and unseen one-off words: past ``max_terms`` the one-offs
+    are pruned, the frequent words keep their counts and ranks, and the counts say they were pruned."""
+    rng = np.random.default_rng(0)
+    topics = ["apple", "banana", "cherry"]
+    letters = np.array(list("bdfghjklmnpqrstvwxz"))
+    texts = [f"{topics[i % 3]} {topics[i % 3]} " + " ".join("".join(rng.choice(letters, 9)) for _ in range(5))
+             for i in range(300)]
+    clusters = [i % 3 for i in range(300)]
+    exact, capped = CTfidf(3, stopwords=()), CTfidf(3, stopwords=(), consolidate_every=1, max_terms=40)
+    for a in range(0, 300, 10):
+        exact.add(texts[a:a + 10], clusters[a:a + 10])
+        capped.add(texts[a:a + 10], clusters[a:a + 10])
+    top_exact, top_capped = exact.top(1), capped.top(1)
+    assert [t[0][0] for t in top_capped] == topics == [t[0][0] for t in top_exact]
+    assert [t[0][1] for t in top_capped] == pytest.approx([t[0][1] for t in top_exact])  # exact: never pruned
+    assert exact.pruned == 0 and capped.pruned > 1000 and len(capped._vocab) <= 40 + 5 * 10 * 3
+    keys, counts = capped._consolidate()
+    assert len(keys) <= 40 + 5 * 10 * 3 and counts.min() >= 1
+
+
 def test_ctfidf_ranks_one_off_words_last_and_handles_empty_clusters():
     ctf = CTfidf(3)
     ctf.add(["apple apple apple typoz", "apple banana banana", ""], [0, 0, 1])

@@ -6,9 +6,9 @@ term frequencies are normalised per cluster, and each term is weighted by
 the term across all clusters. Terms frequent in one cluster and rare elsewhere score highest.
 
 The corpus parquet is streamed in record batches, so memory is bounded by one batch plus the sparse
-(cluster, term) counts, never by the corpus. Only the first ``max_chars`` characters of each document
-are tokenised: that bounds the time on corpora of book-length documents and barely changes the top
-terms of a cluster.
+(cluster, term) counts, never by the corpus: past ``max_terms`` distinct terms the rarest are pruned (lossy
+counting; exact below the cap). Only the first ``max_chars`` characters of each document are tokenised: that
+bounds the time on corpora of book-length documents and barely changes the top terms of a cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ _WORD = re.compile(r"[^\W\d_]{3,30}")
 _SPACE = re.compile(r"\s+")
 _KEY_SHIFT = np.int64(32)
 _KEY_MASK = np.int64((1 << 32) - 1)
+MAX_TERMS = 1 << 22
+"""Distinct terms, and (cluster, term) pairs, the keyword counts keep before pruning the rarest (about 0.5 GB
+for the terms' dictionary, 64 MB for the pairs)."""
 
 
 _STOPWORDS_SKLEARN_LACKS = frozenset({
@@ -80,11 +83,17 @@ class CTfidf:
         stopwords: Iterable[str] | None = None,
         max_chars: int = 20_000,
         consolidate_every: int = 16,
+        max_terms: int = MAX_TERMS,
     ) -> None:
         if n_clusters < 1:
             raise ValueError("n_clusters must be at least 1")
         self.n_clusters = n_clusters
         self.max_chars = max_chars
+        self.max_terms = max_terms
+        self.pruned = 0
+        """Terms and (cluster, term) pairs dropped so far (0: the counts are exact)."""
+        self._words = np.zeros(n_clusters, np.int64)
+        """Words (stopwords aside) per cluster, kept exact whatever is pruned."""
         self._vocab: dict[str, int] = {}
         for w in english_stopwords() if stopwords is None else stopwords:
             self._vocab.setdefault(w, len(self._vocab))
@@ -115,6 +124,7 @@ class CTfidf:
             ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in counter), dtype=np.int64, count=len(counter))
             keys.append((np.int64(c) << _KEY_SHIFT) | ids)
             counts.append(np.fromiter(counter.values(), dtype=np.int64, count=len(counter)))
+            self._words[c] += int(counts[-1][ids >= self._n_stop].sum())
         if not keys:
             return
         self._keys.append(np.concatenate(keys))
@@ -133,7 +143,35 @@ class CTfidf:
             self._keys = [uniq]
             self._counts = [np.bincount(inv, weights=counts, minlength=len(uniq)).astype(np.int64)]
         self._pending = 0
+        if len(self._vocab) > self.max_terms:
+            self._prune()
+        if len(self._keys[0]) > self.max_terms:
+            self._drop_single_pairs()
         return self._keys[0], self._counts[0]
+
+    def _drop_single_pairs(self) -> None:
+        """Past ``max_terms`` (cluster, term) pairs, drop those counted once: :meth:`top` ranks them after every
+        other term of their cluster, so the keywords change only in clusters with fewer than ``n`` repeated terms."""
+        keep = self._counts[0] >= 2
+        self.pruned += int((~keep).sum())
+        self._keys, self._counts = [self._keys[0][keep]], [self._counts[0][keep]]
+
+    def _prune(self) -> None:
+        """Keep the stopwords and the ``max_terms // 2`` most frequent other terms (ties by first seen), renumbered;
+        the others' counts are dropped (a term seen again later starts from zero)."""
+        keys, counts = self._keys[0], self._counts[0]
+        term = keys & _KEY_MASK
+        total = np.bincount(term, weights=counts, minlength=len(self._vocab))
+        total[: self._n_stop] = np.inf
+        keep = np.sort(np.argsort(-total, kind="stable")[: self._n_stop + self.max_terms // 2])
+        new_id = np.full(len(self._vocab), -1, np.int64)
+        new_id[keep] = np.arange(keep.size)
+        words = list(self._vocab)
+        self._vocab = {words[i]: j for j, i in enumerate(keep.tolist())}
+        alive = new_id[term] >= 0
+        self._keys = [(keys[alive] & ~_KEY_MASK) | new_id[term[alive]]]
+        self._counts = [counts[alive]]
+        self.pruned += len(words) - keep.size
 
     def top(self, n: int = 8, min_count: int = 2) -> list[list[tuple[str, float]]]:
         """The ``n`` best (term, score) pairs of every cluster, best first.
@@ -150,7 +188,7 @@ class CTfidf:
             return out
         cl = (keys >> _KEY_SHIFT).astype(np.int64)
         term = (keys & _KEY_MASK).astype(np.int64)
-        words_per_cluster = np.bincount(cl, weights=counts, minlength=self.n_clusters)
+        words_per_cluster = self._words.astype(np.float64)
         term_freq = np.bincount(term, weights=counts)
         mean_words = words_per_cluster[words_per_cluster > 0].mean()
         idf = np.log1p(mean_words / np.maximum(term_freq[term], 1.0))
@@ -222,7 +260,7 @@ def scan_corpus(
     examples: dict[int, list[tuple[float, str]]] = {}
     ctf = CTfidf(n_clusters)
     group_ids: dict[str, int] = {}
-    pairs: list[np.ndarray] = []
+    table = np.zeros((n_clusters, 0), np.int64)
     bar = progress_bar("report: keywords", "doc", _count_rows(parts), progress, leave=False)
     rows = 0
     for batch in _batches(parts, ["index", "text", "group"], batch_size):
@@ -237,7 +275,7 @@ def scan_corpus(
                 s = float(scores[i]) if scores is not None else 0.0
                 examples.setdefault(wanted[i], []).append((s, snippet(texts[j])))
         if batch.get("group") is not None:
-            pairs.append(_group_pairs(batch["group"], cl, group_ids))
+            table = _count_groups(table, _group_pairs(batch["group"], cl, group_ids), len(group_ids))
         rows += len(texts)
         bar.update(len(texts))
     bar.close()
@@ -245,7 +283,7 @@ def scan_corpus(
         keywords=ctf.top(n_keywords),
         examples={c: [t for _, t in sorted(v, key=lambda p: -p[0])] for c, v in examples.items()},
         groups=list(group_ids),
-        contingency=_contingency(pairs, n_clusters, len(group_ids)),
+        contingency=table if table.size and table.any() else None,
         rows=rows,
     )
 
@@ -265,13 +303,12 @@ def _group_pairs(groups: list[str | None], cl: np.ndarray, group_ids: dict[str, 
     return np.stack([cl[m], g[m]])
 
 
-def _contingency(pairs: list[np.ndarray], n_clusters: int, n_groups: int) -> np.ndarray | None:
-    """Documents per (cluster, group); None when no document has a group."""
-    both = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), np.int64)
-    if not n_groups or not both.shape[1]:
-        return None
-    table = np.zeros((n_clusters, n_groups), dtype=np.int64)
-    np.add.at(table, (both[0], both[1]), 1)
+def _count_groups(table: np.ndarray, pairs: np.ndarray, n_groups: int) -> np.ndarray:
+    """``table`` (documents per cluster and group) with one batch's (cluster, group) ``pairs`` added, widened to
+    ``n_groups`` columns: O(K x groups) memory, not a pair per document."""
+    if table.shape[1] < n_groups:
+        table = np.pad(table, ((0, 0), (0, n_groups - table.shape[1])))
+    np.add.at(table, (pairs[0], pairs[1]), 1)
     return table
 
 
