@@ -55,10 +55,12 @@ def megatron_data_path(weights: Mapping[str, float], prefixes: Mapping[str, str]
 
 
 def olmo_source_mixture(weights: Mapping[str, float], paths: Mapping[str, Sequence[str]], *,
-                        max_repetition: float | None = None, max_tokens: int | None = None,
+                        max_repetition: float | Mapping[str, float] | None = None, max_tokens: int | None = None,
                         sequence_length: int | None = None, seed: int | None = None,
-                        repetition_field: str = REPETITION_FIELDS[0]) -> dict[str, Any]:
-    """An OLMo-core source-mixture config (see the module docstring for its fields)."""
+                        repetition_field: str = REPETITION_FIELDS[0], dtype: str | None = None) -> dict[str, Any]:
+    """An OLMo-core source-mixture config (see the module docstring for its fields); ``max_repetition`` is one
+    limit for every source or one per source name; ``dtype`` (when given) names the token files' dtype, which
+    OLMo-core's dataset config must be given (the files hold no header)."""
     if repetition_field not in REPETITION_FIELDS:
         raise MixtureError(f"repetition_field must be one of {', '.join(REPETITION_FIELDS)}; got {repetition_field!r}")
     w = _normalised(weights, paths)
@@ -69,12 +71,15 @@ def olmo_source_mixture(weights: Mapping[str, float], paths: Mapping[str, Sequen
             raise MixtureError(f"source {k!r} has no paths")
         entry: dict[str, Any] = {"source_name": str(k), "target_ratio": ratio, "paths": files,
                                  "max_source_fraction": 1.0}
-        if max_repetition is not None:
-            entry[repetition_field] = float(max_repetition)
+        limit = max_repetition.get(k) if isinstance(max_repetition, Mapping) else max_repetition
+        if limit is not None:
+            entry[repetition_field] = float(limit)
         configs.append(entry)
     out: dict[str, Any] = {"source_configs": configs}
     extra = {"max_tokens": max_tokens, "sequence_length": sequence_length, "seed": seed}
     out.update({k: int(v) for k, v in extra.items() if v is not None})
+    if dtype is not None:
+        out["dtype"] = str(dtype)
     return out
 
 
