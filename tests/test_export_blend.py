@@ -101,17 +101,33 @@ def test_olmo_token_files_memmap_to_the_sources_tokens(blended):
     _, _, labels, _, out, _, record = blended
     config = json.loads((out / "olmo_source_mixture.json").read_text())
     sources = {s["prefix"]: s for s in record["blend"]["sources"]}
-    assert config["dtype"] == record["blend"]["olmo_dtype"] == "uint16" and sum(
-        s["target_ratio"] for s in config["source_configs"]) == 1.0
-    assert config["max_tokens"] == record["blend"]["planned_tokens"]
-    for entry in config["source_configs"]:
+    entries = config["source_list"]["sources"]
+    dtype = record["blend"]["olmo_dtype"]
+    assert dtype == "uint16" and sum(s["target_ratio"] for s in entries) == 1.0
+    assert config["requested_tokens"] == record["blend"]["planned_tokens"]
+    for entry in entries:
         c = int(entry["source_name"].split("-")[1])
-        tokens = np.memmap(entry["paths"][0], dtype=config["dtype"], mode="r")
+        tokens = np.memmap(entry["paths"][0], dtype=dtype, mode="r")
         assert tokens.tolist() == [t for i in np.flatnonzero(labels == c) for t in _doc(int(i))]
-        # OLMo-core's feasibility rule: population * max_repetition_ratio covers target_ratio * max_tokens
+        # OLMo-core's feasibility rule: population * max_repetition_ratio covers target_ratio * requested_tokens
         assert entry["max_repetition_ratio"] >= 1.0
-        assert int(tokens.size * entry["max_repetition_ratio"]) >= int(config["max_tokens"] * entry["target_ratio"])
+        need = int(config["requested_tokens"] * entry["target_ratio"])
+        assert int(tokens.size * entry["max_repetition_ratio"]) >= need
         assert entry["target_ratio"] == pytest.approx(sources[entry["source_name"]]["weight"])
+
+
+def test_olmo_core_builds_the_mixture(blended):
+    """Where OLMo-core is installed, its own builder selects about each source's planned tokens."""
+    source_mixture = pytest.importorskip("olmo_core.data.source_mixture")
+    _, _, _, _, out, _, record = blended
+    config = json.loads((out / "olmo_source_mixture.json").read_text())
+    seq = 8
+    mixture = source_mixture.SourceMixtureDatasetConfig.from_dict(
+        {**config, "global_batch_size": 4 * seq, "quiet": True, "render_tables": False})
+    built = mixture.build(npdtype=getattr(np, record["blend"]["olmo_dtype"]), sequence_length=seq)
+    got = {o.name: sum(p.tokens for p in o.path_tokens) for o in built.sources}
+    assert got.keys() == {s["prefix"] for s in record["blend"]["sources"]}
+    assert all(abs(got[s["prefix"]] - s["planned_tokens"]) <= 4 * seq for s in record["blend"]["sources"])
 
 
 def test_megatron_blends_the_sources_by_the_weights(blended, tmp_path, monkeypatch):

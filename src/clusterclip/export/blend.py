@@ -5,8 +5,9 @@ tokens becomes one source ``cluster-NNNNN.bin``/``.idx`` (the existing Megatron 
 holding each document the plan may draw once, in corpus order: every document of the cluster, or under
 ``--duplicates drop`` only the kept representatives. Beside them, :mod:`clusterclip.mixture.blend` writes the
 blend: ``megatron_data_path.txt`` (Megatron-LM ``--data-path`` weight/prefix lines) and
-``olmo_source_mixture.json`` (an OLMo-core source mixture whose token files are the ``.bin`` files
-themselves: OLMo-core memory-maps headerless token arrays, and a Megatron ``.bin`` is exactly that).
+``olmo_source_mixture.json`` (an OLMo-core 3.0 source mixture whose token files are the ``.bin`` files
+themselves: OLMo-core memory-maps headerless token arrays, and a Megatron ``.bin`` is exactly that; the dtype
+is in the record, ``blend.olmo_dtype``).
 
 The weights are the plan's realised token mixture in the export tokenizer's tokens: cluster ``c``'s share
 of ``sum(draws[d] * tokens[d])`` over the planned draws. Each source's repetition is its planned tokens over
@@ -155,7 +156,7 @@ def blend_record(src: PlanStream, folder: ExportFolder, tally: Tally) -> dict[st
     dtype = olmo_dtype(src.token_dtype)
     write_blend(folder.staging, weights, {n: str(out / n) for n in names.values()},
                 {n: [str(out / f"{n}.bin")] for n in names.values()},
-                max_repetition={n: max(1.0, r) for n, r in repetition.items()}, max_tokens=total, dtype=dtype.name)
+                max_repetition={n: max(1.0, r) for n, r in repetition.items()}, max_tokens=total, layout="source_list")
     sources = [{"cluster": c, "prefix": n, "documents": int(tally.documents[c]), "tokens": int(tally.tokens[c]),
                 "planned_draws": int(tally.draws[c]), "planned_tokens": int(tally.planned[c]),
                 "weight": weights[n], "repetition": repetition[n], "max_repeat_observed": int(tally.top[c])}
