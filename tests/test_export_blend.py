@@ -139,7 +139,7 @@ def test_megatron_blends_the_sources_by_the_weights(blended, tmp_path, monkeypat
     from tests.test_megatron_dataset import _Tokenizer
 
     _, _, labels, _, out, _, _ = blended
-    blend = get_blend_from_list((out / "megatron_data_path.txt").read_text().split())  # what --data-path does
+    blend = get_blend_from_list((out / "megatron_data_path.txt").read_text().split())  # as --data-args-path
     n = 4000
     monkeypatch.setattr(torch.distributed, "get_rank", lambda *a: 0)  # BlendedDataset asks even on one process
     config = GPTDatasetConfig(random_seed=7, sequence_length=8, tokenizer=_Tokenizer(), blend=blend, split="100,0,0",
@@ -253,6 +253,13 @@ def test_options_that_do_not_fit_a_blend_are_refused(options, message):
     with pytest.raises(SettingsError) as err:
         ExportConfig(**{"fmt": "megatron", "tokenizer": "tok", "blend": True, **options})
     assert error_message(err.value).startswith(message) and "\n" not in error_message(err.value)
+
+
+def test_an_out_folder_with_whitespace_is_refused(blended, tmp_path):
+    run, cfg, _, tok, _, _, _ = blended
+    with pytest.raises(ClusterClipError, match="choose an --out without spaces"):
+        _export(run, cfg, tok, tmp_path / "my blend")
+    assert not (tmp_path / "my blend").exists()
 
 
 def test_cli_blend_export(blended, tmp_path, capsys):
