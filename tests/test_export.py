@@ -17,16 +17,18 @@ from clusterclip.store import RunDir, atomic_path, save_npy
 
 
 def _run(tmp_path, n=50, parts=2, budget=130, pad=""):
+    """A run of ``n`` documents; ``pad``: text appended to each document, or a function of its index."""
     run = RunDir(tmp_path / "run")
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 4, n).astype(np.int32)
     bounds = np.linspace(0, n, parts + 1).astype(int)
     rels = []
+    tail = pad if callable(pad) else (lambda i: pad)
     for p in range(parts):
         idx = np.arange(bounds[p], bounds[p + 1])
         table = pa.table({"index": pa.array(idx, pa.int64()), "id": [f"f.jsonl:{i}" for i in idx],
-                          "text": [f"text of doc {i} ünï{pad}" for i in idx], "n_tokens": pa.array(idx + 1, pa.int64()),
-                          "group": pa.nulls(idx.size, pa.string())})
+                          "text": [f"text of doc {i} ünï{tail(i)}" for i in idx],
+                          "n_tokens": pa.array(idx + 1, pa.int64()), "group": pa.nulls(idx.size, pa.string())})
         rel = f"corpus/part-{p:05d}.parquet"
         with atomic_path(run.path(rel)) as tmp:
             pq.write_table(table, tmp)

@@ -180,6 +180,12 @@ def test_blend_outputs(tmp_path: Path) -> None:
     assert cfg["source_configs"][0] == {"source_name": "0", "target_ratio": 0.75, "paths": ["/d/c0_text_document.npy"],
                                         "max_source_fraction": 1.0, "max_repetition_ratio": 4.0}
     assert (cfg["max_tokens"], cfg["sequence_length"], cfg["seed"]) == (1000, 512, 3)
+    listed = olmo_source_mixture(weights, {k: [v] for k, v in prefixes.items()}, max_repetition={"0": 2, "1": 1.5},
+                                 max_tokens=1000, seed=3, layout="source_list")
+    assert (listed["requested_tokens"], listed["seed"]) == (1000, 3) and "source_configs" not in listed
+    assert [s["max_repetition_ratio"] for s in listed["source_list"]["sources"]] == [2.0, 1.5]
+    with pytest.raises(MixtureError, match="sequence_length is no field"):
+        olmo_source_mixture(weights, prefixes, sequence_length=8, layout="source_list")
     files = write_blend(tmp_path, weights, prefixes)
     assert json.loads(files["olmo"].read_text())["source_configs"][1]["target_ratio"] == 0.25
     with pytest.raises(MixtureError):

@@ -13,11 +13,14 @@ from clusterclip.store import RunDir
 
 def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "export", cmd_export, "write the planned stream for a trainer (JSONL, Parquet, hf, litdata, "
-                "Megatron, MDS)", "Write the documents in plan order (repeats expanded) in a trainer's format; see "
-                "docs/export.md.", run_dir="run directory with at least one plan")
+                "Megatron, MDS), or per-cluster sources and their blend (--blend)",
+                "Write the documents in plan order (repeats expanded) in a trainer's format, or with --blend one "
+                "Megatron source per cluster and the plan's token mixture as blend files for Megatron-LM and "
+                "OLMo-core; see docs/export.md.", run_dir="run directory with at least one plan")
     p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
     p.add_argument("--out", required=True, help="output folder")
-    add_arguments(p, ExportConfig, overrides={"append_eos": {"action": "store_true"}})
+    flags = {"action": "store_true"}
+    add_arguments(p, ExportConfig, overrides={"append_eos": flags, "blend": flags})
     add_common(p)
     return p
 

@@ -8,7 +8,9 @@ in :mod:`clusterclip.export.writers`). The output folder is a run directory with
 ``export.json`` (identity, files, counts) is written by the stage runner. Everything is written into
 ``OUT/.partial/`` first and moved into place at the end; export owns only what it wrote, refuses anything
 else and never overwrites or deletes a file it did not write (:mod:`clusterclip.export.publish`). A killed
-export is finished by the same command, with byte-identical data files. On the trainer's side,
+export is finished by the same command, with byte-identical data files. With ``--blend`` the folder holds
+instead one Megatron source per cluster and the plan's token mixture as Megatron-LM and OLMo-core blend
+files (:mod:`clusterclip.export.blend`), under the same staging, record and ownership. On the trainer's side,
 :func:`read_export` / :func:`check_export` (:mod:`clusterclip.export.manifest`) read an export's identity back
 and refuse one of another plan than a training state was saved on.
 

@@ -6,6 +6,8 @@ Each export carries a **stream identity**: the identity of the sequence of rows 
 state saved while reading the corpus through the plan resumes on the export and back). Packed
 (``--seq-len``), rows are samples cut from the token stream, so it is a hash of the plan's identity, the
 tokenizer, ``--append-eos``, ``--seq-len`` and ``--pad-to-multiple`` (the pad rows are part of the stream).
+A ``--blend`` export holds no stream (one source per cluster, blended by the trainer): its identity is a hash
+of the plan's identity, the tokenizer and ``blend``, so no training state of a stream matches it.
 
 The identity is written into each format's own metadata, so a folder copied without its ``export.json``
 still says what it holds: Parquet (schema metadata key ``clusterclip``), ``hf`` (``dataset_info.json``: key
@@ -38,12 +40,13 @@ class ExportMismatchError(ClusterClipError):
 def stream_identity(identity: Mapping[str, Any]) -> str:
     """The identity of the rows an export of ``identity`` holds (see the module docstring)."""
     plan = str(identity["plan_identity"])
-    if identity.get("seq_len") is None and identity.get("pad_to_multiple") is None:
+    blend = bool(identity.get("blend"))
+    if identity.get("seq_len") is None and identity.get("pad_to_multiple") is None and not blend:
         return plan
     tokenizer = identity.get("tokenizer") or {}
     key = {"plan_identity": plan, "tokenizer": tokenizer.get("sha256"), "eos_id": tokenizer.get("eos_id"),
            "append_eos": bool(identity.get("append_eos")), "seq_len": identity.get("seq_len"),
-           "pad_to_multiple": identity.get("pad_to_multiple")}
+           "pad_to_multiple": identity.get("pad_to_multiple"), **({"blend": True} if blend else {})}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -67,6 +70,8 @@ class ExportInfo:
     pad_rows: int
     seq_len: int | None
     record: dict[str, Any]
+    blend: bool = False
+    """A ``--blend`` export: one source per cluster and the blend files, no stream (``record["blend"]``)."""
 
 
 def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any] | None:
@@ -105,7 +110,7 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     pad_rows = int(record.get("pad_rows", 0))
     info = ExportInfo(folder, str(identity["plan"]), str(identity["plan_identity"]), stream_identity(identity),
                       str(identity["format"]), int(record["rows"]), pad_rows,
-                      identity.get("seq_len"), record)
+                      identity.get("seq_len"), record, bool(identity.get("blend")))
     meta = _format_metadata(folder, info.format, list(record.get("files", [])))
     if meta is not None and meta.get("stream_identity") != info.stream_identity:
         raise ExportMismatchError(
@@ -122,6 +127,10 @@ def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str)
     while reading the corpus through the plan matches an unpacked export of that plan.
     """
     info = read_export(folder)
+    if info.blend:
+        raise ExportMismatchError(f"{folder} is a --blend export (one source per cluster, blended by the trainer): "
+                                  "it holds no planned stream that a training state could resume on; export the "
+                                  "plan without --blend")
     expected = state if isinstance(state, str) else state.get("plan_identity")
     if not isinstance(expected, str) or not expected:
         raise ExportMismatchError("the training state names no plan identity (saved by an older version?); "

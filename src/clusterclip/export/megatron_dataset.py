@@ -76,6 +76,10 @@ def read_export_record(prefix: str | Path) -> dict[str, Any]:
     if record.get("stage") != "export" or fmt != "megatron":
         raise _refuse(prefix, f"{record_path} is not the record of a clusterclip --format megatron export "
                               f"(format: {fmt!r}); {EXPORT_HINT}")
+    if identity.get("blend"):
+        raise _refuse(prefix, f"{record_path} is a --blend export (one source per cluster): blend its sources with "
+                              "GPTDataset and the weights of megatron_data_path.txt; PlanOrderGPTDataset reads a "
+                              "plan-order export")
     if path.name != PREFIX:
         raise _refuse(prefix, f"the export's prefix is {path.parent / PREFIX}")
     _check_sizes(path, record)

@@ -170,8 +170,9 @@ class ExportFolder:
         found = survey(self.out)
         for other in found.identities:
             if other != self.identity:
-                diff = ", ".join(f"{k}: {other.get(k)!r} here, {v!r} now" for k, v in self.identity.items()
-                                 if other.get(k) != v)
+                keys = [*self.identity, *(k for k in other if k not in self.identity)]
+                diff = ", ".join(f"{k}: {other.get(k)!r} here, {self.identity.get(k)!r} now" for k in keys
+                                 if other.get(k) != self.identity.get(k))
                 raise ClusterClipError(f"{self.out} holds an export of another plan or setting ({diff}); refusing "
                                        "to mix them: delete the folder or choose another --out")
         _refuse_foreign(self.out, bool(found.identities), found.foreign)

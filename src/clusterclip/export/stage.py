@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.export.blend import estimate_bytes as blend_bytes
+from clusterclip.export.blend import write_blend_export
 from clusterclip.export.manifest import metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
@@ -63,14 +66,28 @@ class ExportConfig(Settings):
     pad_to_multiple: int | None = setting(None, check=optional(at_least(1)),
                                           help="repeat the stream's first rows so that the row count is a multiple "
                                                "of this (litdata under R ranks with batch size B: R*B)")
+    blend: bool = setting(False, help="instead of the stream, one source per cluster (its documents once, in corpus "
+                                      "order) and the plan's token mixture as Megatron --data-path weights and an "
+                                      "OLMo-core source mixture; megatron only (docs/export.md)",
+                          check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        needs = {"append_eos": self.append_eos, "seq_len": self.seq_len is not None,
+        needs = {"blend": self.blend, "append_eos": self.append_eos, "seq_len": self.seq_len is not None,
                  "fmt": self.fmt == "megatron"}
         for name, used in needs.items():
             if used and self.tokenizer is None:
                 raise self.error_class(name, "needs {tokenizer} (token ids)", type(self))
+        if self.blend:
+            refused = {"fmt": f"writes Megatron .bin/.idx sources: use {{fmt}} megatron, not {self.fmt}",
+                       "seq_len": "writes whole documents, which {seq_len} would cut into samples: drop {seq_len} "
+                                  "(Megatron and OLMo-core cut sequences themselves)",
+                       "pad_to_multiple": "writes no stream to pad: drop {pad_to_multiple}"}
+            used = {"fmt": self.fmt != "megatron", "seq_len": self.seq_len is not None,
+                    "pad_to_multiple": self.pad_to_multiple is not None}
+            for name, problem in refused.items():
+                if used[name]:
+                    raise self.error_class("blend", problem, type(self))
 
     def columns(self) -> list[str]:
         """The columns of the exported rows."""
@@ -96,18 +113,25 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     tokenizer = src.tokenizer.identity if src.tokenizer is not None else None
     identity = {"plan": src.name, "plan_sha256": src.plan_sha256, "format": cfg.fmt, "tokenizer": tokenizer,
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len, "pad_to_multiple": cfg.pad_to_multiple,
-                "plan_identity": src.identity}
-    need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
-    if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
-        log.warning("export: %s", too_large)
+                "plan_identity": src.identity, **({"blend": True} if cfg.blend else {})}
+    if cfg.blend:
+        need = blend_bytes(src, src.corpus.n)
+        write = partial(write_blend_export, src, memory_mb=cfg.memory_mb, shard_size=cfg.shard_size)
+    else:
+        need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
+        write = partial(_write_stream, src, cfg)
+        if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
+            log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
     command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
                *command_flags(ExportConfig, asdict(cfg), always=("fmt",)))
-    settings = {**asdict(cfg), "tokenizer_sha256": tokenizer["sha256"] if tokenizer is not None else None}
+    # --blend joined the settings later: an export without it keeps the settings (and so the record) it had
+    settings = {k: v for k, v in asdict(cfg).items() if k != "blend" or v}
+    settings["tokenizer_sha256"] = tokenizer["sha256"] if tokenizer is not None else None
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
-    build = partial(_build, src, cfg, folder, need, {"run_dir": str(run.root), "command": command})
+    build = partial(_build, write, folder, need, {"run_dir": str(run.root), "command": command})
     with exclusive(folder.out, what="export folder"):
         try:
             folder.claim()
@@ -119,23 +143,29 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     return [folder.out / rel for rel in record["files"]]
 
 
-def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, fields: dict[str, Any],
-           job: Job) -> Built:
-    """Write the stream into the staging folder and move it into place; a failure before the move undoes
-    everything (:meth:`ExportFolder.fail`)."""
+def _write_stream(src: PlanStream, cfg: ExportConfig, folder: ExportFolder) -> dict[str, Any]:
+    """Write the planned stream into the staging folder with the format's writer; the record's counts."""
+    writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
+    rows = 0
+    for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
+                             scratch=folder.staging / SCRATCH):
+        writer.write(batch)
+        rows += batch.num_rows
+    if rows == 0:
+        raise ClusterClipError(f"--seq-len {cfg.seq_len} is longer than the plan's whole token stream "
+                               f"({src.stats()['dropped_tokens']:,} tokens): no full sample to write; use a "
+                               "smaller --seq-len" if cfg.seq_len else "the plan is empty: nothing to export")
+    writer.close()
+    return {"rows": rows, "columns": cfg.columns(), **src.stats()}
+
+
+def _build(write: Callable[[ExportFolder], dict[str, Any]], folder: ExportFolder, need: int,
+           fields: dict[str, Any], job: Job) -> Built:
+    """Fill the staging folder (``write`` returns the record's counts) and move it into place; a failure
+    before the move undoes everything (:meth:`ExportFolder.fail`)."""
     try:
         check_space(folder.staging, need)
-        writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
-        rows = 0
-        for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
-                                 scratch=folder.staging / SCRATCH):
-            writer.write(batch)
-            rows += batch.num_rows
-        if rows == 0:
-            raise ClusterClipError(f"--seq-len {cfg.seq_len} is longer than the plan's whole token stream "
-                                   f"({src.stats()['dropped_tokens']:,} tokens): no full sample to write; use a "
-                                   "smaller --seq-len" if cfg.seq_len else "the plan is empty: nothing to export")
-        writer.close()
+        counts = write(folder)
         files = folder.prepare()
     except Exception as exc:
         folder.fail()
@@ -144,5 +174,4 @@ def _build(src: PlanStream, cfg: ExportConfig, folder: ExportFolder, need: int, 
         raise
     folder.publish(files)
     return Built(files, {"identity": folder.identity, "stream_identity": stream_identity(folder.identity), **fields,
-                         "rows": rows, "columns": cfg.columns(),
-                         **src.stats(), "files": files})
+                         **counts, "files": files})

@@ -13,17 +13,20 @@ from clusterclip.export.writers.base import Writer, missing, token_rows
 
 class MegatronWriter(Writer):
     """``data.bin`` / ``data.idx`` by megatron-core's ``IndexedDatasetBuilder``: one document per row (a planned
-    document, or a packed sample with ``--seq-len``), in stream order. Token ids only."""
+    document, or a packed sample with ``--seq-len``), in stream order. Token ids only. ``prefix`` names the
+    pair (``--blend`` writes one per cluster)."""
 
     PREFIX = "data"
 
-    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
+    def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None,
+                 prefix: str = PREFIX) -> None:
         super().__init__(folder, token_dtype, meta)
+        self.prefix = prefix
         try:
             from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
         except ImportError as exc:
             raise missing("megatron", "megatron-core", exc) from exc
-        self.builder = IndexedDatasetBuilder(str(folder / f"{self.PREFIX}.bin"), dtype=token_dtype.type)
+        self.builder = IndexedDatasetBuilder(str(folder / f"{prefix}.bin"), dtype=token_dtype.type)
 
     def write(self, batch: pa.Table) -> None:
         for ids in token_rows(batch.column("tokens")):
@@ -31,4 +34,4 @@ class MegatronWriter(Writer):
         self.batches += 1
 
     def close(self) -> None:
-        self.builder.finalize(str(self.folder / f"{self.PREFIX}.idx"))
+        self.builder.finalize(str(self.folder / f"{self.prefix}.idx"))
