@@ -125,8 +125,7 @@ def encode_batch_seconds(run: Path, plan: str, tok_file: Path, batch: int = 8192
 
     from clusterclip.corpus.parts import iter_corpus
 
-    # 64-bit offsets: a take over a chunked array concatenates its chunks (3.6 GB of text at 10^6)
-    text = pa.chunked_array([rb.column(0).cast(pa.large_string())
+    text = pa.chunked_array([rb.column(0).cast(pa.large_string())  # over 2 GiB: one take crosses chunks
                              for rb in iter_corpus(RunDir(run), ("text",), batch_rows=65536)])
     order = np.load(run / "plans" / plan / "plan.npy", mmap_mode="r")
     tok = Tokenizer.from_file(str(tok_file))
@@ -246,6 +245,9 @@ def table(root: Path) -> None:
     print(f"| stage | {sizes} | exponent |")
     print("|---|" + "---|" * len(results) + "---|")
     rows = [(f"{s} (stage record)", [r["stages"].get(s) for r in results], [None] * len(results)) for s in STAGES]
+    rows.insert(3, ("cluster: k-means fit", [r["cluster"]["fit_seconds"] for r in results], [None] * len(results)))
+    rows.insert(4, ("cluster: assignment and the rest", [r["stages"]["cluster"] - r["cluster"]["fit_seconds"]
+                                                         for r in results], [None] * len(results)))
     rows += [(c, [r["commands"].get(c, {}).get("seconds") for r in results],
               [r["commands"].get(c, {}).get("peak_rss_mib") for r in results]) for c in COMMANDS]
     rows.append(("encode_batch (planned texts)", [r.get("encode_batch", {}).get("seconds") for r in results],
