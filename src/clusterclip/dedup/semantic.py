@@ -39,18 +39,26 @@ def earlier_neighbours(labels: np.ndarray, tokens: np.ndarray, fetch: Fetch, blo
     n = labels.size
     neighbour = np.full(n, -1, np.int64)
     similarity = np.full(n, NONE_SIMILARITY, np.float32)
-    order = kept_order(labels, tokens)
-    bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
-    clusters = [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-                if hi - lo >= 2]
+    clusters = [m for m in _by_cluster(labels, kept_order(labels, tokens)) if m.size >= 2]
     if runner is None:
         results = [members_neighbours(members, fetch, block, cache_rows) for members in clusters]
     else:
         results = runner(clusters)
     for members, (sim, arg) in zip(clusters, results, strict=True):
         similarity[members] = sim
-        neighbour[members] = np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
+        neighbour[members] = _documents(members, arg)
     return neighbour, similarity
+
+
+def _by_cluster(labels: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
+    """The members of each cluster, in the order of ``order`` (documents sorted by cluster first)."""
+    bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
+    return [order[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
+
+
+def _documents(members: np.ndarray, arg: np.ndarray) -> np.ndarray:
+    """The document at each position ``arg`` of ``members`` (-1 stays -1: no neighbour)."""
+    return np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
 
 
 def members_neighbours(members: np.ndarray, fetch: Fetch, block: int = BLOCK,
@@ -97,17 +105,14 @@ def appended_neighbours(labels: np.ndarray, first: int, fetch: Fetch, block: int
     n = labels.size
     neighbour = np.full(n - first, -1, np.int64)
     similarity = np.full(n - first, NONE_SIMILARITY, np.float32)
-    order = np.argsort(labels, kind="stable")
-    bounds = np.flatnonzero(np.diff(labels[order], prepend=-1, append=-1))
-    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        members = order[lo:hi]
+    for members in _by_cluster(labels, np.argsort(labels, kind="stable")):
         start = int(np.searchsorted(members, first))
         if start == members.size:
             continue
         sim, arg = cluster_neighbours(members.size, _rows(members, fetch, cache_rows), block, start)
         new = members[start:] - first
         similarity[new] = sim
-        neighbour[new] = np.where(arg >= 0, members[np.maximum(arg, 0)], -1)
+        neighbour[new] = _documents(members, arg)
     return neighbour, similarity
 
 
