@@ -147,6 +147,25 @@ def test_packing_and_rebatching_equal_one_flat_cut(docs, seq_len, window, shard)
     assert all(b.num_rows == shard for b in batches[:-1]) and packer.dropped == len(flat) - n * seq_len
 
 
+def test_rebatched_batches_do_not_keep_their_source_tables_alive():
+    """Each batch (and the rows carried over to the next table) owns its buffers: once the consumer has a
+    table's batches, the table itself is freed, so a bucket is not held while the next one is read."""
+    pool = pa.default_memory_pool()
+    before = pool.bytes_allocated()
+
+    def tables():
+        for k in range(3):
+            yield pa.table({"text": pa.array([f"{k}-{i}-" + "x" * 2000 for i in range(1000)])})
+
+    batches = []
+    for batch in rebatch(tables(), 300):
+        batches.append(batch)
+    kept = sum(b.nbytes for b in batches)
+    assert [b.num_rows for b in batches] == [300] * 10
+    assert all(b.column("text").num_chunks == 1 for b in batches)
+    assert pool.bytes_allocated() - before <= kept + 2**20, "a batch still references its whole source table"
+
+
 def _content(path):
     """The file's bytes; litdata's index.json without ``updated_at``, the time litdata wrote it."""
     if path.name == "index.json":

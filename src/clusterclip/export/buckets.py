@@ -27,7 +27,8 @@ SCHEMA = pa.schema([("position", pa.int64()), ("id", pa.string()), ("text", pa.s
 
 
 HELD_COPIES = 3
-"""Copies of a bucket alive at once while :func:`gather` sorts it (as read, its chunks joined, sorted)."""
+"""Copies of a bucket alive at once while :func:`gather` sorts it (memory-mapped as read, sorted, joined into
+one chunk); the first is file pages the kernel can drop, so this is a bound with room to spare."""
 
 
 def bucket_rows(text_bytes: int, n_docs: int, memory_mb: int) -> int:
@@ -68,6 +69,7 @@ def scatter(order: np.ndarray, row_groups: Iterator[tuple[int, pa.Table]], n_doc
     finally:
         for w in writers.values():
             w.close()
+        pa.default_memory_pool().release_unused()
     return n_buckets
 
 
@@ -77,7 +79,7 @@ def gather(order: np.ndarray, labels: np.ndarray, rows: int, n_buckets: int, scr
     try:
         for k in range(n_buckets):
             lo, hi = k * rows, min((k + 1) * rows, order.shape[0])
-            with pa.OSFile(str(scratch / f"bucket-{k:06d}.arrow")) as source:
+            with pa.memory_map(str(scratch / f"bucket-{k:06d}.arrow")) as source:
                 table = pa.ipc.open_file(source).read_all()
             positions = table.column("position").to_numpy()
             sort = np.argsort(positions, kind="stable")
@@ -88,6 +90,8 @@ def gather(order: np.ndarray, labels: np.ndarray, rows: int, n_buckets: int, scr
             block = np.asarray(order[lo:hi], dtype=np.int64)
             yield pa.table({"text": table.column("text"), "id": table.column("id"), "index": pa.array(block),
                             "cluster": pa.array(np.asarray(labels[block], dtype=np.int64))})
+            del table
             (scratch / f"bucket-{k:06d}.arrow").unlink()
+            pa.default_memory_pool().release_unused()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

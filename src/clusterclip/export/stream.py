@@ -116,6 +116,16 @@ def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: 
             yield pa.table({"tokens" if tokenizer is not None else "text": body, "id": rows.column("id").take(take),
                             "index": pa.array(block[a:b]),
                             "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))})
+        rows = text = source = body = None  # not held while the next window is read
+
+
+def _tokenized(tables: Iterator[pa.Table], tokenizer: Tokenizer) -> Iterator[pa.Table]:
+    """Each table with its ``text`` column replaced by ``tokens``; a table is not held while the next is made."""
+    for table in tables:
+        out = table.set_column(0, "tokens", tokenizer.encode(table.column("text")))
+        del table
+        yield out
+        del out
 
 
 def _slices(row_bytes: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -176,24 +186,32 @@ class Padder:
 
 def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
     """Batches of exactly ``size`` rows (the last may be shorter), whatever the windows' sizes, each in one
-    chunk (a batch whose text exceeds one Arrow array, 2 GiB, stays in several). Only a batch's own rows are
-    copied, never the rows still pending (which would copy a bucket once per batch cut from it)."""
+    chunk (a batch whose text exceeds one Arrow array, 2 GiB, stays in several). Every batch, and the rows
+    of a table left over once its batches are cut, is a copy that owns its buffers, so no batch keeps a
+    whole window or bucket alive; rows still pending are never copied (that would copy a bucket once per
+    batch cut from it)."""
     pending: list[pa.Table] = []
     held = 0
     for table in tables:
         pending.append(table)
         held += table.num_rows
+        del table  # not held while the next table is made
+        if held < size:
+            continue
+        joined = pa.concat_tables(pending)
         while held >= size:
-            joined = pa.concat_tables(pending)
-            yield _combined(joined.slice(0, size))
-            pending, held = [joined.slice(size)], held - size
+            yield _owned(joined.slice(joined.num_rows - held, size))
+            held -= size
+        pending = [_owned(joined.slice(joined.num_rows - held))] if held else []
+        del joined
     if held:
-        yield _combined(pa.concat_tables(pending))
+        yield _owned(pa.concat_tables(pending))
 
 
-def _combined(table: pa.Table) -> pa.Table:
+def _owned(table: pa.Table) -> pa.Table:
+    """``table`` copied into one chunk of its own (left in several where its text exceeds one Arrow array)."""
     try:
-        return table.combine_chunks()
+        return table.take(pa.array(np.arange(table.num_rows))).combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowCapacityError):
         return table
 
@@ -313,8 +331,7 @@ class PlanStream:
         stream = gather(self.order, self.labels, rows, self.buckets, scratch)
         if self.tokenizer is None:
             return stream
-        tok = self.tokenizer
-        return (t.set_column(0, "tokens", tok.encode(t.column("text"))) for t in stream)
+        return _tokenized(stream, self.tokenizer)
 
     def stats(self) -> dict[str, Any]:
         """What the record says about the stream once it was written."""

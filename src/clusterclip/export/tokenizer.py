@@ -8,6 +8,7 @@ without special tokens; ``append_eos`` ends each document with the tokenizer's E
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +100,13 @@ class Tokenizer:
                                  for i in range(0, len(texts), batch)], pa.list_(pa.from_numpy_dtype(self.dtype)))
 
     def _encode(self, texts: list[str]) -> pa.Array:
-        ids = [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.21) skips the character offsets an export never reads: the same
+        # ids, about a quarter faster
+        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
+        ids = [e.ids for e in encode(texts, add_special_tokens=False)]
         if self.append_eos:
             ids = [[*i, self.eos] for i in ids]
         lengths = np.fromiter((len(i) for i in ids), np.int64, len(ids))
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        flat = np.fromiter((t for i in ids for t in i), self.dtype, int(offsets[-1]))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), self.dtype, int(offsets[-1]))
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
