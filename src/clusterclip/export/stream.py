@@ -211,9 +211,10 @@ def rebatch(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
 def _owned(table: pa.Table) -> pa.Table:
     """``table`` copied into one chunk of its own (left in several where its text exceeds one Arrow array)."""
     try:
-        return table.take(pa.array(np.arange(table.num_rows))).combine_chunks()
+        columns = [pa.concat_arrays(c.chunks) if c.num_chunks else pa.array([], c.type) for c in table.columns]
     except (pa.ArrowInvalid, pa.ArrowCapacityError):
         return table
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 BATCH_COPIES = 3
