@@ -48,7 +48,7 @@ class PlanRunner:
         tokens = np.random.default_rng(split).integers(5, 15, size=len(labels))
         return labels, tokens
 
-    def cluster_view(self, split: int) -> ClusterView:
+    def cluster_view(self, split: int, space: int | None = None) -> ClusterView:
         labels, tokens = self._split(split)
         cent = np.eye(6) + np.random.default_rng([split, 7]).normal(0, 0.01, (6, 6))
         return ClusterView(cent, np.bincount(labels, weights=tokens, minlength=6), int(2 * tokens.sum()))
@@ -259,3 +259,46 @@ def test_run_budget_stops_the_weight_search_and_it_still_decides(tmp_path: Path)
     res = _tune(tmp_path, runner, dataclasses.replace(WEIGHTS, max_runs=4))
     assert res["status"].startswith("stopped: max-runs 4") and len(runner.calls) == 4
     assert len(res["weight_search"]["rounds"]) == 1 and res["winner"]
+
+
+def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Path) -> None:
+    """Each split fits its own ``lsa``, so raw centroids of two splits live in different coordinates; the
+    split's documents embedded by the reference split's embedder put its clusters (here: the true topics,
+    plus one empty cluster) next to the reference's same topics."""
+    pytest.importorskip("sklearn")
+    from clusterclip import embed as E
+    from clusterclip.embed.load import load_embeddings
+    from clusterclip.experiment.tune.runners import centroids_in
+    from tests.test_embed import _make_run
+    from tests.test_lsa import topic_texts
+
+    runs, labels = [], []
+    for seed in (0, 1):
+        texts, lab = topic_texts(160, seed=seed)
+        run = _make_run(tmp_path / f"split{seed}", texts)
+        E.embed_stage(run, "lsa", shard_size=50, progress=False, dim=8, sample_size=160, min_df=1, max_df=0.9,
+                      seed=seed)
+        runs.append(run)
+        labels.append(lab)
+    x = load_embeddings(runs[0])
+    ref = np.stack([x[labels[0] == t].mean(axis=0) for t in range(4)])
+    moved = centroids_in(runs[0], runs[1], labels[1], k=5)
+    assert np.allclose(np.linalg.norm(moved[:4], axis=1), 1.0) and not moved[4].any()
+    assert assign(ClusterView(moved[:4], np.ones(4), 1), ref).tolist() == [0, 1, 2, 3]
+
+
+def test_a_search_with_no_feasible_mixture_says_so(tmp_path: Path) -> None:
+    """Splits whose clusters meet the reference's groups in reverse (its largest group is another split's
+    smallest cluster): no mixture near the natural one fits the cap there, so the rounds stop with the
+    reason instead of three empty rounds and a silent fallback to random."""
+    from clusterclip.experiment.tune import format_summary
+
+    class Reversed(PlanRunner):
+        def cluster_view(self, split: int, space: int | None = None) -> ClusterView:
+            view = super().cluster_view(split, space)
+            return view if split == 0 else dataclasses.replace(view, centroids=view.centroids[::-1].copy())
+
+    res = _tune(tmp_path / "a", Reversed())
+    ws = res["weight_search"]
+    assert ws["rounds"] == [] and "max_repeat 3" in ws["stopped"] and res["winner"] == "random"
+    assert "Weight search stopped: round 0: no mixture" in format_summary(res)

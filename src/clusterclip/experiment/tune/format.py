@@ -44,6 +44,8 @@ def _weight_lines(ws: dict[str, Any] | None) -> list[str]:
     n = sum(len(r["candidates"]) for r in ws.get("rounds", []))
     lines = [f"Weight search: {len(ws.get('rounds', []))} rounds, {n} mixtures over {sp.get('groups')} groups "
              f"(max_repeat {sp.get('max_repeat')}); finalists: {', '.join(ws.get('final') or ()) or 'none'}."]
+    if ws.get("stopped"):
+        lines.append(f"Weight search stopped: {ws['stopped']}.")
     vs = ws.get("versus_grid")
     if vs:
         lines.append(f"{vs['a']} minus best grid candidate {vs['b']}: {format_interval(vs['minus'])}.")

@@ -15,13 +15,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import input_fingerprint
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.tune.groups import ClusterView
 from clusterclip.plan import build_plan
+from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
-from clusterclip.store import load_npy
 
 KEPT = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "small_heldout", "small_train",
         "small_gap", "effective_clusters", "seconds")
@@ -44,7 +45,8 @@ class ProxyRunner(Protocol):
         ...
 
     # Optional: ``plan_identity(spec, split, seed) -> str | None`` (runs of one plan are shared) and
-    # ``cluster_view(split) -> ClusterView`` (needed by ``--search weights``).
+    # ``cluster_view(split, space) -> ClusterView`` (needed by ``--search weights``; ``space``: the split whose
+    # embedding space the centroids are given in).
 
 
 class TrainingRunner:
@@ -74,13 +76,39 @@ class TrainingRunner:
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
         return self.portable(split)(spec, split, seed)
 
-    def cluster_view(self, split: int) -> ClusterView:
-        """The split's centroids, tokens per cluster and token budget (for the weight search)."""
+    def cluster_view(self, split: int, space: int | None = None) -> ClusterView:
+        """The split's centroids, tokens per cluster and token budget (for the weight search). With ``space``
+        (another split), the centroids are in that split's embedding space: its fitted embedder (``lsa``,
+        ``static-vocab`` are fitted per split, so their coordinates differ) embeds this split's documents."""
         d = self.portable(split).data
         k = int(d.prep.data["k"])
-        centroids = np.asarray(load_npy(d.prep.run.path(A.CENTROIDS)))
+        if space is None or space == split:
+            centroids = np.asarray(load_npy(d.prep.run.path(A.CENTROIDS)))
+        else:
+            centroids = centroids_in(self.portable(space).data.prep.run, d.prep.run, d.prep.labels, k)
         tokens = np.bincount(d.prep.labels, weights=d.tok.train.lengths, minlength=k)
         return ClusterView(centroids, tokens, int(d.setup.budget))
+
+
+def centroids_in(reference: RunDir, run: RunDir, labels: np.ndarray, k: int, batch_rows: int = 4096) -> np.ndarray:
+    """The (k, d) unit centroids of ``run``'s clusters (``labels``, corpus order) in ``reference``'s embedding
+    space: ``run``'s documents embedded by ``reference``'s embedder, averaged per cluster, normalised. An empty
+    cluster's row is zero."""
+    from clusterclip.corpus.parts import iter_corpus
+    from clusterclip.embed.load import run_embedder
+
+    emb = run_embedder(reference)
+    x = np.concatenate([emb.encode(b.column(0).to_pylist()) for b in iter_corpus(run, ("text",), batch_rows)])
+    if x.shape[0] != labels.shape[0]:
+        raise ClusterClipError(f"{run.root}: {x.shape[0]:,} documents for {labels.shape[0]:,} labels")
+    order = np.argsort(labels, kind="stable")
+    counts = np.bincount(labels, minlength=k)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    sums = np.zeros((k, x.shape[1]))
+    nonempty = counts > 0
+    sums[nonempty] = np.add.reduceat(x[order].astype(np.float64), starts[nonempty], axis=0)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return np.divide(sums, norms, out=np.zeros_like(sums), where=norms > 0)
 
     def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
         """The identity of the plan the run would train on (two candidates with one plan train once)."""

@@ -37,8 +37,9 @@ class Space:
 
     def __init__(self, s: Search) -> None:
         splits = list(dict.fromkeys([p[0] for p in search_pairs(s.cfg)] + list(s.tune.check_split_seeds)))
-        self.views = {sp: s.runner.cluster_view(sp) for sp in splits}  # type: ignore[attr-defined]
         self.reference = splits[0]
+        # every split's centroids in the reference split's embedding space, so that groups carry over
+        self.views = {sp: s.runner.cluster_view(sp, self.reference) for sp in splits}  # type: ignore[attr-defined]
         self.groups = G.reference_groups(self.views[self.reference], s.tune.max_groups)
         self.of = {sp: G.assign(v, self.groups) for sp, v in self.views.items()}
         self.m = len(self.groups)
@@ -101,6 +102,10 @@ def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
     swarm: Swarm | None = None
     for r in range(s.tune.weight_rounds):
         mixtures, predicted = _round_mixtures(s, sp, r, swarm)
+        if not len(mixtures):
+            res["stopped"] = (f"round {r}: no mixture over the {sp.m} groups is feasible under max_repeat {sp.cap} "
+                              "on every split (raise --weights-cap or lower --max-groups)")
+            break
         names = [_add(s, sp, w) for w in mixtures]
         measured = _measure(s, names, pairs)
         rows = [{"name": n, "group_weights": s.specs[n]["group_weights"], "measured": measured.get(n),
