@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import zlib
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,10 @@ def test_chosen_weights_become_an_ordinary_weights_plan_with_its_file(tmp_path: 
     cent = np.asarray(load_npy(out / A.CENTROIDS))
     groups = cent[:3]
     spec = weight_spec(np.array([0.5, 0.3, 0.2]), int(cfg.passes) + 2, 3)
-    plan = write_chosen_plan([corpus], out, cfg, spec, 0, weight_search={"space": {"group_centroids": groups.tolist()}})
+    # the reference split whose embedding space the groups live in: here a copy of the whole run
+    shutil.copytree(out, out / A.TUNE_DIR / "splits" / "0", ignore=shutil.ignore_patterns("tune"))
+    space = {"group_centroids": groups.tolist(), "reference_split": 0}
+    plan = write_chosen_plan([corpus], out, cfg, spec, 0, weight_search={"space": space})
     saved = json.loads(Path(plan["weights_file"]).read_text())
     assert len(saved) == len(cent) and sum(saved.values()) == pytest.approx(1.0)
     assert plan["config"]["strategy"] == "weights" and f"--weights {plan['weights_file']}" in plan["command"]

@@ -17,6 +17,7 @@ from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import pipeline_stages
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.tune.groups import ClusterView, assign, concrete_spec
+from clusterclip.experiment.tune.runners import centroids_in, split_root
 from clusterclip.plan import plan_stage
 from clusterclip.store import RunDir, load_npy, save_json
 from clusterclip.store import layout as A
@@ -38,9 +39,11 @@ def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, c
     weights_file = None
     if "group_weights" in spec and weight_search is not None:
         labels = np.asarray(load_npy(run.path(A.LABELS)))
-        centroids = np.asarray(load_npy(run.path(A.CENTROIDS)))
-        view = ClusterView(centroids, np.bincount(labels, weights=token_counts, minlength=len(centroids)),
-                           round(cfg.passes * tokens))
+        k = len(load_npy(run.path(A.CENTROIDS), mmap=True))
+        # the groups live in the reference split's embedding space (a fitted embedder differs per run)
+        reference = RunDir(split_root(run_dir / A.TUNE_DIR, int(weight_search["space"]["reference_split"])))
+        view = ClusterView(centroids_in(reference, run, labels, k),
+                           np.bincount(labels, weights=token_counts, minlength=k), round(cfg.passes * tokens))
         spec = concrete_spec(spec, view, assign(view, np.asarray(weight_search["space"]["group_centroids"])))
         weights_file = run_dir / A.TUNE_DIR / "chosen_weights.json"
         save_json(weights_file, {str(c): w for c, w in spec["weights"]})

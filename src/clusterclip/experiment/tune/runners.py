@@ -69,7 +69,7 @@ class TrainingRunner:
             use_torch(self.cfg)
             cfg = replace(self.cfg, split_seeds=(split,))
             data, _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
-                                    root=self.tune_dir / "splits" / str(split))
+                                    root=split_root(self.tune_dir, split))
             self._splits[split] = SplitRunner(data, self.cfg)
         return self._splits[split]
 
@@ -88,6 +88,11 @@ class TrainingRunner:
             centroids = centroids_in(self.portable(space).data.prep.run, d.prep.run, d.prep.labels, k)
         tokens = np.bincount(d.prep.labels, weights=d.tok.train.lengths, minlength=k)
         return ClusterView(centroids, tokens, int(d.setup.budget))
+
+
+def split_root(tune_dir: Path, split: int) -> Path:
+    """The run directory of proxy split ``split`` (its corpus, fitted embedder, clusters)."""
+    return tune_dir / "splits" / str(split)
 
 
 def centroids_in(reference: RunDir, run: RunDir, labels: np.ndarray, k: int, batch_rows: int = 4096) -> np.ndarray:
