@@ -262,6 +262,23 @@ def test_proposals_pass_the_feasible_hook():
         dirichlet_candidates(PRIOR, 5, concentration=(0.0, 1.0))
 
 
+def test_a_tight_feasible_region_is_filled_by_pulling_draws_towards_the_prior():
+    """Only mixtures within 0.02 (L1) of the prior pass, so random draws almost never do: the rejected draws
+    are pulled towards the prior until they pass, giving every candidate asked for, distinct and feasible,
+    each as far out as the region allows; an infeasible prior still gives nothing."""
+    prior = np.asarray(PRIOR, dtype=float) / np.sum(PRIOR)
+
+    def near(m):
+        return np.abs(m - prior).sum(axis=1) <= 0.02
+
+    c = propose(PRIOR, 12, seed=3, taus=(), feasible=near)
+    assert len(c) == 12 and near(c).all() and len(np.unique(c.round(6), axis=0)) == 12
+    assert np.abs(c - prior).sum(axis=1).min() > 0.019
+    assert np.allclose(c.sum(axis=1), 1.0)
+    assert np.array_equal(c, propose(PRIOR, 12, seed=3, taus=(), feasible=near))
+    assert len(propose(PRIOR, 5, taus=(), feasible=lambda m: np.abs(m - 0.5).sum(axis=1) < 1e-9)) == 0
+
+
 def test_rank_candidates_orders_by_prediction():
     X, y = _law(100, seed=5)
     p = make_predictor("loglinear").fit(X, y)

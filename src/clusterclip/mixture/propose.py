@@ -90,8 +90,11 @@ def propose(prior: Sequence[float] | np.ndarray, n: int, *, seed: int = 0,
             feasible: Feasible = accept_all, max_draws: int | None = None) -> np.ndarray:
     """Up to ``n`` feasible candidates: the temperature mixtures first, then Dirichlet draws.
 
-    Draws in batches until ``n`` pass ``feasible`` or ``max_draws`` (default ``20 * n``) were tried;
-    fewer than ``n`` rows come back only when the hook rejected that many. Deterministic in ``seed``.
+    Draws in batches until ``n`` pass ``feasible`` or ``max_draws`` (default ``20 * n``) were tried. When
+    the hook rejected too many (a tight cap leaves little room around the prior), the rejected draws, in
+    order, are pulled towards a feasible ``prior`` until they pass (:func:`shrink_to_feasible`), so that
+    the directions are kept; fewer than ``n`` rows come back only when the prior itself is infeasible.
+    Deterministic in ``seed``.
     """
     if n < 0:
         raise MixtureError(f"number of candidates must be >= 0; got {n}")
@@ -99,13 +102,44 @@ def propose(prior: Sequence[float] | np.ndarray, n: int, *, seed: int = 0,
     cands = temperature_candidates(prior, taus) if taus else np.empty((0, len(_prior(prior))))
     kept = [_filter(cands[:n], feasible)]
     count, tried, batch = len(kept[0]), min(len(cands), n), 0
+    rejected: list[np.ndarray] = []
     while count < n and tried < limit:
         size = min(max(n - count, 64) * 2, limit - tried)
         draws = dirichlet_candidates(prior, size, seed=_sub_seed(seed, batch), concentration=concentration)
-        ok = _filter(draws, feasible)[: n - count]
+        mask = np.asarray(feasible(draws), dtype=bool)
+        ok = draws[mask][: n - count]
         kept.append(ok)
+        rejected.append(draws[~mask])
         count, tried, batch = count + len(ok), tried + size, batch + 1
+    if count < n and rejected:
+        p = _prior(prior)
+        if bool(np.asarray(feasible(p[None, :]))[0]):
+            pulled = shrink_to_feasible(np.vstack(rejected)[: 4 * (n - count)], p, feasible)
+            kept.append(_distinct(pulled, np.vstack(kept))[: n - count])
     return np.vstack(kept)
+
+
+def shrink_to_feasible(mixtures: np.ndarray, prior: np.ndarray, feasible: Feasible, steps: int = 16) -> np.ndarray:
+    """Each row moved along the segment to a feasible ``prior`` to the farthest point ``feasible`` accepts
+    (bisection, ``steps`` halvings; the feasible set of a cap is convex, so the segment leaves it once)."""
+    lo, hi = np.zeros(len(mixtures)), np.ones(len(mixtures))
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        ok = np.asarray(feasible(prior + mid[:, None] * (mixtures - prior)), dtype=bool)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    out = prior + lo[:, None] * (mixtures - prior)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def _distinct(rows: np.ndarray, taken: np.ndarray, decimals: int = 6) -> np.ndarray:
+    """``rows`` without those equal (rounded) to a row of ``taken`` or an earlier one."""
+    seen = {tuple(r) for r in np.round(taken, decimals)}
+    keep = []
+    for i, r in enumerate(np.round(rows, decimals)):
+        if tuple(r) not in seen:
+            seen.add(tuple(r))
+            keep.append(i)
+    return rows[keep]
 
 
 def _sub_seed(seed: int, batch: int) -> int:

@@ -74,7 +74,8 @@ def _measure(s: Search, names: list[str], pairs: list[Pair]) -> dict[str, float]
 def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[np.ndarray, np.ndarray | None]:
     n, seed = s.tune.weight_runs, s.tune.plan_seed * 1000 + r
     if swarm is None or len(swarm) < 2:
-        return propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS, feasible=sp.feasible), None
+        # later rounds without two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
+        return propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS if r == 0 else (), feasible=sp.feasible), None
     prop = next_round(swarm, make_predictor(s.tune.predictor), n,
                       RoundConfig(seed=seed, n_candidates=s.tune.weight_candidates), prior=sp.natural,
                       feasible=sp.feasible)
