@@ -306,3 +306,12 @@ def test_a_search_with_no_feasible_mixture_says_so(tmp_path: Path) -> None:
     ws = res["weight_search"]
     assert ws["rounds"] == [] and "max_repeat 3" in ws["stopped"] and res["winner"] == "random"
     assert "Weight search stopped: round 0: no mixture" in format_summary(res)
+
+
+def test_the_training_runner_shares_runs_of_one_plan() -> None:
+    """``plan_identity`` (two candidates with one plan train once) is a method of the real runner, not only of
+    the fakes: the search looks it up with ``getattr`` and silently trains twice without it."""
+    from clusterclip.experiment.tune.runners import TrainingRunner
+
+    assert callable(getattr(TrainingRunner, "plan_identity", None))
+    assert callable(getattr(TrainingRunner, "cluster_view", None))

@@ -90,6 +90,29 @@ class TrainingRunner:
         return ClusterView(centroids, tokens, int(d.setup.budget))
 
 
+    def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
+        """The identity of the plan the run would train on (two candidates with one plan train once)."""
+        d = self.portable(split).data
+        plan = build_plan(d.prep.labels, plan_config(spec, d.setup.budget, seed), tokens=d.tok.train.lengths,
+                          n_clusters=d.prep.data["k"])
+        return str(plan.identity)
+
+
+@dataclass
+class SplitRunner:
+    """Proxy runs on one prepared split: what a worker process receives."""
+
+    data: Any
+    cfg: ExperimentConfig
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        from clusterclip.experiment.steps import proxy_run, use_torch
+
+        use_torch(self.cfg)
+        rec = proxy_run(self.data, spec, seed, self.cfg.device)
+        return {k: rec.get(k) for k in KEPT}
+
+
 def split_root(tune_dir: Path, split: int) -> Path:
     """The run directory of proxy split ``split`` (its corpus, fitted embedder, clusters)."""
     return tune_dir / "splits" / str(split)
@@ -114,25 +137,3 @@ def centroids_in(reference: RunDir, run: RunDir, labels: np.ndarray, k: int, bat
     sums[nonempty] = np.add.reduceat(x[order].astype(np.float64), starts[nonempty], axis=0)
     norms = np.linalg.norm(sums, axis=1, keepdims=True)
     return np.divide(sums, norms, out=np.zeros_like(sums), where=norms > 0)
-
-    def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
-        """The identity of the plan the run would train on (two candidates with one plan train once)."""
-        d = self.portable(split).data
-        plan = build_plan(d.prep.labels, plan_config(spec, d.setup.budget, seed), tokens=d.tok.train.lengths,
-                          n_clusters=d.prep.data["k"])
-        return str(plan.identity)
-
-
-@dataclass
-class SplitRunner:
-    """Proxy runs on one prepared split: what a worker process receives."""
-
-    data: Any
-    cfg: ExperimentConfig
-
-    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
-        from clusterclip.experiment.steps import proxy_run, use_torch
-
-        use_torch(self.cfg)
-        rec = proxy_run(self.data, spec, seed, self.cfg.device)
-        return {k: rec.get(k) for k in KEPT}
