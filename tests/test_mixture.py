@@ -256,6 +256,8 @@ def test_proposals_pass_the_feasible_hook():
     assert accept_all(c).all()
     with pytest.raises(MixtureError, match="boolean mask"):
         propose(PRIOR, 10, feasible=lambda m: np.ones(3, dtype=bool))
+    with pytest.raises(MixtureError, match="boolean mask"):  # the Dirichlet draws' masks are checked too
+        propose(PRIOR, 10, taus=(), feasible=lambda m: np.ones(len(m)))
     with pytest.raises(MixtureError, match="prior"):
         propose([0.0, 0.0], 5)
     with pytest.raises(MixtureError, match="concentration"):

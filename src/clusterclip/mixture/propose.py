@@ -106,14 +106,14 @@ def propose(prior: Sequence[float] | np.ndarray, n: int, *, seed: int = 0,
     while count < n and tried < limit:
         size = min(max(n - count, 64) * 2, limit - tried)
         draws = dirichlet_candidates(prior, size, seed=_sub_seed(seed, batch), concentration=concentration)
-        mask = np.asarray(feasible(draws), dtype=bool)
+        mask = _mask(draws, feasible)
         ok = draws[mask][: n - count]
         kept.append(ok)
         rejected.append(draws[~mask])
         count, tried, batch = count + len(ok), tried + size, batch + 1
     if count < n and rejected:
         p = _prior(prior)
-        if bool(np.asarray(feasible(p[None, :]))[0]):
+        if _mask(p[None, :], feasible)[0]:
             pulled = shrink_to_feasible(np.vstack(rejected)[: 4 * (n - count)], p, feasible)
             kept.append(_distinct(pulled, np.vstack(kept))[: n - count])
     return np.vstack(kept)
@@ -125,7 +125,7 @@ def shrink_to_feasible(mixtures: np.ndarray, prior: np.ndarray, feasible: Feasib
     lo, hi = np.zeros(len(mixtures)), np.ones(len(mixtures))
     for _ in range(steps):
         mid = (lo + hi) / 2
-        ok = np.asarray(feasible(prior + mid[:, None] * (mixtures - prior)), dtype=bool)
+        ok = _mask(prior + mid[:, None] * (mixtures - prior), feasible)
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     out = prior + lo[:, None] * (mixtures - prior)
     return out / out.sum(axis=1, keepdims=True)
@@ -150,11 +150,16 @@ def _sub_seed(seed: int, batch: int) -> int:
 def _filter(mixtures: np.ndarray, feasible: Feasible) -> np.ndarray:
     if len(mixtures) == 0:
         return mixtures
+    return mixtures[_mask(mixtures, feasible)]
+
+
+def _mask(mixtures: np.ndarray, feasible: Feasible) -> np.ndarray:
+    """``feasible(mixtures)``, checked to be a boolean mask with a value per row."""
     mask = np.asarray(feasible(mixtures))
     if mask.dtype != bool or mask.shape != (len(mixtures),):
         raise MixtureError(f"feasible hook must return a boolean mask of shape ({len(mixtures)},); "
                            f"got {mask.dtype} {mask.shape}")
-    return mixtures[mask]
+    return mask
 
 
 def rank_candidates(predictor: Predictor, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
