@@ -135,3 +135,17 @@ def test_training_moves_to_the_gpu_when_faiss_sees_one(monkeypatch):
     fit_centroids(x, 3, seed=0)
     assert requested == [True, False]
     np.testing.assert_array_equal(gpu.centroids, cpu.centroids)
+
+
+def test_assign_into_arrays_of_the_recorded_size_equals_joined_batches():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(50, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cents = x[:4].copy()
+    blocks = [x[:17], x[17:40], x[40:]]
+    joined = assign(blocks, cents)
+    sized = assign(blocks, cents, n=50)
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(joined, sized, strict=True))
+    for n in (49, 51):
+        with pytest.raises(ClusterClipError, match="embeddings hold 50 rows"):
+            assign(blocks, cents, n=n)

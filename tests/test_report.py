@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.report import build_report, charts
@@ -330,6 +332,31 @@ def test_example_indices_are_closest_to_centroid():
     scores = np.array([0.1, 0.9, 0.5, 0.3, 0.8, 0.7])
     chosen = example_indices(labels, scores, 3, 2)
     assert chosen == {1: 0, 5: 0, 4: 1, 3: 1}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-1, 4), min_size=0, max_size=60), st.integers(1, 4), st.integers(1, 9),
+       st.booleans(), st.randoms(use_true_random=False))
+def test_example_indices_in_chunks_equal_one_sort_of_the_whole_corpus(labels, per_cluster, chunk, with_scores, rnd):
+    """Ties (scores from a few values), unlabelled (-1) and out-of-range (4 >= K) documents: chunked, the
+    choice is the one a lexsort of every document makes; the per-cluster sums agree with ``np.bincount``."""
+    from clusterclip.report.load import cluster_totals
+
+    lab = np.array(labels, np.int32)
+    scores = np.array([rnd.choice([0.2, 0.5, 0.9]) for _ in labels], np.float32) if with_scores else None
+    key = -scores.astype(np.float64) if with_scores else np.zeros(lab.size)
+    order = np.lexsort((np.arange(lab.size), key, lab))
+    want = {}
+    for c in range(4):
+        for i in order[lab[order] == c][:per_cluster]:
+            want[int(i)] = c
+    got = example_indices(lab, scores, 4, per_cluster, chunk=chunk)
+    assert got == want and list(got) == list(want)
+    ok = (lab >= 0) & (lab < 4)
+    assert cluster_totals(lab, 4).tolist() == np.bincount(lab[ok], minlength=4).tolist()
+    if with_scores:
+        np.testing.assert_allclose(cluster_totals(lab, 4, scores),
+                                   np.bincount(lab[ok], weights=scores[ok].astype(np.float64), minlength=4))
 
 
 def test_scan_corpus_on_fake_run(fake_run):

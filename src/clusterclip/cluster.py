@@ -160,18 +160,31 @@ def fit_centroids(sample: np.ndarray, k: int, seed: int = 0, niter: int = 25, nr
     return KMeansResult(centroids, obj_total / n, iterations, n)
 
 
-def assign(batches: Iterable[np.ndarray], centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centroid (by cosine) and the cosine for every row of the streamed batches."""
+def assign(batches: Iterable[np.ndarray], centroids: np.ndarray,
+           n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid (by cosine) and the cosine for every row of the streamed batches. With ``n``, the
+    row count, the results are written into arrays of that size (8 bytes per row, not twice that while
+    batches are joined); more or fewer rows are an error."""
     import faiss
 
     index = faiss.IndexFlatIP(centroids.shape[1])
     index.add(np.ascontiguousarray(centroids, dtype=np.float32))
     labels, scores = [], []
+    out = (np.empty(n, np.int32), np.empty(n, np.float32)) if n is not None else None
+    at = 0
     for block in batches:
         sim, idx = index.search(np.ascontiguousarray(block, dtype=np.float32), 1)
-        labels.append(idx[:, 0].astype(np.int32))
-        scores.append(sim[:, 0].astype(np.float32))
-    return np.concatenate(labels), np.concatenate(scores)
+        if out is None:
+            labels.append(idx[:, 0].astype(np.int32))
+            scores.append(sim[:, 0].astype(np.float32))
+        elif at + len(block) <= n:
+            out[0][at:at + len(block)], out[1][at:at + len(block)] = idx[:, 0], sim[:, 0]
+        at += len(block)
+    if out is None:
+        return np.concatenate(labels), np.concatenate(scores)
+    if at != n:
+        raise ClusterClipError(f"cluster: the embeddings hold {at:,} rows, not the {n:,} their record counts")
+    return out
 
 
 def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
@@ -184,7 +197,9 @@ def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
 
 def compact_labels(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Drop clusters that received no documents and renumber labels densely; returns sizes too."""
-    sizes = np.bincount(labels, minlength=len(centroids))
+    sizes = np.zeros(len(centroids), np.int64)
+    for lo in range(0, len(labels), 1 << 22):  # bincount of a whole int32 array would copy it to int64
+        sizes += np.bincount(labels[lo:lo + (1 << 22)], minlength=len(centroids))
     keep = np.flatnonzero(sizes)
     if keep.size == len(centroids):
         return labels, centroids, sizes.astype(np.int64)
@@ -267,7 +282,7 @@ def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed_rec: dict[
         labels, scores = ray_assign([run.path(s["file"]) for s in embed_rec["shards"]], fit.centroids)
     else:
         blocks = _progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress)
-        labels, scores = assign(blocks, fit.centroids)
+        labels, scores = assign(blocks, fit.centroids, n)
     labels, centroids, sizes = compact_labels(labels, fit.centroids)
     objective = float(scores.mean(dtype=np.float64))
     arrays = {A.CENTROIDS: centroids, A.LABELS: labels, A.SCORES: scores, A.SIZES: sizes}

@@ -1,4 +1,5 @@
-"""Execution engines for the embarrassingly parallel stages: reading, embedding and cluster assignment.
+"""Execution engines for the embarrassingly parallel work: reading, embedding, cluster assignment, and the
+tasks of dedup and of the one-pass export (:func:`ordered_map`).
 
 ``local`` runs in this process. ``ray`` runs the same computation on Ray: input files are read by Ray
 tasks (:func:`ray_tasks`, see :func:`clusterclip.corpus.corpus_stage`); corpus parts are read
@@ -44,8 +45,8 @@ class EngineConfig(Settings):
     command opens its :meth:`session`."""
 
     engine: str = setting("local", choices=ENGINES,
-                          help="where embedding and cluster assignment run: this process, or Ray Data actors "
-                               "(same results)")
+                          help="where the parallel work runs (reading, embedding, cluster assignment; dedup's "
+                               "clusters; the export's one-pass tasks): this machine, or Ray (same results)")
     ray_address: str | None = setting(None, check=optional(is_text),
                                       help="address of an existing Ray cluster (default: start a local Ray "
                                            "instance)")
@@ -53,6 +54,14 @@ class EngineConfig(Settings):
     def session(self) -> contextlib.AbstractContextManager[Any]:
         """A Ray session for ``engine="ray"`` (shared by every stage inside it); nothing for ``local``."""
         return ray_session(self.ray_address) if self.engine == "ray" else contextlib.nullcontext()
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 def _ray() -> Any:
@@ -157,6 +166,60 @@ def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
             raise exc.cause from None
         raise exc
     return results
+
+
+def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine: str = "local",
+                workers: int = 1, ahead: int | None = None) -> Iterator[Any]:
+    """``fn(*args)`` for every ``args`` in ``calls``, results yielded in call order, computed in this process
+    (``local`` with one worker, lazily: one call per result taken), in ``workers`` spawned processes
+    (``local``), or as Ray tasks of one CPU (``ray``, inside :meth:`EngineConfig.session`). At most ``ahead``
+    calls (default: twice the workers or the cluster's CPUs) run or wait to be taken, which bounds what
+    they hold. ``fn`` must be importable by name; a failure is raised at its call's turn, as a sequential
+    run would meet it, and the calls after it are cancelled."""
+    if engine == "local" and workers <= 1:
+        yield from (fn(*args) for args in calls)
+        return
+    if engine == "ray":
+        ray = _ray()
+        remote = ray.remote(num_cpus=1)(fn)
+        submit: Callable[[tuple[Any, ...]], Any] = lambda args: remote.remote(*args)  # noqa: E731
+        result: Callable[[Any], Any] = _ray_result
+        cancel: Callable[[Any], Any] = ray.cancel
+        window = ahead or 2 * max(1, int(ray.cluster_resources().get("CPU", 1)))
+        pool = None
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        submit = lambda args: pool.submit(fn, *args)  # noqa: E731
+        result, cancel = (lambda f: f.result()), (lambda f: f.cancel())
+        window = ahead or 2 * workers
+    queue: list[Any] = []
+    todo = iter(calls)
+    try:
+        for args in todo:
+            queue.append(submit(args))
+            if len(queue) >= window:
+                yield result(queue.pop(0))
+        while queue:
+            yield result(queue.pop(0))
+    finally:
+        for job in queue:
+            cancel(job)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray_result(ref: Any) -> Any:
+    """A Ray task's result; a :class:`ClusterClipError` it raised is raised as itself."""
+    ray = _ray()
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, ClusterClipError):
+            raise exc.cause from None
+        raise
 
 
 def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:

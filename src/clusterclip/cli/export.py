@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterclip.cli.options import add_common, command
+from clusterclip.cli.options import add_common, add_engine, command, engine_config
 from clusterclip.export import ExportConfig, export_plan
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.store import RunDir
@@ -21,12 +21,14 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder")
     flags = {"action": "store_true"}
     add_arguments(p, ExportConfig, overrides={"append_eos": flags, "blend": flags})
+    add_engine(p.add_argument_group("engine (the one-pass export of a corpus over --memory-mb)"))
     add_common(p)
     return p
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a), force=a.force)
+    written = export_plan(RunDir(a.run_dir), a.plan, a.out, from_args(ExportConfig, a), force=a.force,
+                          engine=engine_config(a))
     for path in written:
         print(path)
     return 0

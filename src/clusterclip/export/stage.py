@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
 from clusterclip.export.blend import write_blend_export
@@ -66,6 +67,9 @@ class ExportConfig(Settings):
     pad_to_multiple: int | None = setting(None, check=optional(at_least(1)),
                                           help="repeat the stream's first rows so that the row count is a multiple "
                                                "of this (litdata under R ranks with batch size B: R*B)")
+    workers: int | None = setting(None, check=optional(at_least(1)),
+                                  help="processes for the one-pass export of a corpus over --memory-mb, which they "
+                                       "share (default: this machine's cores; the output does not depend on it)")
     blend: bool = setting(False, help="instead of the stream, one source per cluster (its documents once, in corpus "
                                       "order) and the plan's token mixture as Megatron --data-path weights and an "
                                       "OLMo-core source mixture; megatron only (docs/export.md)",
@@ -98,13 +102,16 @@ class ExportConfig(Settings):
 
 
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
-                config: ExportConfig | None = None, force: bool = False, **options: Any) -> list[Path]:
+                config: ExportConfig | None = None, force: bool = False, engine: EngineConfig | None = None,
+                **options: Any) -> list[Path]:
     """Write the planned stream of ``plans/<plan_name>`` (the only plan when None) into ``out_dir``.
 
     ``config`` (or its fields as keyword arguments: ``fmt``, ``shard_size``, ``memory_mb``, ``tokenizer``,
     ``append_eos``, ``seq_len``) chooses the format; see :mod:`clusterclip.export` for the policy and
     ``docs/export.md`` for each format's layout. An export of the same plan with the same settings already
-    in ``out_dir`` is kept unless ``force``. Returns the exported files; ``out_dir/export.json`` records the
+    in ``out_dir`` is kept unless ``force``. ``engine`` (default local) runs the one-pass export of a corpus over
+    ``memory_mb`` in this machine's processes or as Ray tasks (every node must see the run directory and
+    ``out_dir``); the files are the same either way. Returns the exported files; ``out_dir/export.json`` records the
     plan's identity, the files and the counts.
     """
     cfg = config if config is not None else ExportConfig(**options)
@@ -119,7 +126,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         write = partial(write_blend_export, src, memory_mb=cfg.memory_mb, shard_size=cfg.shard_size)
     else:
         need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
-        write = partial(_write_stream, src, cfg)
+        write = partial(_write_stream, src, cfg, engine or EngineConfig())
         if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
             log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
@@ -127,12 +134,13 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
                *command_flags(ExportConfig, asdict(cfg), always=("fmt",)))
     # --blend joined the settings later: an export without it keeps the settings (and so the record) it had
-    settings = {k: v for k, v in asdict(cfg).items() if k != "blend" or v}
+    # --workers changes how, not what: it stays out of the settings
+    settings = {k: v for k, v in asdict(cfg).items() if (k != "blend" or v) and k != "workers"}
     settings["tokenizer_sha256"] = tokenizer["sha256"] if tokenizer is not None else None
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
     build = partial(_build, write, folder, need, {"run_dir": str(run.root), "command": command})
-    with exclusive(folder.out, what="export folder"):
+    with exclusive(folder.out, what="export folder"), (engine or EngineConfig()).session():
         try:
             folder.claim()
             record = run_stage(RunDir(folder.out), Stage(STAGE, settings, src.plan_sha256, build), force)
@@ -143,12 +151,13 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     return [folder.out / rel for rel in record["files"]]
 
 
-def _write_stream(src: PlanStream, cfg: ExportConfig, folder: ExportFolder) -> dict[str, Any]:
+def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, folder: ExportFolder) -> dict[str, Any]:
     """Write the planned stream into the staging folder with the format's writer; the record's counts."""
     writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
     rows = 0
     for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
-                             scratch=folder.staging / SCRATCH):
+                             scratch=folder.staging / SCRATCH, engine=engine.engine,
+                             workers=cfg.workers or available_cores()):
         writer.write(batch)
         rows += batch.num_rows
     if rows == 0:

@@ -12,6 +12,9 @@ Every input (plan, labels, corpus parts, ``tokens.npy``) is checksum-verified be
 
 from __future__ import annotations
 
+import functools
+import itertools
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from clusterclip.cluster import load_labels
 from clusterclip.corpus import corpus_parts, open_parquet
-from clusterclip.export.buckets import bucket_rows, gather, scatter
+from clusterclip.engines import ordered_map
+from clusterclip.export import buckets as B
 from clusterclip.export.tokenizer import Tokenizer
 from clusterclip.plan.identity import record_identity
 from clusterclip.plan.integrity import open_plan, resolve_plan_path
@@ -40,20 +45,34 @@ class CorpusIndex:
                                      f"with `{run.rebuild_command(A.CORPUS_STAGE, force=True)}`")
         run.require(A.CORPUS_STAGE, only=[p.relative_to(run.root).as_posix() for p in self.parts])
         self.rebuild = run.rebuild_command(A.CORPUS_STAGE, force=True)
-        self.files = [open_parquet(p) for p in self.parts]
         self.rg_starts: list[np.ndarray] = []
-        self.text_bytes = 0
+        self.rg_bytes: list[int] = []
         start = 0
-        for pf in self.files:
+        for part in self.parts:  # each footer is dropped once read: 2 MiB per million documents, 2 GiB at 10^9
+            pf = open_parquet(part)
             md = pf.metadata
             names = pf.schema_arrow.names
             cols = [names.index(c) for c in ("id", "text")]
             rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             self.rg_starts.append(start + np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
-            self.text_bytes += sum(md.row_group(g).column(c).total_uncompressed_size
-                                   for g in range(md.num_row_groups) for c in cols)
+            self.rg_bytes += [sum(md.row_group(g).column(c).total_uncompressed_size for c in cols)
+                              for g in range(md.num_row_groups)]
             start += sum(rows)
         self.n = start
+        self.text_bytes = sum(self.rg_bytes)
+
+    def row_groups(self) -> list[B.RowGroup]:
+        """Every row group of the corpus, in document order (a part's groups share its path string)."""
+        groups: list[B.RowGroup] = []
+        for part, starts in zip(self.parts, self.rg_starts, strict=True):
+            path, bounds = str(part), starts.tolist()
+            groups += [B.RowGroup(path, g, a, b) for g, (a, b) in enumerate(itertools.pairwise(bounds))]
+        return groups
+
+    @functools.cached_property
+    def files(self) -> list[pq.ParquetFile]:
+        """The parts, open (for the window export, whose corpus fits ``--memory-mb``)."""
+        return [open_parquet(p) for p in self.parts]
 
     def gather(self, docs: np.ndarray) -> pa.Table:
         """``id`` and ``text`` of ``docs`` (sorted, distinct indices), reading only the row groups holding them."""
@@ -86,14 +105,6 @@ array holds (2 GiB), its slices never do."""
 STRING_LIMIT = 2**31 - 1
 
 
-def corpus_row_groups(corpus: CorpusIndex) -> Iterator[tuple[int, pa.Table]]:
-    """``(first document index, id and text)`` of every row group of the corpus, in order (one at a time)."""
-    for pf, starts in zip(corpus.files, corpus.rg_starts, strict=True):
-        for g in range(len(starts) - 1):
-            table = pf.read_row_group(g, columns=["index", "id", "text"])
-            yield int(starts[g]), corpus.checked(table, np.arange(starts[g], starts[g + 1]))
-
-
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
             tokenizer: Tokenizer | None) -> Iterator[pa.Table]:
     """The planned stream, one window at a time, each in slices of at most about ``SLICE_BYTES`` of text:
@@ -117,15 +128,6 @@ def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: 
                             "index": pa.array(block[a:b]),
                             "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))})
         rows = text = source = body = None  # not held while the next window is read
-
-
-def _tokenized(tables: Iterator[pa.Table], tokenizer: Tokenizer) -> Iterator[pa.Table]:
-    """Each table with its ``text`` column replaced by ``tokens``; a table is not held while the next is made."""
-    for table in tables:
-        out = table.set_column(0, "tokens", tokenizer.encode(table.column("text")))
-        del table
-        yield out
-        del out
 
 
 def _slices(row_bytes: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -290,7 +292,8 @@ class PlanStream:
         """A generous estimate of the bytes the export writes: the planned documents' text (the larger of
         the corpus's mean document per draw and the plan's token count at the corpus's bytes per token) plus
         a row's fields; with a tokenizer, one token per two bytes of text; ``doubled`` (``hf``: its stream,
-        then the saved copy) twice that; ``scratch`` adds the buckets' copy of the planned text."""
+        then the saved copy) twice that; ``scratch`` adds the buckets' copy of the planned text and the
+        plan's pairs."""
         corpus, run = self.corpus, self.run
         planned = self.record.get("stats", {}).get("tokens")
         text = self.draws * corpus.text_bytes / max(corpus.n, 1)
@@ -303,18 +306,19 @@ class PlanStream:
             size = text + 64 * self.draws
         else:
             size = text / 2 * self.tokenizer.dtype.itemsize + 8 * self.draws
-        return int(size * (2 if doubled else 1) + (text + 32 * self.draws if scratch else 0))
+        return int(size * (2 if doubled else 1) + (text + 48 * self.draws if scratch else 0))
 
-    def batches(self, memory_mb: int, shard_size: int, seq_len: int | None,
-                pad_to_multiple: int | None = None, scratch: Path | None = None) -> Iterator[pa.Table]:
+    def batches(self, memory_mb: int, shard_size: int, seq_len: int | None, pad_to_multiple: int | None = None,
+                scratch: Path | None = None, engine: str = "local", workers: int = 1) -> Iterator[pa.Table]:
         """The stream in batches of ``shard_size`` rows, packed into ``seq_len`` samples when given and padded
         to a multiple of ``pad_to_multiple`` rows; sets ``window`` (plan rows per corpus read), ``buckets``,
         ``packer`` and ``padder``. A corpus over ``memory_mb`` goes through buckets in ``scratch`` (one pass
-        over the corpus, :mod:`clusterclip.export.buckets`); without ``scratch``, through windows (a pass each)."""
+        over the corpus, :mod:`clusterclip.export.buckets`, its tasks on ``engine`` with ``workers`` processes);
+        without ``scratch``, through windows (a pass each)."""
         self.window = window_rows(self.corpus, self.draws, memory_mb, shard_size)
         stream: Iterator[pa.Table]
         if scratch is not None and self.bucketed(memory_mb):
-            stream = self._bucketed(memory_mb, scratch)
+            stream = self._bucketed(memory_mb, scratch, engine, workers)
         else:
             stream = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer)
         self.packer = Packer(seq_len) if seq_len is not None else None
@@ -325,14 +329,40 @@ class PlanStream:
             stream = self.padder(stream)
         return rebatch(stream, shard_size)
 
-    def _bucketed(self, memory_mb: int, scratch: Path) -> Iterator[pa.Table]:
-        rows = bucket_rows(self.corpus.text_bytes, self.corpus.n, memory_mb)
+    def _bucketed(self, memory_mb: int, scratch: Path, engine: str, workers: int) -> Iterator[pa.Table]:
+        """The stream through buckets (:mod:`.buckets`): the scatter and gather tasks run here (one worker),
+        in ``workers`` processes or on Ray; each bucket's rows get their ``index`` and ``cluster`` here."""
+        parallel = engine == "ray" or workers > 1
+        limit = B.bucket_bytes(memory_mb, 1 if engine == "ray" else workers)
+        rows = B.bucket_rows(self.corpus.text_bytes, self.corpus.n, limit)
         scratch.mkdir(parents=True, exist_ok=True)
-        self.buckets = scatter(self.order, corpus_row_groups(self.corpus), self.corpus.n, rows, scratch)
-        stream = gather(self.order, self.labels, rows, self.buckets, scratch)
-        if self.tokenizer is None:
-            return stream
-        return _tokenized(stream, self.tokenizer)
+        units = B.partition(self.order, self.corpus.row_groups(), np.asarray(self.corpus.rg_bytes, np.float64),
+                            limit, scratch)
+        held = list(ordered_map(B.scatter_unit, [(u, rows, str(scratch), self.corpus.rebuild) for u in units],
+                                engine, workers))
+        spans = B.bucket_spans(self.draws, rows)
+        self.buckets = len(spans)
+        fragments = B.fragments_by_bucket(held, units, len(spans), scratch)
+        tok: Tokenizer | B.TokenizerSpec | None = self.tokenizer
+        if parallel and self.tokenizer is not None:
+            ident = self.tokenizer.identity
+            tok = B.TokenizerSpec(ident["name"], self.tokenizer.append_eos, ident["sha256"])
+        if parallel:
+            calls = [(k, lo, hi, fragments[k], tok, str(scratch)) for k, lo, hi in spans]
+            tables = map(B.read_bucket, ordered_map(B.gather_to_file, calls, engine, workers))
+        else:
+            tables = ordered_map(B.gather_bucket, [(k, lo, hi, fragments[k], tok) for k, lo, hi in spans])
+        try:
+            for (_, lo, hi), table in zip(spans, tables, strict=True):
+                block = np.asarray(self.order[lo:hi], dtype=np.int64)
+                out = table.append_column("index", pa.array(block)).append_column(
+                    "cluster", pa.array(np.asarray(self.labels[block], dtype=np.int64)))
+                del table
+                yield out
+                del out
+                pa.default_memory_pool().release_unused()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
         """What the record says about the stream once it was written."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clusterclip.report.keywords import CorpusScan
-from clusterclip.report.load import RunView
+from clusterclip.report.load import RunView, cluster_totals
 from clusterclip.report.metrics import nmi_from_table, purity_from_table
 
 
@@ -109,8 +109,8 @@ def cluster_cohesion(run: RunView) -> np.ndarray | None:
     """Mean cosine similarity of each cluster's documents to its centroid (NaN for an empty cluster)."""
     if run.labels is None or run.scores is None:
         return None
-    count = np.bincount(run.labels, minlength=run.k)
-    mean_cos = np.bincount(run.labels, weights=run.scores, minlength=run.k) / np.maximum(count, 1)
+    count = cluster_totals(run.labels, run.k)
+    mean_cos = cluster_totals(run.labels, run.k, run.scores) / np.maximum(count, 1)
     mean_cos[count == 0] = np.nan
     return mean_cos
 
@@ -119,7 +119,7 @@ def cluster_token_shares(run: RunView) -> np.ndarray | None:
     """Each cluster's share of the corpus's tokens."""
     if run.labels is None or run.tokens is None or len(run.tokens) != len(run.labels):
         return None
-    tokens = np.bincount(run.labels, weights=np.asarray(run.tokens, dtype=np.float64), minlength=run.k)
+    tokens = cluster_totals(run.labels, run.k, run.tokens)
     return tokens / max(tokens.sum(), 1.0)
 
 

@@ -217,19 +217,23 @@ class CorpusScan:
     rows: int = 0
 
 
-def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: int, per_cluster: int) -> dict[int, int]:
-    """Map document index -> cluster for the ``per_cluster`` documents closest to each centroid."""
-    labels = np.asarray(labels)
-    key = -np.asarray(scores, dtype=np.float64) if scores is not None else np.zeros(len(labels))
-    order = np.lexsort((np.arange(len(labels)), key, labels))
-    sorted_labels = labels[order]
-    starts = np.searchsorted(sorted_labels, np.arange(n_clusters))
-    ends = np.searchsorted(sorted_labels, np.arange(n_clusters), side="right")
-    chosen: dict[int, int] = {}
-    for c in range(n_clusters):
-        for i in order[starts[c] : min(ends[c], starts[c] + per_cluster)]:
-            chosen[int(i)] = c
-    return chosen
+def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: int, per_cluster: int,
+                    chunk: int = 1 << 22) -> dict[int, int]:
+    """Map document index -> cluster for the ``per_cluster`` documents closest to each centroid (highest score,
+    then lowest index), by cluster. The candidates so far are merged with ``chunk`` documents at a time, so
+    memory is one chunk, not a sort of the whole corpus."""
+    best = np.zeros(0, np.int64)
+    for lo in range(0, len(labels), chunk):
+        idx = np.concatenate([best, np.arange(lo, min(lo + chunk, len(labels)), dtype=np.int64)])
+        lab = np.asarray(labels[idx], dtype=np.int64)
+        ok = (lab >= 0) & (lab < n_clusters)
+        idx, lab = idx[ok], lab[ok]
+        key = -np.asarray(scores[idx], dtype=np.float64) if scores is not None else np.zeros(idx.size)
+        order = np.lexsort((idx, key, lab))
+        idx, lab = idx[order], lab[order]
+        rank = np.arange(lab.size) - np.searchsorted(lab, lab)
+        best = idx[rank < per_cluster]
+    return dict(zip(best.tolist(), np.asarray(labels[best], dtype=np.int64).tolist(), strict=True))
 
 
 def _batches(parts: Sequence[Path], columns: list[str], batch_size: int) -> Iterator[dict[str, list]]:
@@ -257,6 +261,7 @@ def scan_corpus(
     """
     labels = np.asarray(labels)
     wanted = example_indices(labels, scores, n_clusters, n_examples)
+    wanted_index = np.fromiter(wanted, np.int64, len(wanted))
     examples: dict[int, list[tuple[float, str]]] = {}
     ctf = CTfidf(n_clusters)
     group_ids: dict[str, int] = {}
@@ -269,9 +274,9 @@ def scan_corpus(
         cl = _clusters_of(idx, labels)
         valid = np.flatnonzero(cl >= 0)
         ctf.add([texts[j] for j in valid], cl[valid])
-        for j in valid:
+        for j in valid[np.isin(idx[valid], wanted_index)].tolist():  # the few example rows, not every row
             i = int(idx[j])
-            if i in wanted and texts[j]:
+            if texts[j]:
                 s = float(scores[i]) if scores is not None else 0.0
                 examples.setdefault(wanted[i], []).append((s, snippet(texts[j])))
         if batch.get("group") is not None:
