@@ -176,6 +176,8 @@ def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine
     calls (default: twice the workers or the cluster's CPUs) run or wait to be taken, which bounds what
     they hold. ``fn`` must be importable by name; a failure is raised at its call's turn, as a sequential
     run would meet it, and the calls after it are cancelled."""
+    if isinstance(calls, Sequence):
+        workers = min(workers, len(calls))  # no process started that would get no call
     if engine == "local" and workers <= 1:
         yield from (fn(*args) for args in calls)
         return
