@@ -195,11 +195,26 @@ def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
 
 
+TOTALS_CHUNK = 1 << 22
+"""Documents per step of :func:`cluster_totals`."""
+
+
+def cluster_totals(labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per cluster, the number of documents (or the sum of ``weights``) over labels ``0..k-1``,
+    ``TOTALS_CHUNK`` documents at a time (``np.bincount`` of a whole int32 or memory-mapped array copies it
+    to int64); other labels are left out."""
+    out = np.zeros(k, np.float64 if weights is not None else np.int64)
+    for lo in range(0, len(labels), TOTALS_CHUNK):
+        lab = np.asarray(labels[lo:lo + TOTALS_CHUNK], dtype=np.int64)
+        ok = (lab >= 0) & (lab < k)
+        w = None if weights is None else np.asarray(weights[lo:lo + TOTALS_CHUNK], dtype=np.float64)[ok]
+        out += np.bincount(lab[ok], weights=w, minlength=k)[:k]
+    return out
+
+
 def compact_labels(labels: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Drop clusters that received no documents and renumber labels densely; returns sizes too."""
-    sizes = np.zeros(len(centroids), np.int64)
-    for lo in range(0, len(labels), 1 << 22):  # bincount of a whole int32 array would copy it to int64
-        sizes += np.bincount(labels[lo:lo + (1 << 22)], minlength=len(centroids))
+    sizes = cluster_totals(labels, len(centroids))
     keep = np.flatnonzero(sizes)
     if keep.size == len(centroids):
         return labels, centroids, sizes.astype(np.int64)

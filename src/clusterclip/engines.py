@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -161,10 +161,7 @@ def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
                     ray.cancel(ref)
             pending = [ref for ref in pending if slot[ref] < first]
     if failed:
-        exc = failed[min(failed)]
-        if isinstance(exc.cause, ClusterClipError):
-            raise exc.cause from None
-        raise exc
+        _raise_task_error(failed[min(failed)])
     return results
 
 
@@ -214,14 +211,19 @@ def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine
 
 
 def _ray_result(ref: Any) -> Any:
-    """A Ray task's result; a :class:`ClusterClipError` it raised is raised as itself."""
+    """A Ray task's result; its failure raised as :func:`_raise_task_error` does."""
     ray = _ray()
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, ClusterClipError):
-            raise exc.cause from None
-        raise
+        _raise_task_error(exc)
+
+
+def _raise_task_error(exc: Any) -> NoReturn:
+    """A failed Ray task's error: a :class:`ClusterClipError` (a bad record, say) as itself, else Ray's."""
+    if isinstance(exc.cause, ClusterClipError):
+        raise exc.cause from None
+    raise exc
 
 
 def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:

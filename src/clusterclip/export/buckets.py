@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.tokenizer import Tokenizer
+from clusterclip.store import StaleArtifactError
 
 BUCKET_BYTES = 1 << 30
 """The most text one bucket or unit holds (1 GiB): within one Arrow ``string`` array, however large
@@ -124,11 +125,9 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
             continue
         if g.path not in files:
             files = {g.path: pq.ParquetFile(g.path)}  # a unit's row groups run through each part in order
-        table = files[g.path].read_row_group(g.group, columns=["index", "id", "text"])
-        if not np.array_equal(table.column("index").to_numpy(), np.arange(g.start, g.stop)):
-            raise ClusterClipError(f"{Path(g.path).parent}: rows are not in index order; rebuild the corpus "
-                                   f"with `{rebuild}`")
-        tables.append(table.drop_columns(["index"]).take(pa.array(docs[lo:hi] - g.start)))
+        table = in_index_order(files[g.path].read_row_group(g.group, columns=["index", "id", "text"]),
+                               np.arange(g.start, g.stop), Path(g.path).parent, rebuild)
+        tables.append(table.take(pa.array(docs[lo:hi] - g.start)))
     taken = pa.concat_tables(tables)
     text = taken.column("text")
     if int(pc.sum(pc.binary_length(text)).as_py() or 0) > STRING_LIMIT:
@@ -150,6 +149,13 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
             batches += len(part)
     os.unlink(unit.pairs)
     return held
+
+
+def in_index_order(rows: pa.Table, index: np.ndarray, folder: Path, rebuild: str) -> pa.Table:
+    """``rows`` without their ``index`` column, refused unless it holds ``index`` (the corpus's order)."""
+    if not np.array_equal(rows.column("index").to_numpy(), index):
+        raise StaleArtifactError(f"{folder}: rows are not in index order; rebuild the corpus with `{rebuild}`")
+    return rows.drop_columns(["index"])
 
 
 @dataclass(frozen=True)

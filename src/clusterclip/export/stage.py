@@ -115,6 +115,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     plan's identity, the files and the counts.
     """
     cfg = config if config is not None else ExportConfig(**options)
+    engine = engine or EngineConfig()
     run = run if isinstance(run, RunDir) else RunDir(run)
     src = PlanStream(run, plan_name, cfg.tokenizer, cfg.append_eos)
     tokenizer = src.tokenizer.identity if src.tokenizer is not None else None
@@ -126,7 +127,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         write = partial(write_blend_export, src, memory_mb=cfg.memory_mb, shard_size=cfg.shard_size)
     else:
         need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
-        write = partial(_write_stream, src, cfg, engine or EngineConfig())
+        write = partial(_write_stream, src, cfg, engine)
         if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
             log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
@@ -140,7 +141,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
     build = partial(_build, write, folder, need, {"run_dir": str(run.root), "command": command})
-    with exclusive(folder.out, what="export folder"), (engine or EngineConfig()).session():
+    with exclusive(folder.out, what="export folder"), engine.session():
         try:
             folder.claim()
             record = run_stage(RunDir(folder.out), Stage(STAGE, settings, src.plan_sha256, build), force)

@@ -93,10 +93,7 @@ class CorpusIndex:
 
     def checked(self, rows: pa.Table, index: np.ndarray) -> pa.Table:
         """``rows`` without their ``index`` column, refused unless it holds ``index`` (the corpus's order)."""
-        if not np.array_equal(rows.column("index").to_numpy(), index):
-            raise StaleArtifactError(f"{self.parts[0].parent}: rows are not in index order; rebuild the corpus "
-                                     f"with `{self.rebuild}`")
-        return rows.drop_columns(["index"])
+        return B.in_index_order(rows, index, self.parts[0].parent, self.rebuild)
 
 
 SLICE_BYTES = 1 << 28

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.cluster import cluster_totals
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, StaleArtifactError, load_json, load_npy
 from clusterclip.store import layout as a
@@ -170,22 +171,7 @@ def _labels_and_sizes(
     return labels, sizes
 
 
-CHUNK = 1 << 22
-"""Documents per step of the per-cluster sums: the report never copies a whole per-document array."""
 PER_DOCUMENT = (a.TOKENS, a.LABELS, a.SCORES)
-
-
-def cluster_totals(labels: np.ndarray, k: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """Per cluster, the number of documents (or the sum of ``weights``) over labels ``0..k-1``, ``CHUNK``
-    documents at a time (``np.bincount`` of a whole int32 or memory-mapped array copies it); other labels
-    are left out."""
-    out = np.zeros(k, np.float64 if weights is not None else np.int64)
-    for lo in range(0, len(labels), CHUNK):
-        lab = np.asarray(labels[lo:lo + CHUNK], dtype=np.int64)
-        ok = (lab >= 0) & (lab < k)
-        w = None if weights is None else np.asarray(weights[lo:lo + CHUNK], dtype=np.float64)[ok]
-        out += np.bincount(lab[ok], weights=w, minlength=k)[:k]
-    return out
 
 
 def _slug(name: str, taken: set[str]) -> str:

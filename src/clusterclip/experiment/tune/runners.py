@@ -89,7 +89,6 @@ class TrainingRunner:
         tokens = np.bincount(d.prep.labels, weights=d.tok.train.lengths, minlength=k)
         return ClusterView(centroids, tokens, int(d.setup.budget))
 
-
     def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
         """The identity of the plan the run would train on (two candidates with one plan train once)."""
         d = self.portable(split).data
