@@ -27,10 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from clusterclip.add import add_documents
-from clusterclip.cluster import ClusterConfig, cluster_stage
-from clusterclip.corpus import CorpusConfig, corpus_stage
-from clusterclip.embed import embed_stage
+from clusterclip.add.workflow import add_documents
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.stage import cluster_stage
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.stage import corpus_stage
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.stage import embed_stage
 from clusterclip.store import RunDir
 
 
@@ -48,7 +51,7 @@ def build(run: RunDir, inputs: list[Path], k: int) -> float:
     t0 = time.perf_counter()
     with run.lock():
         corpus_stage(run, inputs, CorpusConfig(id_field="id"), progress=False)
-        embed_stage(run, "hashing", progress=False)
+        embed_stage(run, EmbedConfig(embedder="hashing"), progress=False)
         cluster_stage(run, ClusterConfig(k=k), progress=False)
     return time.perf_counter() - t0
 

@@ -1,9 +1,11 @@
 """Digest every artifact a fixed set of commands writes, so two commits can be compared byte for byte.
 
 Runs, into OUT: `clusterclip run` on ../shared/data/minipile-1k.jsonl (three default plans plus a spread,
-a temperature and a token-budget plan), a continuation, `add` of a second file, and exports in every
-format that needs no tokenizer. Prints ``{relative path: sha256}`` as JSON (records, whose times differ
-between runs, are left out; their artifacts are not).
+a temperature and a token-budget plan), a continuation, `dedup` and a `--duplicates group-cap` plan, exports
+in every format that needs no tokenizer, `add` of a second file and one more plan. Prints ``{relative path:
+sha256}`` as JSON. Records are digested too, without the fields that differ between two runs of the same
+commands (times, seconds, modification times); run both commits into the same OUT path, since records hold
+the input paths.
 
     python benchmarks/identity_check.py OUT > digests.json    # on each commit, then diff the two files
 """
@@ -18,7 +20,9 @@ import sys
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "minipile-1k.jsonl"
-SKIP_SUFFIXES = (".json", ".html", ".png", ".lock")
+SKIP_SUFFIXES = (".html", ".png", ".lock")
+VOLATILE = frozenset({"finished_at", "seconds", "mtime_ns", "created_at", "started_at"})
+"""Record fields that differ between two runs of the same commands."""
 
 
 def clusterclip(*args: str) -> None:
@@ -39,6 +43,8 @@ def main(out: str) -> None:
     clusterclip("plan", str(run), "--strategy", "clusterclip", "--budget", "300000", "--budget-unit", "tokens")
     clusterclip("plan", str(run), "--continue", "clusterclip-R4-docs-Bepoch-s0", "--consumed", "400",
                 "--max-repeat", "2")
+    clusterclip("dedup", str(run))
+    clusterclip("plan", str(run), "--strategy", "clusterclip", "--duplicates", "group-cap")
     for fmt in ("jsonl", "parquet", "hf"):
         clusterclip("export", str(run), "--plan", "clusterclip-R4-docs-Bepoch-s0", "--format", fmt,
                     "--out", str(root / f"export-{fmt}"))
@@ -48,14 +54,27 @@ def main(out: str) -> None:
 
 
 def digests(root: Path) -> dict[str, str]:
-    """``{relative path: sha256}`` of every file under ``root`` but records, reports and the lock."""
+    """``{relative path: sha256}`` of every file under ``root`` but reports and the lock (records without
+    their volatile fields)."""
     found = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
         if rel.endswith(SKIP_SUFFIXES) or "/report/" in rel:
             continue
-        found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
+        if rel.endswith(".json"):
+            data = json.dumps(_stable(json.loads(data)), sort_keys=True).encode()
+        found[rel] = hashlib.sha256(data).hexdigest()
     return found
+
+
+def _stable(value: object) -> object:
+    """``value`` without the :data:`VOLATILE` fields, at any depth."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tamper_sweep as tamper
 
+from clusterclip.contracts import audit
+
 OPS = ("add", "add-dup-file", "add-overlap", "refit", "plan", "continue", "kill-add-finish", "kill-add-abort",
        "rerun-subset", "rerun-all")
 CAP = 2
@@ -62,7 +64,7 @@ def _new_input(root: Path, model: Model, rng: np.random.Generator, overlap: bool
 
 
 def _add(run: Any, path: Path, model: Model) -> None:
-    from clusterclip.add import add_documents
+    from clusterclip.add.workflow import add_documents
 
     with run.lock():
         add_documents(run, [path], progress=False)
@@ -73,7 +75,7 @@ def _add(run: Any, path: Path, model: Model) -> None:
 def _killed_add(run: Any, path: Path, model: Model, finish: bool) -> None:
     """An add that dies after its journal, then finished (its input rewritten with the same bytes) or aborted."""
     import clusterclip.add.workflow as workflow
-    from clusterclip.add import abort_add
+    from clusterclip.add.lineage import abort_add
 
     real = workflow.embed_new
     workflow.embed_new = _die
@@ -98,7 +100,9 @@ def _die(*args: object, **kwargs: object) -> None:
 
 def _plan(run: Any, model: Model, rng: np.random.Generator, cont: bool) -> None:
     from clusterclip.errors import ClusterClipError
-    from clusterclip.plan import PlanConfig, continuation, list_plans, plan_stage
+    from clusterclip.plan import PlanConfig
+    from clusterclip.plan.contract import list_plans
+    from clusterclip.plan.stage import continuation, plan_stage
 
     cfg = PlanConfig(strategy="clusterclip", max_repeat=CAP, seed=int(rng.integers(0, 3)))
     with run.lock():
@@ -108,24 +112,24 @@ def _plan(run: Any, model: Model, rng: np.random.Generator, cont: bool) -> None:
             length = int(run.record(f"plans/{parent}/plan")["stats"]["length"])
             try:
                 cfg, info = continuation(run, cfg, parent, int(rng.integers(0, length + 1)))
-                rec = plan_stage(run, cfg, continues=info)
+                rec = plan_stage(run, cfg, continues=info).to_json()
             except ClusterClipError as exc:  # an infeasible budget is a one-line refusal, not a wrong plan
                 assert "budget" in str(exc) or "left" in str(exc), exc
                 return
         else:
-            rec = plan_stage(run, cfg)
+            rec = plan_stage(run, cfg).to_json()
         model.orders[rec["identity"]] = np.load(run.path(f"plans/{rec['name']}/plan.npy"))
 
 
 def _refit(run: Any) -> None:
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
 
     assert main(["cluster", str(run.root), "--k", "4", "--refit", "--force", "-q"]) == 0
 
 
 def _rerun(run: Any, model: Model, subset: bool) -> None:
     """``embed`` with only the original input must refuse; with every input it must change nothing."""
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
 
     before = run.record_path("corpus").read_bytes()
     inputs = model.inputs[:1] if subset else model.inputs
@@ -137,8 +141,8 @@ def _rerun(run: Any, model: Model, subset: bool) -> None:
 
 def check(run: Any, model: Model) -> None:
     """No document lost or doubled; every plan's cap holds over its chain; the run verifies."""
-    from clusterclip.corpus import read_column
-    from clusterclip.plan import list_plans
+    from clusterclip.corpus.contract import read_column
+    from clusterclip.plan.contract import list_plans
 
     texts = read_column(run, "text")
     assert len(texts) == len(set(texts)), "a document was doubled"
@@ -153,7 +157,7 @@ def check(run: Any, model: Model) -> None:
             drawn[: np.bincount(prefix).size] += np.bincount(prefix)
         assert drawn.max(initial=0) <= CAP, f"{name}: a document drawn {drawn.max()} times over the chain"
     assert not run.path("add-journal.json").exists()
-    assert not any(found for stage, found in run.audit().items()), run.audit()
+    assert not any(found for stage, found in audit(run).items()), audit(run)
 
 
 def run_sequence(base: Path, work: Path, seed: int, steps: int) -> list[str]:
@@ -187,7 +191,7 @@ def run_sequence(base: Path, work: Path, seed: int, steps: int) -> list[str]:
 def _dup_file(run: Any, work: Path, model: Model) -> None:
     """A renamed copy of an input already in the run: refused (or, for a copy of an add's input, recognised
     as that add, already done); nothing changes."""
-    from clusterclip.add import add_documents
+    from clusterclip.add.workflow import add_documents
     from clusterclip.errors import ClusterClipError
 
     src = model.inputs[int(len(model.inputs) > 1)]
@@ -204,7 +208,7 @@ def _dup_file(run: Any, work: Path, model: Model) -> None:
 
 def build_base(root: Path) -> Path:
     """A finished small run (corpus, hashing embeddings, 4 clusters, one capped plan) and its input."""
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
 
     root.mkdir(parents=True, exist_ok=True)
     corpus = tamper._corpus(root / "corpus.jsonl")

@@ -12,14 +12,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.add import AddConfig, add_documents, drift_report, lower_percentile
-from clusterclip.add.drift import leave_one_out
-from clusterclip.cli import main
-from clusterclip.cluster import ClusterConfig, cluster_stage
-from clusterclip.corpus import CorpusConfig, ReadOptions, corpus_stage, read_column
-from clusterclip.embed import embed_stage, get_embedder, load_embeddings
+from clusterclip.add.drift import drift_report, leave_one_out, lower_percentile
+from clusterclip.add.workflow import AddConfig, add_documents
+from clusterclip.cli.main import main
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.cluster.stage import cluster_stage
+from clusterclip.contracts import audit
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.corpus.stage import corpus_stage
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.contract import EMBED_STAGE, load_embeddings
+from clusterclip.embed.registry import get_embedder
+from clusterclip.embed.stage import embed_stage
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.contract import PLAN_ORDER, plan_path, plan_stage_name
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
@@ -34,7 +45,7 @@ def build_run(tmp_path: Path, name: str = "run", id_field: str | None = "id") ->
     run = RunDir(tmp_path / name)
     with run.lock():
         corpus_stage(run, [corpus], CorpusConfig(id_field=id_field), progress=False)
-        embed_stage(run, "hashing", shard_size=50, progress=False)
+        embed_stage(run, EmbedConfig(embedder="hashing", shard_size=50), progress=False)
         cluster_stage(run, CLUSTER, progress=False)
         plan_stage(run, PlanConfig(strategy="clusterclip", max_repeat=3))
     return run, corpus
@@ -129,9 +140,9 @@ def test_append_npy_writes_what_np_save_writes(tmp_path_factory, n_old, n_new):
 def test_add_grows_every_stage_and_new_plans_cover_everything(tmp_path):
     run, _ = build_run(tmp_path)
     old_plan_name = "clusterclip-R3-docs-Bepoch-s0"
-    old_plan = load_plan(run.path(A.plan_path(old_plan_name, A.PLAN_ORDER))).copy()
-    old_labels, old_tokens = load_npy(run.path(A.LABELS)), load_npy(run.path(A.TOKENS))
-    centroids = load_npy(run.path(A.CENTROIDS))
+    old_plan = load_plan(run.path(plan_path(old_plan_name, PLAN_ORDER))).copy()
+    old_labels, old_tokens = load_npy(run.path(LABELS)), load_npy(run.path(TOKENS))
+    centroids = load_npy(run.path(CENTROIDS))
     new = new_file(tmp_path / "new.jsonl", {"sailing": 25, "cooking": 10})
 
     report = add(run, [new])
@@ -139,14 +150,14 @@ def test_add_grows_every_stage_and_new_plans_cover_everything(tmp_path):
     assert report["documents_before"] == 150 and report["documents_added"] == 35
     assert json.loads(run.path(A.DRIFT_REPORT).read_text())["drift_share"] == report["drift_share"]
     assert not run.path(A.ADD_JOURNAL).exists()
-    assert [s for s, problems in run.audit().items() if problems] == []
-    assert run.record(A.CORPUS_STAGE)["count"] == n and run.record(A.EMBED_STAGE)["count"] == n
-    labels, tokens = load_npy(run.path(A.LABELS)), load_npy(run.path(A.TOKENS))
-    assert labels.shape == (n,) and tokens.shape == (n,) and load_npy(run.path(A.SCORES)).shape == (n,)
+    assert [s for s, problems in audit(run).items() if problems] == []
+    assert run.record(CORPUS_STAGE)["count"] == n and run.record(EMBED_STAGE)["count"] == n
+    labels, tokens = load_npy(run.path(LABELS)), load_npy(run.path(TOKENS))
+    assert labels.shape == (n,) and tokens.shape == (n,) and load_npy(run.path(SCORES)).shape == (n,)
     np.testing.assert_array_equal(labels[:150], old_labels)
     np.testing.assert_array_equal(tokens[:150], old_tokens)
-    np.testing.assert_array_equal(load_npy(run.path(A.CENTROIDS)), centroids)
-    np.testing.assert_array_equal(load_npy(run.path(A.SIZES)), np.bincount(labels, minlength=len(centroids)))
+    np.testing.assert_array_equal(load_npy(run.path(CENTROIDS)), centroids)
+    np.testing.assert_array_equal(load_npy(run.path(SIZES)), np.bincount(labels, minlength=len(centroids)))
     ids = read_column(run, "id")
     assert len(set(ids)) == n and ids[150:] == [json.loads(line)["id"] for line in new.read_text().splitlines()]
     emb = get_embedder("hashing", progress=False)
@@ -156,13 +167,13 @@ def test_add_grows_every_stage_and_new_plans_cover_everything(tmp_path):
     np.testing.assert_array_equal(labels[150:], scores.argmax(axis=1))
 
     with run.lock():
-        assert cluster_stage(run, CLUSTER, progress=False)["fit_count"] == 150  # fresh: the add kept its fit
-        rec = plan_stage(run, PlanConfig(strategy="random"))
-    order = load_plan(run.path(A.plan_path(rec["name"], A.PLAN_ORDER)))
+        assert cluster_stage(run, CLUSTER, progress=False).to_json()["fit_count"] == 150  # fresh: the add kept its fit
+        rec = plan_stage(run, PlanConfig(strategy="random")).to_json()
+    order = load_plan(run.path(plan_path(rec["name"], PLAN_ORDER)))
     assert sorted(order.tolist()) == list(range(n))
-    still = load_plan(run.path(A.plan_path(old_plan_name, A.PLAN_ORDER)))
+    still = load_plan(run.path(plan_path(old_plan_name, PLAN_ORDER)))
     np.testing.assert_array_equal(still, old_plan)
-    assert sorted(ClusterClipSampler(run.path(A.plan_path(old_plan_name)), rank=0, world_size=1)) == sorted(old_plan)
+    assert sorted(ClusterClipSampler(run.path(plan_path(old_plan_name)), rank=0, world_size=1)) == sorted(old_plan)
 
 
 def test_rerun_after_completion_is_a_no_op(tmp_path):
@@ -176,7 +187,7 @@ def test_rerun_after_completion_is_a_no_op(tmp_path):
 
 def test_colliding_id_names_both_places_and_changes_nothing(tmp_path):
     run, _ = build_run(tmp_path)
-    records = {s: run.record_path(s).read_bytes() for s in A.STAGES}
+    records = {s: run.record_path(s).read_bytes() for s in ("corpus", "embed", "cluster")}
     new = new_file(tmp_path / "new.jsonl", {"sailing": 5})
     lines = new.read_text().splitlines()
     lines.insert(3, json.dumps({"id": "astronomy-7", "text": "a comet and a moon", "domain": "astronomy"}))
@@ -185,8 +196,8 @@ def test_colliding_id_names_both_places_and_changes_nothing(tmp_path):
         add(run, [new])
     msg = str(err.value)
     assert f"{new}:4" in msg and "'astronomy-7'" in msg and "document 87 (corpus/part-00000.parquet)" in msg
-    assert {s: run.record_path(s).read_bytes() for s in A.STAGES} == records
-    assert sorted(p.name for p in run.path(A.CORPUS_DIR).glob("*.parquet")) == ["part-00000.parquet"]
+    assert {s: run.record_path(s).read_bytes() for s in ("corpus", "embed", "cluster")} == records
+    assert sorted(p.name for p in run.path(CORPUS_DIR).glob("*.parquet")) == ["part-00000.parquet"]
     assert not run.path(A.ADD_JOURNAL).exists()
 
 
@@ -234,18 +245,18 @@ def test_cluster_refit_fits_over_all_documents_and_makes_plans_stale(tmp_path):
     run, _ = build_run(tmp_path)
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 60})])
     plan = PlanConfig(strategy="clusterclip", max_repeat=3)
-    stale_hash = run.record(A.plan_stage_name(plan.name()))["inputs_hash"]
+    stale_hash = run.record(plan_stage_name(plan.name()))["inputs_hash"]
     assert main(["cluster", str(run.root), "--k", "4", "--refit", "-q"]) == 2  # would strand the plan
-    assert run.record(A.plan_stage_name(plan.name()))["inputs_hash"] == stale_hash
-    before = run.output_hash(A.CLUSTER_STAGE)
+    assert run.record(plan_stage_name(plan.name()))["inputs_hash"] == stale_hash
+    before = run.output_hash(CLUSTER_STAGE)
     assert main(["cluster", str(run.root), "--k", "4", "--refit", "--force", "-q"]) == 0
-    rec = run.record(A.CLUSTER_STAGE)
+    rec = run.record(CLUSTER_STAGE)
     assert "fit_count" not in rec and rec["sample_size"] == 210 and rec["refits"][-1]["from"] == before
-    assert run.audit()[A.CLUSTER_STAGE] == []
+    assert audit(run)[CLUSTER_STAGE] == []
     with run.lock():
-        rebuilt = plan_stage(run, plan)
+        rebuilt = plan_stage(run, plan).to_json()
     assert rebuilt["inputs_hash"] != stale_hash
-    assert load_npy(run.path(A.LABELS)).shape == (210,)
+    assert load_npy(run.path(LABELS)).shape == (210,)
 
 
 def test_add_cli_prints_the_report_and_refuses_ray(tmp_path, capsys):
@@ -261,37 +272,38 @@ def test_add_cli_prints_the_report_and_refuses_ray(tmp_path, capsys):
 
 
 def test_add_reuses_the_fitted_lsa_model(tmp_path):
-    from clusterclip.embed import LsaEmbedder
+    from clusterclip.embed.lsa import LsaEmbedder
 
     corpus = make_corpus(tmp_path / "old.jsonl", {"cooking": 60, "astronomy": 40, "finance": 30})
     run = RunDir(tmp_path / "run")
     with run.lock():
         corpus_stage(run, [corpus], CorpusConfig(id_field="id"), progress=False)
-        embed_stage(run, "lsa", shard_size=50, progress=False, dim=8, sample_size=100)
+        embed_stage(run, EmbedConfig(embedder="lsa", shard_size=50, extra={'dim': 8, 'sample_size': 100}),
+                                     progress=False)
         cluster_stage(run, CLUSTER, progress=False)
-    model = {p.name: p.read_bytes() for p in run.path(A.LSA_DIR).iterdir()}
+    model = {p.name: p.read_bytes() for p in run.path(LsaEmbedder.MODEL_DIR).iterdir()}
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 12, "finance": 8})])
-    assert {p.name: p.read_bytes() for p in run.path(A.LSA_DIR).iterdir()} == model
-    fitted = LsaEmbedder.load(run.path(A.LSA_DIR), progress=False)
+    assert {p.name: p.read_bytes() for p in run.path(LsaEmbedder.MODEL_DIR).iterdir()} == model
+    fitted = LsaEmbedder.load(run.path(LsaEmbedder.MODEL_DIR), progress=False)
     expected = fitted.encode(read_column(run, "text")[130:]).astype(np.float16)
     np.testing.assert_array_equal(load_embeddings(run, np.float16)[130:], expected)
-    assert run.audit()[A.EMBED_STAGE] == []
+    assert audit(run)[EMBED_STAGE] == []
 
 
 def test_default_k_follows_the_fit_only_while_the_cluster_record_is_current(tmp_path):
-    from clusterclip.cluster import default_k
+    from clusterclip.cluster.config import default_k
 
     run, old = build_run(tmp_path)
     with run.lock():
-        assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(150)
+        assert cluster_stage(run, ClusterConfig(), progress=False).to_json()["k"] == default_k(150)
     new = new_file(tmp_path / "new.jsonl", {"sailing": 35})
     add(run, [new])
     with run.lock():
-        assert cluster_stage(run, ClusterConfig(), progress=False)["fit_count"] == 150  # fresh, same k
-        assert corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False)["additions"]  # no-op
+        assert cluster_stage(run, ClusterConfig(), progress=False).to_json()["fit_count"] == 150  # fresh, same k
+        assert corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False).additions  # no-op
         corpus_stage(run, [old, new], CorpusConfig(id_field="id"), progress=False, force=True)
-        embed_stage(run, "hashing", shard_size=50, progress=False)
-        assert cluster_stage(run, ClusterConfig(), progress=False)["k"] == default_k(185) != default_k(150)
+        embed_stage(run, EmbedConfig(embedder="hashing", shard_size=50), progress=False)
+        assert cluster_stage(run, ClusterConfig(), progress=False).to_json()["k"] == default_k(185) != default_k(150)
 
 
 def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
@@ -311,7 +323,7 @@ def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
 
 
 def test_a_vocabulary_embedder_does_not_call_a_low_drift_share_a_fit(tmp_path):
-    from clusterclip.add import format_drift
+    from clusterclip.add.drift import format_drift
     from clusterclip.store import RunDir
 
     report = {"documents_added": 10, "documents_before": 100, "drift_share": 0.01, "similarity_cut": 0.3,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 from clusterclip.corpus import compressed as opener_module
 from clusterclip.corpus import limits as corpus_limits
 from clusterclip.corpus import parts as parts_module

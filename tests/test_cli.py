@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.cli import build_parser, main
+from clusterclip.cli.main import build_parser, main
 from clusterclip.store import RunDir, load_npy
 
 TOPICS = {
@@ -146,7 +146,8 @@ def test_changed_corpus_after_embedding_is_refused(tmp_path, corpus, capsys):
 
 
 def test_stages_built_from_an_older_upstream_are_refused(tmp_path, corpus, capsys):
-    from clusterclip.corpus import CorpusConfig, corpus_stage
+    from clusterclip.corpus.config import CorpusConfig
+    from clusterclip.corpus.stage import corpus_stage
 
     out = tmp_path / "run"
     assert main(["embed", str(corpus), "--out", str(out), "--embedder", "hashing", "-q"]) == 0

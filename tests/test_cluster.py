@@ -6,17 +6,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import normalized_mutual_info_score
 
-from clusterclip.cluster import (
-    ClusterConfig,
-    assign,
-    cluster_stage,
-    compact_labels,
-    default_k,
-    fit_centroids,
-    sample_rows,
-)
+from clusterclip.cluster.config import ClusterConfig, default_k
+from clusterclip.cluster.kmeans import assign, compact_labels, fit_centroids, sample_rows
+from clusterclip.cluster.stage import cluster_stage
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, load_npy, save_npy
+from tests.records import write_record
 
 
 def planted(n_per: list[int], dim: int = 32, noise: float = 0.35, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +69,7 @@ def fake_embed_run(tmp_path, x: np.ndarray, shard: int = 300) -> RunDir:
         save_npy(run.root / rel, x[start:start + shard].astype(np.float16))
         rels.append(rel)
     shards = [{"file": rel, "rows": len(np.load(run.root / rel))} for rel in rels]
-    run.write_record("embed", {"embedder": "fake"}, "corpus-hash", rels, 0.0, count=len(x), dim=x.shape[1],
+    write_record(run, "embed", {"embedder": "fake"}, "corpus-hash", rels, 0.0, count=len(x), dim=x.shape[1],
                      model="fake", shards=shards)
     return run
 
@@ -82,7 +77,7 @@ def fake_embed_run(tmp_path, x: np.ndarray, shard: int = 300) -> RunDir:
 def test_cluster_stage_artifacts_skip_and_rerun(tmp_path):
     x, truth = planted([300, 150, 100, 50], dim=24)
     run = fake_embed_run(tmp_path, x)
-    rec = cluster_stage(run, ClusterConfig(k=4, seed=0), progress=False)
+    rec = cluster_stage(run, ClusterConfig(k=4, seed=0), progress=False).to_json()
     labels = load_npy(run.root / "labels.npy")
     assert labels.dtype == np.int32 and labels.shape == (len(x),)
     assert normalized_mutual_info_score(truth, labels) > 0.9
@@ -94,14 +89,14 @@ def test_cluster_stage_artifacts_skip_and_rerun(tmp_path):
     stamp = run.record_path("cluster").stat().st_mtime_ns
     cluster_stage(run, ClusterConfig(k=4, seed=0), progress=False)
     assert run.record_path("cluster").stat().st_mtime_ns == stamp
-    rec2 = cluster_stage(run, ClusterConfig(k=3, seed=0), progress=False)
+    rec2 = cluster_stage(run, ClusterConfig(k=3, seed=0), progress=False).to_json()
     assert rec2["config"]["k"] == 3 and len(load_npy(run.root / "sizes.npy")) <= 3
 
 
 def test_cluster_stage_is_deterministic_and_samples(tmp_path):
     x, _ = planted([500, 300, 200], dim=16)
     run = fake_embed_run(tmp_path, x)
-    rec = cluster_stage(run, ClusterConfig(k=3, seed=7, points_per_centroid=50), progress=False)
+    rec = cluster_stage(run, ClusterConfig(k=3, seed=7, points_per_centroid=50), progress=False).to_json()
     assert rec["sample_size"] == 150
     first = (run.root / "labels.npy").read_bytes()
     cluster_stage(run, ClusterConfig(k=3, seed=7, points_per_centroid=50), force=True, progress=False)

@@ -12,16 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from clusterclip.corpus import (
-    CorpusConfig,
-    ReadOptions,
-    ReadStats,
-    corpus_stage,
-    expand_inputs,
-    iter_documents,
-    read_column,
-    stdlib_documents,
-)
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import read_column
+from clusterclip.corpus.default_corpus import stdlib_documents
+from clusterclip.corpus.inputs import expand_inputs
+from clusterclip.corpus.reading import iter_documents
+from clusterclip.corpus.records import ReadOptions, ReadStats
+from clusterclip.corpus.stage import corpus_stage
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.store import RunDir, load_npy
 
@@ -190,7 +187,7 @@ def test_stdlib_default_corpus_is_real_and_deterministic():
 def test_corpus_stage_writes_artifacts_and_skips(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", RECORDS * 3)
     run = RunDir(tmp_path / "run")
-    rec = corpus_stage(run, [path], CorpusConfig(), progress=False)
+    rec = corpus_stage(run, [path], CorpusConfig(), progress=False).to_json()
     assert rec["count"] == 9 and rec["skipped"] == 0
     tokens = load_npy(run.root / "tokens.npy")
     assert tokens.dtype == np.int64 and tokens.shape == (9,)
@@ -211,7 +208,7 @@ def test_corpus_stage_reruns_when_input_changes(tmp_path):
     run = RunDir(tmp_path / "run")
     corpus_stage(run, [path], progress=False)
     write_jsonl(path, RECORDS * 2)
-    assert corpus_stage(run, [path], progress=False)["count"] == 6
+    assert corpus_stage(run, [path], progress=False).to_json()["count"] == 6
 
 
 def test_empty_corpus_and_duplicates(tmp_path):
@@ -222,12 +219,14 @@ def test_empty_corpus_and_duplicates(tmp_path):
     dup = write_jsonl(tmp_path / "dup.jsonl", [RECORDS[0], RECORDS[0]])
     with pytest.raises(ClusterClipError, match="1 duplicate ids"):
         corpus_stage(run, [dup], CorpusConfig(id_field="id"), progress=False)
-    rec = corpus_stage(run, [dup], CorpusConfig(id_field="id", on_bad_record="skip"), progress=False)
+    rec = corpus_stage(run, [dup], CorpusConfig(id_field="id", on_bad_record="skip"), progress=False).to_json()
     assert rec["duplicate_ids"] == 1 and rec["count"] == 2
 
 
 def test_large_parquet_splits_into_row_group_runs_that_read_the_same(tmp_path, monkeypatch):
     import clusterclip.corpus as corpus
+    from clusterclip.corpus.inputs import WorkUnit, work_units
+    from clusterclip.corpus.reading import read_unit
 
     texts = [f"row {i} of a large file" for i in range(47)]
     texts[25] = None
@@ -235,24 +234,27 @@ def test_large_parquet_splits_into_row_group_runs_that_read_the_same(tmp_path, m
     pq.write_table(pa.table({"text": texts}), path, row_group_size=6)
     monkeypatch.setattr(corpus.limits, "PARQUET_ROWS_PER_UNIT", 20)
     resolved = expand_inputs([path])
-    units = corpus.work_units(resolved, split=True)
+    units = work_units(resolved, split=True)
     assert [u.row_groups for u in units] == [(0, 4), (4, 8)], "runs of >= 20 rows, the rest in the last"
-    assert corpus.work_units(resolved) == [corpus.WorkUnit(path, "parquet")], "no split unless asked"
+    assert work_units(resolved) == [WorkUnit(path, "parquet")], "no split unless asked"
 
     whole, split = ReadStats(), ReadStats()
     expected = [(i, t) for b in iter_documents(resolved, ReadOptions(on_bad_record="skip"), whole)
                 for i, t in zip(b.ids, b.texts, strict=True)]
-    got = [(i, t) for u in units for b in corpus.read_unit(u, ReadOptions(on_bad_record="skip"), split)
+    got = [(i, t) for u in units for b in read_unit(u, ReadOptions(on_bad_record="skip"), split)
            for i, t in zip(b.ids, b.texts, strict=True)]
     assert got == expected and len(got) == 46 and got[-1][0] == "big.parquet:47"
     assert split.examples == whole.examples and "big.parquet:26" in split.examples[0]
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
-    assert [u.row_groups for u in corpus.work_units(expand_inputs([tmp_path / "bad.parquet"]), split=True)] == [None]
+    assert [u.row_groups for u in work_units(expand_inputs([tmp_path / "bad.parquet"]), split=True)] == [None]
 
 
 def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkeypatch):
     """Every range size from 1 byte up: boundaries inside lines, at line starts, on blank lines."""
     import clusterclip.corpus as corpus
+    from clusterclip.corpus.inputs import WorkUnit, number_lines, work_units
+    from clusterclip.corpus.jsonl import count_newlines
+    from clusterclip.corpus.reading import read_unit
 
     lines = [json.dumps({"text": f"document number {i} " + "word " * (i % 7)}) for i in range(12)]
     lines[4] = ""
@@ -266,14 +268,14 @@ def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkey
     assert len(expected) == 10 and expected[-1][0] == "big.jsonl:12"
     for size in range(1, path.stat().st_size + 2):
         monkeypatch.setattr(corpus.limits, "JSONL_BYTES_PER_UNIT", size)
-        units = corpus.work_units(resolved, split=True)
-        counts = [corpus.count_newlines(u.path, *u.byte_range) for u in units if u.byte_range is not None]
+        units = work_units(resolved, split=True)
+        counts = [count_newlines(u.path, *u.byte_range) for u in units if u.byte_range is not None]
         assert sum(counts) == (11 if path.stat().st_size > size else 0), "files up to the size stay whole"
         stats = ReadStats()
-        got = [(i, t) for u in corpus.number_lines(units, counts)
-               for b in corpus.read_unit(u, opts, stats) for i, t in zip(b.ids, b.texts, strict=True)]
+        got = [(i, t) for u in number_lines(units, counts)
+               for b in read_unit(u, opts, stats) for i, t in zip(b.ids, b.texts, strict=True)]
         assert got == expected, size
         assert stats.examples == whole.examples and "big.jsonl:8" in stats.examples[0]
     gz = write_jsonl(tmp_path / "big.jsonl.gz", RECORDS * 50, gzip.open)
     monkeypatch.setattr(corpus.limits, "JSONL_BYTES_PER_UNIT", 10)
-    assert corpus.work_units(expand_inputs([gz]), split=True) == [corpus.WorkUnit(gz, "jsonl+gzip")], "not seekable"
+    assert work_units(expand_inputs([gz]), split=True) == [WorkUnit(gz, "jsonl+gzip")], "not seekable"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterclip.contracts import audit
 from clusterclip.store import FAULT_ENV, TMP_PREFIX, RunDir
 from tests.test_cli import make_corpus
 
@@ -140,7 +141,7 @@ def test_killed_add_resumes_to_identical_artifacts(tmp_path, added_reference, fa
     assert not (out / "add-journal.json").exists()
     assert {**artifacts(out), "drift.json": (out / "drift.json").read_bytes()} == expected
     run = RunDir(out)
-    assert [stage for stage, problems in run.audit().items() if problems] == []
+    assert [stage for stage, problems in audit(run).items() if problems] == []
     assert json.loads((out / "corpus.json").read_text())["count"] == 300 + sum(ADDED.values())
     mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
     again = clusterclip_add(out, new)

@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from clusterclip.cli.main import main
-from clusterclip.corpus import read_column
-from clusterclip.corpus.parts import iter_corpus
-from clusterclip.dedup import DedupConfig, dedup_stage, derive_groups, load_groups
+from clusterclip.corpus.contract import iter_corpus, read_column
+from clusterclip.dedup.config import DedupConfig
+from clusterclip.dedup.contract import load_groups
+from clusterclip.dedup.groups import derive_groups
 from clusterclip.dedup.lexical import lsh_pairs, shingle_hashes, signatures
 from clusterclip.dedup.semantic import (
     NONE_SIMILARITY,
@@ -26,6 +27,7 @@ from clusterclip.dedup.semantic import (
     has_near_copy,
     kept_order,
 )
+from clusterclip.dedup.stage import dedup_stage
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, build_plan
 from clusterclip.plan.duplicates import build_grouped_plan, reference_grouped_order
@@ -145,15 +147,15 @@ def run_dir(tmp_path_factory):
 def test_stage_artifacts_record_and_reuse(run_dir):
     path, n = run_dir
     run = RunDir(path)
-    rec = dedup_stage(run, DedupConfig())
+    rec = dedup_stage(run, DedupConfig()).to_json()
     group, kept = load_groups(run)
     assert group.shape == (n,) and np.array_equal(group[kept], np.arange(kept.size))
     table = pq.read_table(path / "dedup" / "removed.parquet").to_pydict()
     pairs = set(zip(table["removed_id"], table["kept_id"], strict=True))
     assert {(f"d{j}", f"copy{j}") for j in range(0, 20, 2)} <= pairs  # the longer copy is kept
     assert rec["removed"] == len(table["removed_id"]) >= 10 and not rec["reused_pairwise"]
-    assert dedup_stage(run, DedupConfig())["finished_at"] == rec["finished_at"]  # fresh: skipped
-    again = dedup_stage(run, DedupConfig(eps=0.2, jaccard=0.9))
+    assert dedup_stage(run, DedupConfig()).to_json()["finished_at"] == rec["finished_at"]  # fresh: skipped
+    again = dedup_stage(run, DedupConfig(eps=0.2, jaccard=0.9)).to_json()
     assert again["reused_pairwise"] and again["config"]["eps"] == 0.2
     assert main(["dedup", str(path), "--eps", "0.05", "-q"]) == 0
     assert json.loads((path / "dedup.json").read_text())["command"][:3] == ["clusterclip", "dedup", "{run}"]
@@ -335,7 +337,7 @@ def test_report_shows_duplicates_per_cluster_with_example_groups(run_dir, tmp_pa
     path = tmp_path / "run"
     shutil.copytree(run_dir[0], path, ignore=shutil.ignore_patterns("dedup", "dedup.json"))
     assert "Duplicates" not in build_report(path, progress=False).read_text()  # no dedup yet: no section
-    rec = dedup_stage(RunDir(path), DedupConfig())
+    rec = dedup_stage(RunDir(path), DedupConfig()).to_json()
     html = build_report(path, progress=False).read_text()
     assert 'id="duplicates"' in html and f"<td>{rec['removed']}</td>" in html.replace(",", "")
     group, kept = load_groups(RunDir(path))

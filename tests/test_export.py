@@ -11,9 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import export_plan
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.export.stage import export_plan
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, atomic_path, save_npy
+from tests.records import write_record
 
 
 def _run(tmp_path, n=50, parts=2, budget=130, pad=""):
@@ -34,9 +36,9 @@ def _run(tmp_path, n=50, parts=2, budget=130, pad=""):
             pq.write_table(table, tmp)
         rels.append(rel)
     save_npy(run.path("tokens.npy"), np.arange(1, n + 1, dtype=np.int64))
-    run.write_record("corpus", {}, "c", [*rels, "tokens.npy"], 0.0)
+    write_record(run, "corpus", {}, "c", [*rels, "tokens.npy"], 0.0)
     save_npy(run.path("labels.npy"), labels)
-    run.write_record("cluster", {}, "x", ["labels.npy"], 0.0)
+    write_record(run, "cluster", {}, "x", ["labels.npy"], 0.0)
     cfg = PlanConfig(budget=budget, seed=4)
     plan_stage(run, cfg)
     return run, cfg, labels
@@ -119,7 +121,7 @@ def test_export_refuses_a_corpus_out_of_index_order(tmp_path):
         pq.write_table(swapped, tmp)
     with pytest.raises(ClusterClipError, match="checksum does not match"):
         export_plan(run, cfg.name(), tmp_path / "o")
-    run.write_record("corpus", {}, "c", list(run.record("corpus")["artifacts"]), 0.0)
+    write_record(run, "corpus", {}, "c", list(run.record("corpus")["artifacts"]), 0.0)
     with pytest.raises(ClusterClipError, match="is stale"):
         export_plan(run, cfg.name(), tmp_path / "o")
     plan_stage(run, cfg)

@@ -13,15 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.cli import main
-from clusterclip.dedup.stage import dedup_inputs
+from clusterclip.cli.main import main
+from clusterclip.dedup.contract import dedup_inputs
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import ExportConfig, check_export, export_plan, read_export
 from clusterclip.export import blend as export_blend
+from clusterclip.export.contract import check_export, read_export
+from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.export.writers import megatron as megatron_writer
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
 from clusterclip.settings import SettingsError, error_message
 from clusterclip.store import save_npy
+from tests.records import write_record
 from tests.test_export import _run
 from tests.test_export_formats import _ids, _plan, _tokenizer
 
@@ -230,9 +233,9 @@ def test_a_drop_plan_writes_only_the_kept_documents(tmp_path):
     kept = np.unique(rep)
     save_npy(run.path("dedup/group.npy"), np.searchsorted(kept, rep))
     save_npy(run.path("dedup/kept.npy"), kept)
-    run.write_record("embed", {}, run.output_hash("corpus"), [], 0.0)  # the lineage dedup reads
-    run.write_record("cluster", {}, run.output_hash("embed"), ["labels.npy"], 0.0)
-    run.write_record("dedup", {}, dedup_inputs(run), ["dedup/group.npy", "dedup/kept.npy"], 0.0)
+    write_record(run, "embed", {}, run.output_hash("corpus"), [], 0.0)  # the lineage dedup reads
+    write_record(run, "cluster", {}, run.output_hash("embed"), ["labels.npy"], 0.0)
+    write_record(run, "dedup", {}, dedup_inputs(run), ["dedup/group.npy", "dedup/kept.npy"], 0.0)
     cfg = PlanConfig(budget=100, seed=2, duplicates="drop")
     plan_stage(run, cfg)
     _export(run, cfg, _tokenizer(tmp_path), tmp_path / "out")

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import ExportConfig, export_plan
-from clusterclip.export import writers as export_writers
+from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.export.stream import Packer, PlanStream, rebatch
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.export.writers import registry as export_writers
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
 from tests.test_export import _run
 
 WORDS = ["[UNK]", "</s>", "text", "of", "doc", "ünï", *map(str, range(100))]

@@ -9,14 +9,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from clusterclip.export import ExportMismatchError, check_export, export_plan, read_export
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.export.contract import ExportMismatchError, check_export, read_export
+from clusterclip.export.stage import export_plan
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import load_json
 from tests.test_export import _run
 from tests.test_export_formats import _available, _plan, _tokenizer
 
 torch = pytest.importorskip("torch")
-from clusterclip.torch import ClusterClipSampler  # noqa: E402
+from clusterclip.torch import ClusterClipSampler
 
 FORMATS = ["jsonl", "parquet", "hf", "litdata", "megatron", "mds"]
 META_FILE = {"hf": "dataset_info.json", "litdata": "index.json", "mds": "index.json"}

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import export_plan
+from clusterclip.export.stage import export_plan
 from clusterclip.export.writers import mds
 from tests.test_export import _run
 from tests.test_export_formats import _ids, _plan, _tokenizer

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 from clusterclip.engines import ordered_map
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import buckets, export_plan
+from clusterclip.export import buckets
+from clusterclip.export.stage import export_plan
 from clusterclip.export.stream import PlanStream
 from tests.test_export import _run
 from tests.test_export_formats import _available, _content, _tokenizer

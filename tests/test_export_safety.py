@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import export_plan
-from clusterclip.export import writers as export_writers
+from clusterclip.export.stage import export_plan
+from clusterclip.export.writers import jsonl as export_writers
 from clusterclip.store import save_npy
+from tests.records import write_record
 from tests.test_export import _run
 
 
@@ -207,7 +208,7 @@ def test_a_plan_older_than_the_clusters_is_refused(tmp_path, capsys):
     """Re-clustered after planning: before, the new labels were written next to the old plan's order."""
     run, cfg, labels = _run(tmp_path)
     save_npy(run.path("labels.npy"), (labels + 1) % 4)
-    run.write_record("cluster", {}, "x", ["labels.npy"], 0.0)
+    write_record(run, "cluster", {}, "x", ["labels.npy"], 0.0)
     err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "out"))
     assert f"stage `plans/{cfg.name()}/plan` is stale" in err and f"`clusterclip plan {run.root}" in err
 

@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import WRITERS, ExportConfig, export_plan
+from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.export.tokenizer import TokenizerError, load
+from clusterclip.export.writers.registry import WRITERS
 from tests.test_export import _run
 from tests.test_export_formats import _tokenizer
 

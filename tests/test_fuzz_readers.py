@@ -18,7 +18,11 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterclip.corpus import CorpusConfig, ReadOptions, ReadStats, corpus_stage, expand_inputs, iter_documents
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.inputs import expand_inputs
+from clusterclip.corpus.reading import iter_documents
+from clusterclip.corpus.records import ReadOptions, ReadStats
+from clusterclip.corpus.stage import corpus_stage
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.store import TMP_PREFIX, RunDir
 

@@ -1,8 +1,10 @@
 """The package stays readable and layered (docs/architecture.md): no import cycles, small modules, short
-functions, and a storage floor that imports no stage.
+functions, a storage floor that imports no stage, stages that read each other only through contracts, and
+contracts that import only the floor.
 
-Imports are read from the source (module level, inside functions and under ``TYPE_CHECKING`` alike), so
-an import placed inside a function to dodge a cycle still counts as the cycle it is.
+Imports are read from the source (module level, inside functions and under ``TYPE_CHECKING`` alike, every
+name of a ``from X import a, b``), so an import placed inside a function to dodge a cycle still counts as the
+cycle it is.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "clusterclip"
 MAX_MODULE_LINES = 400
@@ -18,6 +22,10 @@ MAX_FUNCTION_LINES = 60
 STORE = "clusterclip.store"
 FLOOR = {"clusterclip.errors", STORE}
 """What the storage floor may import from the package: the error types and itself."""
+CONTRACT_FLOOR = {"clusterclip", "clusterclip.errors", "clusterclip.settings", STORE}
+"""What a contract may import beyond its own stage's modules: the floor, the error types and the settings."""
+STAGES = ("corpus", "embed", "cluster", "dedup", "plan", "export", "report")
+"""The stage packages: each reads the others only through their ``contract`` module."""
 
 
 def _modules() -> dict[str, Path]:
@@ -50,14 +58,13 @@ def _imported(module: str, path: Path) -> Iterator[str]:
             if node.level:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([base] if base else []))
-            targets = [*(f"{base}.{alias.name}" for alias in node.names), base]
+            targets = [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         for target in targets:
             found = _resolve(target)
             if found and found != module and found.startswith("clusterclip"):
                 yield found
-                break
 
 
 def _graph() -> dict[str, set[str]]:
@@ -121,6 +128,74 @@ def test_the_storage_floor_imports_no_stage():
         if module == STORE or module.startswith(STORE + "."):
             above = {m for m in imports if m not in FLOOR and not m.startswith(STORE + ".")}
             assert not above, f"{module} imports {sorted(above)}"
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
+
+
+def _closure(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    seen, todo = set(roots), list(roots)
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _in_floor(module: str) -> bool:
+    return module in CONTRACT_FLOOR or module.startswith(STORE + ".")
+
+
+def test_the_layering_reader_follows_every_name_of_an_import(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("from clusterclip.plan.contract import PLANS_DIR\n"
+                    "from clusterclip import errors, settings\n"
+                    "from clusterclip.cluster import contract, stage\n")
+    assert set(_imported("clusterclip.probe", path)) == {
+        "clusterclip.plan.contract", "clusterclip.errors", "clusterclip.settings", "clusterclip.cluster.contract",
+        "clusterclip.cluster.stage"}
+
+
+def test_stages_import_each_other_only_through_contracts():
+    for module, imports in _graph().items():
+        own = _stage(module)
+        if own is None:
+            continue
+        crossing = {m for m in imports if _stage(m) not in (None, own) and m != f"clusterclip.{_stage(m)}.contract"}
+        assert not crossing, f"{module} imports {sorted(crossing)}: another stage's build, not its contract"
+
+
+def test_contracts_import_only_the_floor_and_their_own_stage():
+    graph = _graph()
+    contracts = {m for m in MODULES if m.endswith(".contract")}
+    assert {f"clusterclip.{s}.contract" for s in STAGES} <= contracts
+    for contract in contracts:
+        own = contract.rpartition(".")[0]
+        beyond = {m for m in _closure(graph, {contract})
+                  if not _in_floor(m) and m != own and not m.startswith(own + ".")}
+        assert not beyond, f"{contract} reaches {sorted(beyond)}"
+        builds = {m for m in _closure(graph, {contract}) if m.startswith(own + ".") and m.endswith(".stage")}
+        assert not builds, f"{contract} reaches its stage's build {sorted(builds)}"
+
+
+def test_the_table_of_contracts_imports_contracts_only():
+    reached = _closure(_graph(), {"clusterclip.contracts"}) - {"clusterclip.contracts"}
+    assert all(_in_floor(m) or _stage(m) for m in reached), sorted(reached)
+    assert not {m for m in reached if _stage(m) and m.endswith(".stage")}
+
+
+@pytest.mark.parametrize(("user", "never"), [("plan", "dedup"), ("plan", "embed"), ("export", "dedup"),
+                                             ("report", "export")])
+def test_the_nevers_of_the_architecture_hold(user, never):
+    """No module of ``user`` reaches a module of ``never`` other than its contract, however indirectly."""
+    graph = _graph()
+    reached = _closure(graph, {m for m in MODULES if _stage(m) == user})
+    builds = sorted(m for m in reached if _stage(m) == never and not m.endswith(".contract")
+                    and m not in _closure(graph, {f"clusterclip.{never}.contract"}))
+    assert not builds, f"{user} reaches {builds}"
 
 
 def test_modules_and_functions_are_short():

@@ -11,14 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.add import abort_add
-from clusterclip.cli import main
-from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
+from clusterclip.add.lineage import abort_add
+from clusterclip.cli.main import main
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contracts import audit
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
+from clusterclip.corpus.stage import corpus_stage
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import format_summary, summarize
-from clusterclip.plan import PlanConfig, continuation, plan_stage
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.contract import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
+from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
+from clusterclip.summary import format_summary, summarize
 from tests.test_add import add, build_run, new_file
 
 CAP1 = PlanConfig(strategy="clusterclip", max_repeat=1, budget=150)
@@ -43,16 +49,16 @@ def test_rerun_without_the_added_inputs_refuses_and_with_them_is_a_no_op(tmp_pat
     run, old = build_run(tmp_path)
     new = new_file(tmp_path / "new.jsonl", {"sailing": 30})
     add(run, [new])
-    records = {s: run.record_path(s).read_bytes() for s in A.STAGES}
+    records = {s: run.record_path(s).read_bytes() for s in ("corpus", "embed", "cluster")}
     err = one_line_error(embed_argv(run, old), capsys)
     assert str(new) in err and "--force" in err and "give those inputs too" in err
-    assert {s: run.record_path(s).read_bytes() for s in A.STAGES} == records
+    assert {s: run.record_path(s).read_bytes() for s in ("corpus", "embed", "cluster")} == records
     assert main(embed_argv(run, old, new)) == 0  # the whole lineage: nothing to do
     with run.lock(), pytest.raises(ClusterClipError, match=r"option.*id_field.*--force"):
         corpus_stage(run, [old, new], CorpusConfig(), progress=False)  # same inputs, other options
-    assert {s: run.record_path(s).read_bytes() for s in A.STAGES} == records
+    assert {s: run.record_path(s).read_bytes() for s in ("corpus", "embed", "cluster")} == records
     assert main([*embed_argv(run, old), "--force"]) == 0
-    assert run.record(A.CORPUS_STAGE)["count"] == 150 and "additions" not in run.record(A.CORPUS_STAGE)
+    assert run.record(CORPUS_STAGE)["count"] == 150 and "additions" not in run.record(CORPUS_STAGE)
 
 
 # ----------------------------------------------------------------- (2) rebuild commands include the adds
@@ -84,10 +90,10 @@ def test_status_prints_the_rebuild_commands_with_every_add_in_order(tmp_path, ca
 def test_an_input_already_in_the_run_is_refused_under_any_name(tmp_path, capsys):
     run, old = build_run(tmp_path)
     copy = Path(shutil.copy(old, tmp_path / "renamed.jsonl"))
-    for dup in (old, copy, run.path(A.CORPUS_DIR)):
+    for dup in (old, copy, run.path(CORPUS_DIR)):
         err = one_line_error(["add", str(run.root), str(dup), "-q"], capsys)
         assert "same bytes" in err and "--allow-duplicates" in err
-    assert run.record(A.CORPUS_STAGE)["count"] == 150 and not run.path(A.ADD_JOURNAL).exists()
+    assert run.record(CORPUS_STAGE)["count"] == 150 and not run.path(A.ADD_JOURNAL).exists()
 
 
 def test_documents_already_in_the_run_are_skipped_and_counted(tmp_path, capsys):
@@ -100,7 +106,7 @@ def test_documents_already_in_the_run_are_skipped_and_counted(tmp_path, capsys):
     assert "skipped 20 documents whose text is already in the run" in capsys.readouterr().out
     texts = read_column(run, "text")
     assert len(texts) == 160 and len(set(texts)) == 160
-    assert run.record(A.CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 20
+    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 20
     again = Path(shutil.copy(old, tmp_path / "again.jsonl"))
     again.write_text("".join(json.dumps({**r, "id": f"again-{r['id']}"}) + "\n" for r in rows[:5]))
     assert main(["add", str(run.root), str(again), "--allow-duplicates", "-q"]) == 0
@@ -112,16 +118,16 @@ def test_documents_already_in_the_run_are_skipped_and_counted(tmp_path, capsys):
 
 def chain(run: RunDir) -> tuple[str, str, str]:
     with run.lock():
-        root = plan_stage(run, CAP1)["name"]
+        root = plan_stage(run, CAP1).to_json()["name"]
         cfg, parent = continuation(run, PlanConfig(strategy="clusterclip", max_repeat=1, budget=50), root, 100)
-        mid = plan_stage(run, cfg, continues=parent)["name"]
+        mid = plan_stage(run, cfg, continues=parent).to_json()["name"]
         cfg, parent = continuation(run, PlanConfig(strategy="clusterclip", max_repeat=1, budget=25), mid, 25)
-        last = plan_stage(run, cfg, continues=parent)
+        last = plan_stage(run, cfg, continues=parent).to_json()
     return root, mid, last["name"]
 
 
 def order(run: RunDir, name: str) -> np.ndarray:
-    return load_npy(run.path(A.plan_path(name, A.PLAN_ORDER)))
+    return load_npy(run.path(plan_path(name, PLAN_ORDER)))
 
 
 def test_a_continuation_of_a_continuation_holds_the_cap_over_every_ancestor(tmp_path):
@@ -130,7 +136,7 @@ def test_a_continuation_of_a_continuation_holds_the_cap_over_every_ancestor(tmp_
     drawn = np.bincount(np.concatenate([order(run, root)[:100], order(run, mid)[:25], order(run, last)]),
                         minlength=150)
     assert drawn.max() == 1 and drawn.sum() == 150
-    rec = run.record(A.plan_stage_name(last))
+    rec = run.record(plan_stage_name(last))
     assert rec["stats"]["max_total_repeat"] == 1
     assert [a["name"] for a in rec["ancestors"]] == [root, mid]
     with run.lock(), pytest.raises(ClusterClipError, match="budget"):
@@ -146,8 +152,8 @@ def test_a_continuation_stays_usable_when_its_parent_is_replanned_or_deleted(tmp
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 20})])
     with run.lock():
         plan_stage(run, CAP1)  # the root re-planned in place over all documents
-    shutil.rmtree(run.path(A.plan_path(mid)))
-    assert run.stale_reason(A.plan_stage_name(last)) is None
+    shutil.rmtree(run.path(plan_path(mid)))
+    assert run.stale_reason(plan_stage_name(last)) is None
     assert load_plan(run.root, plan_name=last).shape == (25,)
 
 
@@ -157,17 +163,17 @@ def test_refit_refuses_to_strand_a_plan_and_a_continuation_after_it_loads(tmp_pa
     run, _ = build_run(tmp_path)
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 40})])
     with run.lock():
-        root = plan_stage(run, CAP1)["name"]
+        root = plan_stage(run, CAP1).to_json()["name"]
     parent = ClusterClipSampler(run.root, plan_name=root, world_size=1, rank=0)
     parent.set_consumed(60)
     state = parent.state_dict()
     err = one_line_error(["cluster", str(run.root), "--k", "4", "--refit", "-q"], capsys)
     assert "--force" in err and root in err
     assert main(["cluster", str(run.root), "--k", "4", "--refit", "--force", "-q"]) == 0
-    assert run.stale_reason(A.plan_stage_name(root))
+    assert run.stale_reason(plan_stage_name(root))
     assert main(["plan", str(run.root), "--strategy", "clusterclip", "--max-repeat", "1", "--continue", root,
                  "--consumed", "60", "-q"]) == 0
-    (cont,) = [n for n in os.listdir(run.path(A.PLANS_DIR)) if "-cont-" in n]
+    (cont,) = [n for n in os.listdir(run.path(PLANS_DIR)) if "-cont-" in n]
     sampler = ClusterClipSampler(run.root, plan_name=cont, world_size=1, rank=0)
     sampler.load_state_dict(state)
     assert len(list(sampler)) == 90  # the rest of the parent, on the new clusters
@@ -198,19 +204,19 @@ def test_a_killed_add_finishes_after_its_input_is_rewritten_or_moved(tmp_path, m
     new.write_bytes(new.read_bytes())  # same bytes, new modification time
     moved = Path(shutil.move(new, tmp_path / "moved.jsonl"))
     assert add(run, [moved])["documents_added"] == 30
-    assert not run.path(A.ADD_JOURNAL).exists() and not any(run.audit().values())
+    assert not run.path(A.ADD_JOURNAL).exists() and not any(audit(run).values())
 
 
 def test_add_abort_restores_the_run_before_the_add(tmp_path, monkeypatch, capsys):
     run, _ = build_run(tmp_path)
-    hashes = {s: run.output_hash(s) for s in A.STAGES}
-    parts = sorted(run.path(A.CORPUS_DIR).iterdir())
+    hashes = {s: run.output_hash(s) for s in ("corpus", "embed", "cluster")}
+    parts = sorted(run.path(CORPUS_DIR).iterdir())
     killed_add(run, new_file(tmp_path / "new.jsonl", {"sailing": 30}), monkeypatch)
     assert main(["add", str(run.root), "--abort", "-q"]) == 0
     assert "undid the interrupted add" in capsys.readouterr().out
-    assert {s: run.output_hash(s) for s in A.STAGES} == hashes
-    assert sorted(run.path(A.CORPUS_DIR).iterdir()) == parts and not run.path(A.ADD_JOURNAL).exists()
-    assert not any(run.audit().values()) and load_npy(run.path(A.TOKENS)).shape == (150,)
+    assert {s: run.output_hash(s) for s in ("corpus", "embed", "cluster")} == hashes
+    assert sorted(run.path(CORPUS_DIR).iterdir()) == parts and not run.path(A.ADD_JOURNAL).exists()
+    assert not any(audit(run).values()) and load_npy(run.path(TOKENS)).shape == (150,)
     one_line_error(["add", str(run.root), "--abort", "-q"], capsys)  # nothing left to abort
 
 
@@ -221,7 +227,7 @@ def test_a_damaged_journal_names_abort_which_clears_it(tmp_path, capsys):
     assert "damaged" in err and "--abort" in err
     with run.lock():
         assert "damaged" in abort_add(run)
-    assert not run.path(A.ADD_JOURNAL).exists() and not any(run.audit().values())
+    assert not run.path(A.ADD_JOURNAL).exists() and not any(audit(run).values())
 
 
 # ---------------------------------------------------------------------------------------- the others
@@ -230,7 +236,7 @@ def test_a_damaged_journal_names_abort_which_clears_it(tmp_path, capsys):
 @pytest.mark.parametrize("kind", ["fifo", "folder"])
 def test_a_fifo_or_folder_in_place_of_a_record_is_one_line_not_a_hang(tmp_path, capsys, kind):
     run, _ = build_run(tmp_path)
-    path = run.record_path(A.CLUSTER_STAGE)
+    path = run.record_path(CLUSTER_STAGE)
     path.unlink()
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
     for argv in (["status", str(run.root)], ["plan", str(run.root), "-q"], ["report", str(run.root), "-q"]):
@@ -253,28 +259,28 @@ def test_report_refuses_a_folder_that_is_not_a_run_directory(tmp_path, capsys):
 
 def test_a_plan_without_its_record_is_reported(tmp_path, capsys):
     run, _ = build_run(tmp_path)
-    (name,) = os.listdir(run.path(A.PLANS_DIR))
-    run.path(A.plan_path(name, A.PLAN_RECORD)).unlink()
+    (name,) = os.listdir(run.path(PLANS_DIR))
+    run.path(plan_path(name, PLAN_RECORD)).unlink()
     assert main(["status", str(run.root), "--verify"]) == 1
     out = capsys.readouterr().out
-    assert f"plan files without their record {A.PLAN_RECORD}" in out and name in out
+    assert f"plan files without their record {PLAN_RECORD}" in out and name in out
 
 
 def test_an_edited_record_is_reported_as_edited_not_rebuilt(tmp_path):
     run, _ = build_run(tmp_path)
-    rec = run.record(A.CLUSTER_STAGE)
-    labels = {**rec["artifacts"][A.LABELS], "sha256": "0" * 64}
-    edited = {**rec, "artifacts": {**rec["artifacts"], A.LABELS: labels}}
-    run.record_path(A.CLUSTER_STAGE).write_text(json.dumps(edited))
-    (name,) = os.listdir(run.path(A.PLANS_DIR))
-    why = run.stale_reason(A.plan_stage_name(name))
+    rec = run.record(CLUSTER_STAGE)
+    labels = {**rec["artifacts"][LABELS], "sha256": "0" * 64}
+    edited = {**rec, "artifacts": {**rec["artifacts"], LABELS: labels}}
+    run.record_path(CLUSTER_STAGE).write_text(json.dumps(edited))
+    (name,) = os.listdir(run.path(PLANS_DIR))
+    why = run.stale_reason(plan_stage_name(name))
     assert "modified by hand" in why and "rebuilt" not in why.split(";")[0]
 
 
 def test_the_default_corpus_has_a_fixed_identity(tmp_path):
     run = RunDir(tmp_path / "default")
     with run.lock():
-        rec = corpus_stage(run, (), CorpusConfig(), progress=False)
+        rec = corpus_stage(run, (), CorpusConfig(), progress=False).to_json()
     assert rec["input_hashes"] == ["default-corpus"]
 
 
@@ -296,7 +302,7 @@ def test_disk_full_inside_add_after_its_journal_is_one_line_and_resumable(tmp_pa
     assert "disk is full" in err and "/full/file.npy" in err and "run the same command again" in err
     assert run.path(A.ADD_JOURNAL).exists()
     assert main(["add", str(run.root), str(new), "-q"]) == 0  # space freed: the same command finishes it
-    assert not run.path(A.ADD_JOURNAL).exists() and not any(run.audit().values())
+    assert not run.path(A.ADD_JOURNAL).exists() and not any(audit(run).values())
 
 
 def test_disk_full_while_writing_an_embedding_shard_is_one_line(tmp_path, monkeypatch, capsys):

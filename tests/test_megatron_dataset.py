@@ -26,8 +26,8 @@ from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegat
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export import export_plan
 from clusterclip.export.megatron_dataset import PlanOrderGPTDataset
+from clusterclip.export.stage import export_plan
 from tests.test_export import _run
 from tests.test_export_formats import _ids, _plan, _tokenizer
 

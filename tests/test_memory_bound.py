@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.corpus import corpus_stage
+from clusterclip.corpus.stage import corpus_stage
 from clusterclip.store import RunDir
 
 BOUND_MIB = 40
@@ -30,13 +30,15 @@ MEASURE = MEMWATCH + """
 import json, sys
 from memwatch import AnonPeak
 watch = AnonPeak()
-import clusterclip.cluster
-from clusterclip.cluster import ClusterConfig, cluster_stage
-from clusterclip.embed import embed_stage
+import clusterclip.cluster.stage
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.stage import cluster_stage
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.stage import embed_stage
 from clusterclip.store import RunDir
 run = RunDir(sys.argv[1])
-embed_stage(run, sys.argv[3], shard_size=int(sys.argv[2]), progress=False, **json.loads(sys.argv[4]))
-clusterclip.cluster.ASSIGN_BATCH = int(sys.argv[2])
+embed_stage(run, EmbedConfig(sys.argv[3], shard_size=int(sys.argv[2]), extra=json.loads(sys.argv[4])), progress=False)
+clusterclip.cluster.stage.ASSIGN_BATCH = int(sys.argv[2])
 cluster_stage(run, ClusterConfig(k=8, points_per_centroid=64), progress=False)
 print(json.dumps({"peak_anon_kib": watch.read()}))
 """
@@ -81,7 +83,9 @@ def test_lsa_peak_memory_is_bounded_by_its_fit_sample(tmp_path):
 
 READ_PARQUET = MEMWATCH + """
 import json, sys
-from clusterclip.corpus import ReadOptions, ReadStats, expand_inputs, iter_documents
+from clusterclip.corpus.records import ReadOptions, ReadStats
+from clusterclip.corpus.inputs import expand_inputs
+from clusterclip.corpus.reading import iter_documents
 from memwatch import AnonPeak
 watch = AnonPeak()
 base = watch.read()
@@ -123,7 +127,7 @@ ADD = MEMWATCH + """
 import json, sys
 from memwatch import AnonPeak
 watch = AnonPeak()
-from clusterclip.add import add_documents
+from clusterclip.add.workflow import add_documents
 from clusterclip.store import RunDir
 run = RunDir(sys.argv[1])
 base = watch.read()
@@ -144,15 +148,17 @@ def short_corpus(path, n: int, prefix: str) -> None:
 
 def add_growth_mib(tmp_path, n_old: int, new) -> float:
     """Growth of peak anonymous memory while ``clusterclip add`` appends ``new`` to a run of ``n_old`` documents."""
-    from clusterclip.cluster import ClusterConfig, cluster_stage
-    from clusterclip.corpus import CorpusConfig
-    from clusterclip.embed import embed_stage
+    from clusterclip.cluster.config import ClusterConfig
+    from clusterclip.cluster.stage import cluster_stage
+    from clusterclip.corpus.config import CorpusConfig
+    from clusterclip.embed.config import EmbedConfig
+    from clusterclip.embed.stage import embed_stage
 
     corpus = tmp_path / f"old{n_old}.jsonl"
     short_corpus(corpus, n_old, "old-")
     run = RunDir(tmp_path / f"run{n_old}")
     corpus_stage(run, [corpus], CorpusConfig(id_field="id"), progress=False)
-    embed_stage(run, "hashing", shard_size=65_536, progress=False, dim=16)
+    embed_stage(run, EmbedConfig(embedder="hashing", shard_size=65_536, extra={'dim': 16}), progress=False)
     cluster_stage(run, ClusterConfig(k=8, points_per_centroid=64), progress=False)
     proc = subprocess.run([sys.executable, "-c", ADD, str(run.root), str(new)], capture_output=True, text=True,
                           timeout=600)
@@ -176,7 +182,9 @@ EXPORT = MEMWATCH + """
 import json, sys
 from memwatch import AnonPeak
 watch = AnonPeak()
-from clusterclip.export import export_plan
+from clusterclip.export.stage import export_plan
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.config import EmbedConfig
 export_plan(sys.argv[1], None, sys.argv[2], fmt="parquet", shard_size=500, memory_mb=int(sys.argv[3]))
 print(json.dumps({"peak_anon_kib": watch.read()}))
 """

@@ -12,23 +12,18 @@ import pytest
 from scipy.stats import spearmanr
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.mixture import (
-    PREDICTORS,
-    MixtureError,
+from clusterclip.mixture.predictors import PREDICTORS, make_predictor
+from clusterclip.mixture.propose import (
     RoundConfig,
     accept_all,
     dirichlet_candidates,
-    from_arrays,
-    make_predictor,
     next_round,
     propose,
     rank_candidates,
-    read_regmix,
-    read_swarm,
     rowwise,
     temperature_candidates,
-    write_swarm,
 )
+from clusterclip.mixture.swarm import MixtureError, from_arrays, read_regmix, read_swarm, write_swarm
 
 REGMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "regmix"
 

@@ -10,17 +10,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
-from clusterclip.plan import PlanConfig, build_plan, continuation, identity_of, plan_stage, reference_order
+from clusterclip.plan import PlanConfig, build_plan, reference_order
+from clusterclip.plan.contract import PLAN_ORDER, identity_of, plan_path, plan_stage_name
 from clusterclip.plan.prior import prior_counts
+from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.store import RunDir, save_json, save_npy
-from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
 
 torch = pytest.importorskip("torch")
 
-from clusterclip.torch import ClusterClipSampler, plan_info  # noqa: E402
+from clusterclip.torch import ClusterClipSampler, plan_info
+from tests.records import write_record
 
 
 @st.composite
@@ -100,15 +103,15 @@ def test_continuation_refuses_token_budgets_and_infeasible_budgets():
 def _run(tmp_path, n=240, k=6):
     run = RunDir(tmp_path / "run")
     labels = np.random.default_rng(0).integers(0, k, n).astype(np.int32)
-    save_npy(run.path(A.LABELS), labels)
-    run.write_record(A.CLUSTER_STAGE, {"k": k}, "x", [A.LABELS], 0.0)
+    save_npy(run.path(LABELS), labels)
+    write_record(run, CLUSTER_STAGE, {"k": k}, "x", [LABELS], 0.0)
     return run
 
 
 def _continue(run, parent_cfg, consumed, **options):
-    parent = plan_stage(run, parent_cfg)
+    parent = plan_stage(run, parent_cfg).to_json()
     cfg, continues = continuation(run, PlanConfig(**options), parent["name"], consumed)
-    return parent, plan_stage(run, cfg, continues=continues)
+    return parent, plan_stage(run, cfg, continues=continues).to_json()
 
 
 def _take(sampler, count):
@@ -127,13 +130,13 @@ def test_sampler_switches_to_the_continuation_without_losing_or_repeating(tmp_pa
     run = _run(tmp_path)
     consumed = steps * 3 * ws  # step x global batch (3 per rank)
     parent, cont = _continue(run, PlanConfig(budget=500, seed=1), consumed, max_repeat=3, seed=7)
-    old = np.load(run.path(A.plan_path(parent["name"], A.PLAN_ORDER)))
-    new = np.load(run.path(A.plan_path(cont["name"], A.PLAN_ORDER)))
+    old = np.load(run.path(plan_path(parent["name"], PLAN_ORDER)))
+    new = np.load(run.path(plan_path(cont["name"], PLAN_ORDER)))
     assert cont["continues"] == {"name": parent["name"], "identity": parent["identity"], "consumed": consumed}
     assert new.size == old.size - consumed
     before, after = [], []
     for r in range(ws):
-        s = ClusterClipSampler(run.path(A.plan_path(parent["name"])), rank=r, world_size=ws, drop_last=drop_last)
+        s = ClusterClipSampler(run.path(plan_path(parent["name"])), rank=r, world_size=ws, drop_last=drop_last)
         before.append(_take(s, steps * 3))
         state = s.state_dict()
         assert state["consumed"] == consumed and state["plan_identity"] == parent["identity"]
@@ -151,8 +154,8 @@ def test_sampler_switches_to_the_continuation_without_losing_or_repeating(tmp_pa
 def test_sampler_refuses_other_plans_and_other_switch_positions(tmp_path):
     run = _run(tmp_path)
     parent, cont = _continue(run, PlanConfig(budget=500, seed=1), 120, max_repeat=3)
-    other = plan_stage(run, PlanConfig(budget=500, seed=2))  # same length, re-planned with another seed
-    folder = {name: run.path(A.plan_path(name)) for name in (parent["name"], cont["name"], other["name"])}
+    other = plan_stage(run, PlanConfig(budget=500, seed=2)).to_json()  # same length, re-planned with another seed
+    folder = {name: run.path(plan_path(name)) for name in (parent["name"], cont["name"], other["name"])}
     state = ClusterClipSampler(folder[other["name"]], start=120).state_dict()
     for target in (parent["name"], cont["name"]):
         with pytest.raises(ClusterClipError) as err:
@@ -163,24 +166,24 @@ def test_sampler_refuses_other_plans_and_other_switch_positions(tmp_path):
     with pytest.raises(ClusterClipError, match=r"at position 60.*continues it at position 120"):
         ClusterClipSampler(folder[cont["name"]]).load_state_dict(early)
     ClusterClipSampler(folder[parent["name"]]).load_state_dict(early)  # its own plan: fine
-    array = np.load(run.path(A.plan_path(other["name"], A.PLAN_ORDER)))
+    array = np.load(run.path(plan_path(other["name"], PLAN_ORDER)))
     assert ClusterClipSampler(array).state_dict()["plan_identity"] == other["identity"]
 
 
 def test_plan_records_before_identities_still_load(tmp_path):
     run = _run(tmp_path)
-    rec = plan_stage(run, PlanConfig(budget=300))
-    path = run.record_path(A.plan_stage_name(rec["name"]))
+    rec = plan_stage(run, PlanConfig(budget=300)).to_json()
+    path = run.record_path(plan_stage_name(rec["name"]))
     legacy = {key: value for key, value in json.loads(path.read_text()).items() if key != "identity"}
     save_json(path, legacy)
     info = plan_info(run.root)
-    sha = legacy["artifacts"][A.plan_path(rec["name"], A.PLAN_ORDER)]["sha256"]
+    sha = legacy["artifacts"][plan_path(rec["name"], PLAN_ORDER)]["sha256"]
     assert info.identity == f"npy-sha256:{sha}" and info.name == rec["name"]
     s = ClusterClipSampler(run.root, start=50)
     ClusterClipSampler(run.root).load_state_dict(s.state_dict())
     cfg, continues = continuation(run, PlanConfig(max_repeat=2), rec["name"], 100)
-    cont = plan_stage(run, cfg, continues=continues)
-    c = ClusterClipSampler(run.path(A.plan_path(cont["name"])))
+    cont = plan_stage(run, cfg, continues=continues).to_json()
+    c = ClusterClipSampler(run.path(plan_path(cont["name"])))
     c.load_state_dict(ClusterClipSampler(run.root, plan_name=rec["name"], start=100).state_dict())
     assert c.consumed == 0 and cont["continues"]["identity"] == info.identity
 
@@ -221,8 +224,8 @@ def test_report_shows_the_mixture_across_the_switch(tmp_path):
     assert switch is not None and switch.parent == parent["name"] and switch.at == 310
     assert across_switch(views[parent["name"]], report_run.plans) is None
     rows = 310 // 40  # parent windows that end by the switch
-    old = np.load(run.path(A.plan_path(parent["name"], A.PLAN_ORDER)))
-    labels = np.load(run.path(A.LABELS))
+    old = np.load(run.path(plan_path(parent["name"], PLAN_ORDER)))
+    labels = np.load(run.path(LABELS))
     np.testing.assert_array_equal(switch.mixture[:rows].sum(axis=0), np.bincount(labels[old[:rows * 40]], minlength=6))
     np.testing.assert_array_equal(switch.mixture[rows:], views[cont["name"]].mixture)
     assert switch.positions[rows] == 310 and np.all(np.diff(switch.positions) > 0)
@@ -239,7 +242,7 @@ def test_switch_with_another_world_size_after(tmp_path, ws_before, ws_after):
     run = _run(tmp_path)
     consumed = 24 * ws_before
     parent, cont = _continue(run, PlanConfig(budget=500, seed=1), consumed, strategy="uniform", seed=2)
-    new = np.load(run.path(A.plan_path(cont["name"], A.PLAN_ORDER)))
+    new = np.load(run.path(plan_path(cont["name"], PLAN_ORDER)))
     state = ClusterClipSampler(run.root, plan_name=parent["name"], world_size=ws_before, rank=ws_before - 1,
                                start=consumed).state_dict()
     after = []

@@ -11,21 +11,24 @@ import os
 import numpy as np
 import pytest
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan import (
+from clusterclip.plan import PlanConfig, PlanConfigError, build_plan, load_weights
+from clusterclip.plan.contract import (
     BLOCK_ENTRIES,
-    PlanConfig,
-    PlanConfigError,
+    PLAN_BLOCKS,
+    PLAN_ORDER,
+    PLAN_RECORD,
+    PLANS_DIR,
     PlanIntegrityError,
     block_checksums,
-    build_plan,
-    load_weights,
     open_plan,
-    plan_stage,
+    plan_path,
 )
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, file_digest, save_json, save_npy
-from clusterclip.store import layout as A
+from tests.records import write_record
 
 N_DOCS = 200
 BIG = 2 * BLOCK_ENTRIES + 1000  # three blocks, the last one short
@@ -33,8 +36,8 @@ BIG = 2 * BLOCK_ENTRIES + 1000  # three blocks, the last one short
 
 def _run(tmp_path, *configs: PlanConfig) -> RunDir:
     run = RunDir(tmp_path / "run")
-    save_npy(run.path(A.LABELS), np.random.default_rng(0).integers(0, 5, N_DOCS).astype(np.int32))
-    run.write_record(A.CLUSTER_STAGE, {"k": 5}, "x", [A.LABELS], 0.0)
+    save_npy(run.path(LABELS), np.random.default_rng(0).integers(0, 5, N_DOCS).astype(np.int32))
+    write_record(run, CLUSTER_STAGE, {"k": 5}, "x", [LABELS], 0.0)
     for cfg in configs:
         plan_stage(run, cfg)
     return run
@@ -65,14 +68,14 @@ def _poke(path, entry: int, value: int) -> None:
 
 def test_plan_stage_writes_block_checksums_and_index_range(big):
     run, cfg = big
-    folder = run.path(A.plan_path(cfg.name()))
-    rec = json.loads((folder / A.PLAN_RECORD).read_text())
-    assert rec["blocks"] == {"file": A.PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": "crc32",
+    folder = run.path(plan_path(cfg.name()))
+    rec = json.loads((folder / PLAN_RECORD).read_text())
+    assert rec["blocks"] == {"file": PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": "crc32",
                              "index_range": [0, N_DOCS]}
-    assert A.plan_path(cfg.name(), A.PLAN_BLOCKS) in rec["artifacts"]
-    sums = np.load(folder / A.PLAN_BLOCKS)
+    assert plan_path(cfg.name(), PLAN_BLOCKS) in rec["artifacts"]
+    sums = np.load(folder / PLAN_BLOCKS)
     assert sums.dtype == np.uint32 and sums.shape == (3,)
-    np.testing.assert_array_equal(sums, block_checksums(np.load(folder / A.PLAN_ORDER)))
+    np.testing.assert_array_equal(sums, block_checksums(np.load(folder / PLAN_ORDER)))
 
 
 def test_build_plan_checksums_do_not_depend_on_chunk_size():
@@ -89,7 +92,7 @@ def test_sampler_refuses_a_modified_block_naming_it_and_the_rebuild_command(big,
     from clusterclip.torch import ClusterClipSampler
 
     run, cfg = _copy(big, tmp_path)
-    path = run.path(A.plan_path(cfg.name(), A.PLAN_ORDER))
+    path = run.path(plan_path(cfg.name(), PLAN_ORDER))
     if value is None:  # flip the last byte of the file (the 72057594037928872)
         data = bytearray(path.read_bytes())
         data[-1] ^= 0xFF
@@ -118,7 +121,7 @@ def test_blocks_are_verified_lazily_once_each(big, tmp_path, monkeypatch):
     from clusterclip.torch import ClusterClipSampler
 
     run, cfg = _copy(big, tmp_path)
-    path = run.path(A.plan_path(cfg.name(), A.PLAN_ORDER))
+    path = run.path(plan_path(cfg.name(), PLAN_ORDER))
     _poke(path, 3, -1)  # block 0 is corrupt
     expected = np.load(path)[2 * BLOCK_ENTRIES:]
     calls = []
@@ -139,7 +142,7 @@ def test_truncated_plan_is_a_clear_error_at_start(big, tmp_path):
     from clusterclip.torch import ClusterClipSampler, load_plan
 
     run, cfg = _copy(big, tmp_path)
-    path = run.path(A.plan_path(cfg.name(), A.PLAN_ORDER))
+    path = run.path(plan_path(cfg.name(), PLAN_ORDER))
     with open(path, "r+b") as fh:
         fh.truncate(path.stat().st_size - 8)
     for make in (lambda: ClusterClipSampler(run.root), lambda: load_plan(run.root)):
@@ -155,7 +158,7 @@ def test_truncated_plan_is_a_clear_error_at_start(big, tmp_path):
 
 def test_modified_blocks_file_is_refused_at_start(big, tmp_path):
     run, cfg = _copy(big, tmp_path)
-    sums = run.path(A.plan_path(cfg.name(), A.PLAN_BLOCKS))
+    sums = run.path(plan_path(cfg.name(), PLAN_BLOCKS))
     save_npy(sums, np.load(sums) ^ np.uint32(1))
     with pytest.raises(PlanIntegrityError, match=r"blocks\.npy: does not match the SHA-256"):
         open_plan(run.root)
@@ -169,16 +172,16 @@ def test_previous_format_without_blocks_is_verified_whole_once(big, tmp_path):
     from clusterclip.torch import ClusterClipSampler, load_plan
 
     run, cfg = _copy(big, tmp_path)
-    folder = run.path(A.plan_path(cfg.name()))
-    rec = json.loads((folder / A.PLAN_RECORD).read_text())
-    del rec["blocks"], rec["artifacts"][A.plan_path(cfg.name(), A.PLAN_BLOCKS)]
-    save_json(folder / A.PLAN_RECORD, rec)
-    (folder / A.PLAN_BLOCKS).unlink()
-    expected = np.load(folder / A.PLAN_ORDER)
+    folder = run.path(plan_path(cfg.name()))
+    rec = json.loads((folder / PLAN_RECORD).read_text())
+    del rec["blocks"], rec["artifacts"][plan_path(cfg.name(), PLAN_BLOCKS)]
+    save_json(folder / PLAN_RECORD, rec)
+    (folder / PLAN_BLOCKS).unlink()
+    expected = np.load(folder / PLAN_ORDER)
     assert list(ClusterClipSampler(run.root, start=BIG - 10)) == expected[-10:].tolist()
     np.testing.assert_array_equal(load_plan(run.root), expected)
-    _poke(folder / A.PLAN_ORDER, BIG - 1, 7 if expected[-1] != 7 else 8)
-    assert file_digest(folder / A.PLAN_ORDER) != rec["artifacts"][A.plan_path(cfg.name(), A.PLAN_ORDER)]["sha256"]
+    _poke(folder / PLAN_ORDER, BIG - 1, 7 if expected[-1] != 7 else 8)
+    assert file_digest(folder / PLAN_ORDER) != rec["artifacts"][plan_path(cfg.name(), PLAN_ORDER)]["sha256"]
     with pytest.raises(PlanIntegrityError, match="does not match the SHA-256 in its record"):
         list(ClusterClipSampler(run.root, start=0))
 
@@ -351,7 +354,7 @@ def test_plan_budget_out_of_range_is_one_line(tmp_path, capsys, budget, message)
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert __import__("re").search(message, err), err
-    assert not run.path(A.PLANS_DIR).exists() or not any(run.path(A.PLANS_DIR).iterdir())
+    assert not run.path(PLANS_DIR).exists() or not any(run.path(PLANS_DIR).iterdir())
 
 
 def test_plan_output_quiet_summary_json(tmp_path, capsys):
@@ -379,15 +382,15 @@ def test_no_space_fails_cleanly_and_the_next_plan_works(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert "needs 36.1 KB but its file system has 5.0 KB free" in err and "at most about 113 draws fit" in err
     assert not any(run.root.rglob(".tmp-*"))
-    assert not run.path(A.PLANS_DIR).exists() or not any(run.path(A.PLANS_DIR).iterdir())
+    assert not run.path(PLANS_DIR).exists() or not any(run.path(PLANS_DIR).iterdir())
     monkeypatch.undo()
     # a plan killed mid-write (SIGBUS) leaves its temp file: the next plan removes it and works
-    folder = run.path(A.plan_path(PlanConfig(strategy="uniform", budget=4000).name()))
+    folder = run.path(plan_path(PlanConfig(strategy="uniform", budget=4000).name()))
     folder.mkdir(parents=True)
     (folder / ".tmp-plan.npy.killed").write_bytes(b"\0" * 4096)
     assert main([*args, "-q"]) == 0
     assert not any(run.root.rglob(".tmp-*"))
-    assert np.load(folder / A.PLAN_ORDER).shape == (4000,)
+    assert np.load(folder / PLAN_ORDER).shape == (4000,)
 
 
 def test_enospc_while_reserving_removes_the_temp_file(tmp_path, monkeypatch):

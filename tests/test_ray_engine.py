@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
+from clusterclip.embed.config import EmbedConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, artifact_checksums, load_npy
 from tests.test_cli import make_corpus
@@ -57,21 +58,21 @@ def test_ray_engine_matches_local_with_the_fitted_lsa_model(tmp_path, ray_local)
 
 def test_ray_engine_resumes_from_a_shard_boundary(tmp_path, ray_local, monkeypatch):
     import clusterclip.corpus.limits
-    from clusterclip.corpus import corpus_stage
-    from clusterclip.embed import embed_stage
+    from clusterclip.corpus.stage import corpus_stage
+    from clusterclip.embed.stage import embed_stage
 
     monkeypatch.setattr(clusterclip.corpus.limits, "PART_ROWS", 40)
     monkeypatch.setattr(clusterclip.corpus.limits, "BATCH_ROWS", 20)
 
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 90, "sailing": 40})
     run = RunDir(tmp_path / "run")
-    assert len(corpus_stage(run, [corpus], progress=False)["artifacts"]) > 3, "several corpus parts"
-    embed_stage(run, "hashing", shard_size=50, progress=False)
+    assert len(corpus_stage(run, [corpus], progress=False).to_json()["artifacts"]) > 3, "several corpus parts"
+    embed_stage(run, EmbedConfig(embedder="hashing", shard_size=50), progress=False)
     reference = [(run.root / f"embeddings/shard-{i:05d}.npy").read_bytes() for i in range(3)]
     (run.root / "embeddings/shard-00002.npy").unlink()
     (run.root / "embeddings/shard-00001.npy").unlink()
     run.invalidate("embed")
-    embed_stage(run, "hashing", shard_size=50, progress=False, engine="ray")
+    embed_stage(run, EmbedConfig(embedder="hashing", shard_size=50), progress=False, engine="ray")
     assert [(run.root / f"embeddings/shard-{i:05d}.npy").read_bytes() for i in range(3)] == reference
 
 
@@ -102,7 +103,9 @@ def _mixed_inputs(root):
 
 def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, monkeypatch):
     import clusterclip.corpus.limits
-    from clusterclip.corpus import CorpusConfig, corpus_stage
+    from clusterclip.corpus.config import CorpusConfig
+    from clusterclip.corpus.inputs import expand_inputs, work_units
+    from clusterclip.corpus.stage import corpus_stage
 
     monkeypatch.setattr(clusterclip.corpus.limits, "PART_ROWS", 40)
     monkeypatch.setattr(clusterclip.corpus.limits, "BATCH_ROWS", 16)
@@ -111,12 +114,12 @@ def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, mo
     monkeypatch.setattr(clusterclip.corpus.limits, "JSONL_BYTES_PER_UNIT", 3000)
     inputs = _mixed_inputs(tmp_path / "in")
     config = CorpusConfig(id_field="id", on_bad_record="skip")
-    local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False)
-    remote = corpus_stage(RunDir(tmp_path / "ray"), inputs, config, progress=False, engine="ray")
+    local = corpus_stage(RunDir(tmp_path / "local"), inputs, config, progress=False).to_json()
+    remote = corpus_stage(RunDir(tmp_path / "ray"), inputs, config, progress=False, engine="ray").to_json()
 
     a_ranges = -(-inputs[0].stat().st_size // 3000)
     assert a_ranges > 2
-    units = clusterclip.corpus.work_units(clusterclip.corpus.expand_inputs(inputs), split=True)
+    units = work_units(expand_inputs(inputs), split=True)
     assert len(units) == a_ranges + 1 + 3 + 3, "a.jsonl in byte ranges, c.parquet in row-group runs"
     assert local["count"] == remote["count"] == 70 + 25 + 50 + 44 + 23
     assert len(remote["artifacts"]) == 1 + -(-remote["count"] // 40), "parts of exactly PART_ROWS rows"
@@ -130,7 +133,7 @@ def test_ray_corpus_stage_writes_the_local_engines_bytes(tmp_path, ray_local, mo
 
 
 def test_ray_corpus_stage_reports_a_bad_record_in_one_line(tmp_path, ray_local):
-    from clusterclip.corpus import corpus_stage
+    from clusterclip.corpus.stage import corpus_stage
     from clusterclip.errors import BadRecordError
 
     inputs = _mixed_inputs(tmp_path / "in")

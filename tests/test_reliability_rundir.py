@@ -14,8 +14,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
+from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.contracts import audit, finished_stages
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_part
+from clusterclip.embed.contract import EMBED_STAGE
+from clusterclip.plan.contract import (
+    PLAN_DRAWS,
+    PLAN_EXHAUSTED_AT,
+    PLAN_MAX_REPEAT,
+    PLAN_MIXTURE,
+    PLAN_RECORD,
+    PLAN_REPEAT_HIST,
+    PLAN_UNIQUE,
+    plan_path,
+    plan_stage_name,
+)
 from clusterclip.report import build_report
+from clusterclip.report.contract import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.store import LinkInRunDirError, RunDir, StaleArtifactError, load_npy, save_npy
 from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
@@ -81,7 +97,7 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_untouched(run, tmp_path
     err = fails(["cluster", str(run.root), "--k", "5", "-q"], capsys)
     assert f"{run.root / A.LOCK}: is a symbolic link" in err
     assert victim.read_text() == "keep me"
-    assert run.record(A.CLUSTER_STAGE)["k"] == 4
+    assert run.record(CLUSTER_STAGE)["k"] == 4
 
 
 @pytest.mark.parametrize(
@@ -113,18 +129,18 @@ def test_a_linked_folder_is_refused_and_nothing_outside_changes(run, built, tmp_
 
 def test_an_artifact_that_is_a_link_is_refused_before_anything_changes(run, tmp_path, capsys):
     victim = tmp_path / "labels.npy"
-    victim.write_bytes(run.path(A.LABELS).read_bytes())
-    run.path(A.LABELS).unlink()
-    (run.root / A.LABELS).symlink_to(victim)
+    victim.write_bytes(run.path(LABELS).read_bytes())
+    run.path(LABELS).unlink()
+    (run.root / LABELS).symlink_to(victim)
     before = victim.read_bytes()
     err = fails(["cluster", str(run.root), "--k", "5", "-q"], capsys)
-    assert f"{run.root / A.LABELS}: is a symbolic link" in err
+    assert f"{run.root / LABELS}: is a symbolic link" in err
     assert victim.read_bytes() == before
-    assert run.record(A.CLUSTER_STAGE)["k"] == 4, "refused before the old record was dropped"
+    assert run.record(CLUSTER_STAGE)["k"] == 4, "refused before the old record was dropped"
     assert main(["status", str(run.root)]) == 0
     assert "a symbolic link replaced an artifact" in capsys.readouterr().out
     with pytest.raises(LinkInRunDirError):
-        run.path(A.LABELS)
+        run.path(LABELS)
 
 
 def test_atomic_writes_replace_a_link_rather_than_follow_it(tmp_path):
@@ -156,14 +172,14 @@ def test_clean_temp_files_never_follows_links(run, tmp_path):
 
 def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run, capsys):
     assert main(["report", str(run.root), "-q"]) == 0
-    assert run.stale_reason(A.REPORT_STAGE) is None
+    assert run.stale_reason(REPORT_STAGE) is None
     assert main(["cluster", str(run.root), "--k", "5", "-q"]) == 0
-    stage = A.plan_stage_name(TEMP)
+    stage = plan_stage_name(TEMP)
     command = f"clusterclip plan {run.root} --strategy temperature --tau 0.3"
     why = run.stale_reason(stage)
     assert why is not None and "`cluster` was rebuilt after it" in why and why.endswith(f"rebuild: `{command}`")
-    assert run.stale_reason(A.plan_stage_name(CLIP)) is not None
-    assert f"`clusterclip report {run.root}`" in run.stale_reason(A.REPORT_STAGE)
+    assert run.stale_reason(plan_stage_name(CLIP)) is not None
+    assert f"`clusterclip report {run.root}`" in run.stale_reason(REPORT_STAGE)
     with pytest.raises(StaleArtifactError, match="is stale"):
         run.require_current(stage)
 
@@ -173,10 +189,10 @@ def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run,
     assert f"plan:     {TEMP}:" in out and "(STALE)" in out and command in out
     assert main(["status", str(run.root), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["plans"][TEMP]["stale"] is True and A.plan_stage_name(TEMP) in status["stale"]
+    assert status["plans"][TEMP]["stale"] is True and plan_stage_name(TEMP) in status["stale"]
 
     assert main(["report", str(run.root), "-q"]) == 0
-    html = (run.root / A.REPORT_DIR / A.REPORT_HTML).read_text()
+    html = (run.root / REPORT_DIR / REPORT_HTML).read_text()
     assert "is stale" in html and f"mixture-{TEMP}.png" not in html
 
     follow(command)
@@ -187,7 +203,7 @@ def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run,
 def test_a_rebuilt_embedding_makes_clusters_and_plans_stale_with_every_command(run, built, capsys):
     assert main(["embed", str(built[0]), "--out", str(run.root), "--embedder", "hashing", "--shard-size", "50",
                  "-q"]) == 0
-    stage = A.plan_stage_name(TEMP)
+    stage = plan_stage_name(TEMP)
     why = run.stale_reason(stage)
     commands = re.findall(r"`(clusterclip [^`]+)`", why)
     assert commands == [f"clusterclip cluster {run.root} --k 4",
@@ -196,17 +212,17 @@ def test_a_rebuilt_embedding_makes_clusters_and_plans_stale_with_every_command(r
     assert "stage `cluster` is stale" in err and commands[0] in err
     for command in commands:
         follow(command)
-    assert run.stale_reason(stage) is None and run.stale_reason(A.CLUSTER_STAGE) is None
+    assert run.stale_reason(stage) is None and run.stale_reason(CLUSTER_STAGE) is None
 
 
 def test_a_plan_record_without_upstream_hashes_is_corrupt_and_rebuilt(run):
     """Every record the stage runner writes lists its upstream outputs; one without them cannot be
     checked for staleness, so it counts as corrupt (never silently current)."""
-    path = run.path(A.plan_path(TEMP, A.PLAN_RECORD))
+    path = run.path(plan_path(TEMP, PLAN_RECORD))
     rec = json.loads(path.read_text())
     del rec["upstream"]
     path.write_text(json.dumps(rec))
-    stage = A.plan_stage_name(TEMP)
+    stage = plan_stage_name(TEMP)
     assert "its record is corrupt" in run.stale_reason(stage)
     command = run.rebuild_command(stage)
     assert command.endswith("--force") and "OPTIONS" not in command
@@ -217,7 +233,7 @@ def test_a_plan_record_without_upstream_hashes_is_corrupt_and_rebuilt(run):
 def test_plans_before_an_add_are_behind_not_stale_until_a_refit(run, tmp_path, capsys):
     new = make_corpus(tmp_path / "new.jsonl", {"sailing": 20}, seed=3)
     assert main(["add", str(run.root), str(new), "-q"]) == 0
-    stage = A.plan_stage_name(TEMP)
+    stage = plan_stage_name(TEMP)
     assert run.stale_reason(stage) is None
     assert "clusterclip add" in run.behind_note(stage)
     run.require_current(stage)
@@ -232,11 +248,11 @@ def test_plans_before_an_add_are_behind_not_stale_until_a_refit(run, tmp_path, c
 # -------------------------------------------------------------------------- item 7 and 11: the report
 
 
-PLAN_FILES = (A.PLAN_DRAWS, A.PLAN_UNIQUE, A.PLAN_MAX_REPEAT, A.PLAN_EXHAUSTED_AT, A.PLAN_MIXTURE, A.PLAN_REPEAT_HIST)
+PLAN_FILES = (PLAN_DRAWS, PLAN_UNIQUE, PLAN_MAX_REPEAT, PLAN_EXHAUSTED_AT, PLAN_MIXTURE, PLAN_REPEAT_HIST)
 
 
-@pytest.mark.parametrize("rel", [A.corpus_part(0), A.TOKENS, A.LABELS, A.SCORES, A.SIZES, A.CENTROIDS,
-                                 *(A.plan_path(TEMP, f) for f in PLAN_FILES)])
+@pytest.mark.parametrize("rel", [corpus_part(0), TOKENS, LABELS, SCORES, SIZES, CENTROIDS,
+                                 *(plan_path(TEMP, f) for f in PLAN_FILES)])
 def test_the_report_refuses_a_modified_artifact(run, capsys, rel):
     path = run.path(rel)
     data = bytearray(path.read_bytes())
@@ -246,12 +262,12 @@ def test_the_report_refuses_a_modified_artifact(run, capsys, rel):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     err = fails(["report", str(run.root), "-q"], capsys)
     assert f"{path}: checksum does not match" in err and "--force`" in err
-    if rel == A.LABELS:
+    if rel == LABELS:
         follow(re.search(r"with `(clusterclip [^`]+)`", err)[1])
         assert main(["report", str(run.root), "-q"]) == 0
 
 
-@pytest.mark.parametrize("rel", [A.corpus_part(0), A.SIZES])
+@pytest.mark.parametrize("rel", [corpus_part(0), SIZES])
 @pytest.mark.parametrize("damage", ["truncate", "delete"])
 def test_report_and_status_name_a_truncated_or_deleted_artifact(run, capsys, rel, damage):
     path = run.path(rel)
@@ -270,7 +286,7 @@ def test_report_and_status_name_a_truncated_or_deleted_artifact(run, capsys, rel
 
 def test_a_group_with_dollar_signs_does_not_break_the_report(run):
     html = build_report(run.root, progress=False).read_text()
-    assert (run.root / A.REPORT_DIR / "centroid-map.png").exists()
+    assert (run.root / REPORT_DIR / "centroid-map.png").exists()
     assert "frac{1}" in html
 
 
@@ -280,10 +296,10 @@ def test_a_group_with_dollar_signs_does_not_break_the_report(run):
 @pytest.mark.parametrize(
     ("stage", "argv"),
     [
-        (A.CORPUS_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
-        (A.EMBED_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
-        (A.CLUSTER_STAGE, ["plan", "{run}", "--strategy", "uniform", "-q"]),
-        (A.plan_stage_name(TEMP), ["plan", "{run}", "--continue", TEMP, "--consumed", "10", "-q"]),
+        (CORPUS_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
+        (EMBED_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
+        (CLUSTER_STAGE, ["plan", "{run}", "--strategy", "uniform", "-q"]),
+        (plan_stage_name(TEMP), ["plan", "{run}", "--continue", TEMP, "--consumed", "10", "-q"]),
     ],
 )
 def test_a_corrupt_record_prints_a_command_that_recovers_the_run(run, capsys, stage, argv):
@@ -298,22 +314,22 @@ def test_a_corrupt_record_prints_a_command_that_recovers_the_run(run, capsys, st
     assert command in capsys.readouterr().out
     follow(command)
     assert main(argv) == 0
-    assert not any(run.audit().values())
-    assert not any(run.stale_reason(s) for s in run.stages())
+    assert not any(audit(run).values())
+    assert not any(run.stale_reason(s) for s in finished_stages(run))
 
 
 def test_a_plain_rerun_rebuilds_a_corrupt_record(run, built, caplog):
-    for stage in (A.CORPUS_STAGE, A.CLUSTER_STAGE, A.plan_stage_name(TEMP)):
+    for stage in (CORPUS_STAGE, CLUSTER_STAGE, plan_stage_name(TEMP)):
         record = run.record_path(stage)
         record.write_bytes(record.read_bytes()[:30])
     assert main(["run", str(built[0]), "--out", str(run.root), *RUN_OPTS]) == 0
     assert "corrupt stage record" in caplog.text
-    assert not any(run.audit().values())
-    assert not any(run.stale_reason(s) for s in run.stages())
+    assert not any(audit(run).values())
+    assert not any(run.stale_reason(s) for s in finished_stages(run))
 
 
 def test_rebuild_commands_render_the_recorded_settings(run):
-    assert run.rebuild_command(A.CLUSTER_STAGE, force=True) == f"clusterclip cluster {run.root} --k 4 --force"
-    assert run.rebuild_command(A.plan_stage_name(CLIP)) == f"clusterclip plan {run.root} --strategy clusterclip"
-    corpus = run.record(A.CORPUS_STAGE)["config"]["inputs"][0]
-    assert run.rebuild_command(A.EMBED_STAGE) == f"clusterclip embed {corpus} --out {run.root} --embedder hashing"
+    assert run.rebuild_command(CLUSTER_STAGE, force=True) == f"clusterclip cluster {run.root} --k 4 --force"
+    assert run.rebuild_command(plan_stage_name(CLIP)) == f"clusterclip plan {run.root} --strategy clusterclip"
+    corpus = run.record(CORPUS_STAGE)["config"]["inputs"][0]
+    assert run.rebuild_command(EMBED_STAGE) == f"clusterclip embed {corpus} --out {run.root} --embedder hashing"

@@ -35,7 +35,8 @@ from clusterclip.report.metrics import (
     purity_from_table,
     top_share,
 )
-from clusterclip.store import save_json, save_npy
+from clusterclip.store import RunDir, save_json, save_npy
+from tests.records import write_record
 
 SECTIONS = [
     "summary",
@@ -102,29 +103,13 @@ def write_fake_run(
             }
         )
         pq.write_table(table, root / "corpus" / f"part-{p:05d}.parquet")
-    save_json(
-        root / "corpus.json",
-        {
-            "stage": "corpus",
-            "config": {"inputs": ["fake.jsonl"]},
-            "seconds": 1.5,
-            "count": n,
-            "tokens": int(tokens.sum()),
-            "skipped": 2,
-        },
-    )
     save_npy(root / "tokens.npy", tokens)
-    save_json(
-        root / "embed.json",
-        {
-            "stage": "embed",
-            "model": "hashing-16",
-            "dim": dim,
-            "count": n,
-            "seconds": 3.25,
-            "config": {"embedder": "hashing"},
-        },
-    )
+    run = RunDir(root)
+    parts = [f"corpus/part-{p:05d}.parquet" for p in range(parts)]
+    write_record(run, "corpus", {"inputs": ["fake.jsonl"]}, "fake", [*parts, "tokens.npy"], 1.5, count=n,
+                 tokens=int(tokens.sum()), skipped=2)
+    write_record(run, "embed", {"embedder": {"name": "hashing", "dim": dim}}, run.output_hash("corpus"), [], 3.25,
+                 embedder="hashing", model="hashing-16", dim=dim, count=n)
     centroids = rng.normal(size=(k, dim)).astype(np.float32)
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
     save_npy(root / "centroids.npy", centroids)
@@ -133,16 +118,8 @@ def write_fake_run(
     scores[0] = 0.99
     save_npy(root / "scores.npy", scores)
     save_npy(root / "sizes.npy", np.bincount(labels, minlength=k).astype(np.int64))
-    save_json(
-        root / "cluster.json",
-        {
-            "stage": "cluster",
-            "config": {"k": k, "seed": 0},
-            "objective": 0.61,
-            "sample_size": n,
-            "seconds": 0.75,
-        },
-    )
+    write_record(run, "cluster", {"k": k, "seed": 0}, run.output_hash("embed"),
+                 ["centroids.npy", "labels.npy", "scores.npy", "sizes.npy"], 0.75, k=k, objective=0.61, sample_size=n)
     if with_plans:
         write_plan(root / "plans" / "random", rng.permutation(n), labels, "random", None)
         write_plan(root / "plans" / "clusterclip-r2", clusterclip_order(labels, n, 2, rng), labels, "clusterclip", 2)
@@ -206,24 +183,14 @@ def write_plan(folder: Path, order: np.ndarray, labels: np.ndarray, strategy: st
     save_npy(folder / "cluster_exhausted_at.npy", exhausted)
     save_npy(folder / "mixture.npy", mixture)
     save_npy(folder / "repeat_hist.npy", np.bincount(counts))
-    save_json(
-        folder / "plan.json",
-        {
-            "stage": "plan",
-            "seconds": 0.1,
-            "config": {
-                "strategy": strategy,
-                "budget": len(order),
-                "budget_unit": "docs",
-                "max_repeat": cap,
-                "tau": None,
-                "weights": None,
-                "seed": 0,
-                "window": window,
-            },
-            "stats": {"draws": len(order), "unique": int((counts > 0).sum()), "max_repeat": int(counts.max())},
-        },
-    )
+    run, name = RunDir(folder.parent.parent), folder.name
+    config = {"strategy": strategy, "budget": len(order), "budget_unit": "docs", "max_repeat": cap, "tau": None,
+              "weights": None, "seed": 0, "window": window}
+    # only the order is listed: the statistics beside it are read as they are (the report notes a bad one)
+    write_record(run, f"plans/{name}/plan", config, run.output_hash("cluster"), [f"plans/{name}/plan.npy"], 0.1,
+                 name=name,
+                 stats={"draws": len(order), "unique": int((counts > 0).sum()), "max_repeat": int(counts.max())},
+                 upstream={"cluster": run.output_hash("cluster")})
 
 
 @pytest.fixture
@@ -340,7 +307,7 @@ def test_example_indices_are_closest_to_centroid():
 def test_example_indices_in_chunks_equal_one_sort_of_the_whole_corpus(labels, per_cluster, chunk, with_scores, rnd):
     """Ties (scores from a few values), unlabelled (-1) and out-of-range (4 >= K) documents: chunked, the
     choice is the one a lexsort of every document makes; the per-cluster sums agree with ``np.bincount``."""
-    from clusterclip.cluster import cluster_totals
+    from clusterclip.cluster.contract import cluster_totals
 
     lab = np.array(labels, np.int32)
     scores = np.array([rnd.choice([0.2, 0.5, 0.9]) for _ in labels], np.float32) if with_scores else None
@@ -630,7 +597,10 @@ def test_rebuild_removes_charts_of_deleted_plans(fake_run):
 
 
 def test_out_dir_and_odd_plan_names(fake_run, tmp_path):
-    shutil.move(fake_run / "plans" / "random", fake_run / "plans" / "my plan <1>")
+    shutil.rmtree(fake_run / "plans" / "random")
+    labels = np.load(fake_run / "labels.npy")
+    write_plan(fake_run / "plans" / "my plan <1>", np.random.default_rng(0).permutation(len(labels)), labels, "random",
+               None)
     path = build_report(fake_run, out_dir=tmp_path / "elsewhere", progress=False)
     assert path == tmp_path / "elsewhere" / "report.html"
     text = path.read_text()

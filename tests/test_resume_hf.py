@@ -21,8 +21,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 datasets = pytest.importorskip("datasets")
 
-from clusterclip.torch import load_plan  # noqa: E402
-from tests.test_resume_loops import DOCS, PLAN, README, _free_port, make_run_dir  # noqa: E402
+from clusterclip.torch import load_plan
+from tests.test_resume_loops import DOCS, PLAN, README, _free_port, make_run_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -26,13 +26,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("litdata")
 
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader
 
-from clusterclip.export import export_plan  # noqa: E402
-from clusterclip.torch import ClusterClipSampler, ExportRows, TokenCollator, load_plan  # noqa: E402
-from tests import test_resume_loops as loops  # noqa: E402
-from tests.test_export_formats import _tokenizer  # noqa: E402
-from tests.test_resume_loops import PLAN, by_epoch, log_until_stop, make_run_dir  # noqa: E402
+from clusterclip.export.stage import export_plan
+from clusterclip.torch import ClusterClipSampler, ExportRows, TokenCollator, load_plan
+from tests import test_resume_loops as loops
+from tests.test_export_formats import _tokenizer
+from tests.test_resume_loops import PLAN, by_epoch, log_until_stop, make_run_dir
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "export.md"
 

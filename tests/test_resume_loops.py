@@ -21,10 +21,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch.distributed as dist
+from torch.utils.data import DataLoader
 
-from clusterclip.torch import ClusterClipSampler, load_plan, sampler_state  # noqa: E402
+from clusterclip.torch import ClusterClipSampler, load_plan, sampler_state
 
 PLAN = "clusterclip-R4-docs-Bepoch-s0"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "sampling.md"
@@ -146,7 +146,7 @@ def by_epoch(logs: list[list[dict[str, Any]]]) -> dict[int, tuple[list[int], int
 
 def make_run_dir(tmp: Path) -> Path:
     """A run of 101 documents (odd, so every world size pads) with three plans, built by the CLI."""
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
     from tests.test_cli import make_corpus
 
     corpus = make_corpus(tmp / "c.jsonl", {"cooking": 45, "astronomy": 30, "finance": 16, "sailing": 10})

@@ -10,16 +10,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
-from clusterclip.plan import (
-    PlanConfig,
-    PlanConfigError,
-    build_plan,
-    list_plans,
-    load_weights,
-    plan_stage,
-    water_fill,
-)
+from clusterclip.plan import PlanConfig, PlanConfigError, build_plan, load_weights, water_fill
+from clusterclip.plan.contract import list_plans
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, artifact_checksums, load_json, load_npy, save_npy
+from tests.records import write_record
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -511,17 +506,17 @@ def _fake_run(tmp_path, n=500, k=8, with_tokens=True):
     labels = rng.integers(0, k, n).astype(np.int32)
     save_npy(run.path("labels.npy"), labels)
     save_npy(run.path("sizes.npy"), np.bincount(labels, minlength=k).astype(np.int64))
-    run.write_record("cluster", {"k": k}, "x", ["labels.npy", "sizes.npy"], 0.0)
+    write_record(run, "cluster", {"k": k}, "x", ["labels.npy", "sizes.npy"], 0.0)
     if with_tokens:
         save_npy(run.path("tokens.npy"), rng.integers(1, 100, n).astype(np.int64))
-        run.write_record("corpus", {}, "y", ["tokens.npy"], 0.0)
+        write_record(run, "corpus", {}, "y", ["tokens.npy"], 0.0)
     return run, labels
 
 
 def test_plan_stage_writes_artifacts_and_skips_when_fresh(tmp_path):
     run, labels = _fake_run(tmp_path)
     cfg = PlanConfig(budget=1500, seed=2)
-    rec = plan_stage(run, cfg)
+    rec = plan_stage(run, cfg).to_json()
     folder = run.path("plans", cfg.name())
     for f in ("plan.npy", "cluster_draws.npy", "cluster_unique.npy", "cluster_max_repeat.npy",
               "cluster_exhausted_at.npy", "mixture.npy", "repeat_hist.npy", "cluster_tokens.npy"):
@@ -531,27 +526,27 @@ def test_plan_stage_writes_artifacts_and_skips_when_fresh(tmp_path):
     assert load_json(folder / "plan.json")["config"] == cfg.to_json()
     assert np.array_equal(load_npy(folder / "plan.npy"), build_plan(labels, cfg).order)
     mtime = (folder / "plan.npy").stat().st_mtime_ns
-    again = plan_stage(run, cfg)
+    again = plan_stage(run, cfg).to_json()
     assert again["finished_at"] == rec["finished_at"] and (folder / "plan.npy").stat().st_mtime_ns == mtime
     plan_stage(run, PlanConfig(budget=1500, seed=3))
     assert list_plans(run) == sorted([cfg.name(), PlanConfig(budget=1500, seed=3).name()])
-    forced = plan_stage(run, cfg, force=True)
+    forced = plan_stage(run, cfg, force=True).to_json()
     assert artifact_checksums(forced) == artifact_checksums(rec)
 
 
 def test_plan_stage_reruns_when_labels_change(tmp_path):
     run, labels = _fake_run(tmp_path)
     cfg = PlanConfig(budget=800)
-    first = plan_stage(run, cfg)
+    first = plan_stage(run, cfg).to_json()
     save_npy(run.path("labels.npy"), (labels + 1) % 8)
-    run.write_record("cluster", {"k": 8}, "x2", ["labels.npy", "sizes.npy"], 0.0)
-    second = plan_stage(run, cfg)
+    write_record(run, "cluster", {"k": 8}, "x2", ["labels.npy", "sizes.npy"], 0.0)
+    second = plan_stage(run, cfg).to_json()
     assert second["inputs_hash"] != first["inputs_hash"]
 
 
 def test_plan_stage_token_budget_needs_corpus(tmp_path):
     run, _ = _fake_run(tmp_path, with_tokens=False)
-    assert "cluster_tokens.npy" not in str(plan_stage(run, PlanConfig(budget=10))["artifacts"])
+    assert "cluster_tokens.npy" not in str(plan_stage(run, PlanConfig(budget=10)).to_json()["artifacts"])
     with pytest.raises(ClusterClipError, match="corpus"):
         plan_stage(run, PlanConfig(budget=100, budget_unit="tokens"))
 

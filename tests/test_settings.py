@@ -8,11 +8,13 @@ import pickle
 
 import pytest
 
-from clusterclip import cli
+from clusterclip.cli import main as cli
 from clusterclip.cli.options import cluster_config, corpus_config, embed_config, plan_configs
-from clusterclip.cluster import ClusterConfig
-from clusterclip.corpus import CorpusConfig, ReadOptions
-from clusterclip.embed import DEFAULT_BATCH_SIZES, EmbedConfig, get_embedder
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.registry import default_batch_sizes, get_embedder
 from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.pipeline import DEFAULT_STRATEGIES
@@ -137,10 +139,10 @@ def test_every_config_field_is_on_the_command_line():
 
 def test_one_batch_size_default():
     assert EmbedConfig().batch_size is None
-    for name, size in DEFAULT_BATCH_SIZES.items():
+    for name, size in default_batch_sizes().items():
         assert get_embedder(name).batch_size == size
         assert f"{name} {size}" in _actions("embed")["--batch-size"].help
-    assert DEFAULT_BATCH_SIZES["static"] >= 1024, "the static embedder is slow in small batches"
+    assert default_batch_sizes()["static"] >= 1024, "the static embedder is slow in small batches"
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip import embed as E
-from clusterclip.corpus import corpus_parts
+from clusterclip.contracts import audit
+from clusterclip.corpus.contract import corpus_parts, sample_texts
 from clusterclip.embed import static_vocab
-from clusterclip.embed.texts import sample_texts
+from clusterclip.embed.base import minilm_path
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.contract import EMBED_STAGE, load_embeddings
+from clusterclip.embed.distill import static_cache_dir, vocabulary_hash
+from clusterclip.embed.load import run_embedder
+from clusterclip.embed.registry import encode_texts
+from clusterclip.embed.stage import embed_stage
+from clusterclip.embed.static_vocab import StaticVocabEmbedder, corpus_vocabulary
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, artifact_checksums
-from clusterclip.store import layout as A
 from tests.test_embed import _assert_damaged_model_is_an_error, _make_run
 
 pytest.importorskip("sklearn")
@@ -45,26 +51,26 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fitted(cache: Path) -> E.StaticVocabEmbedder:
-    return E.StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(topic_texts(30))
+def fitted(cache: Path) -> StaticVocabEmbedder:
+    return StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(topic_texts(30))
 
 
 def test_corpus_vocabulary_keeps_split_words_whole_by_document_frequency() -> None:
     texts = ["Hypernym hypernym brûlée", "the hypernym of pg_dump", "postgresql hypernym 2019 brûlée",
              "postgresql 2019"]
-    words = E.corpus_vocabulary(texts, min_df=2)
+    words = corpus_vocabulary(texts, min_df=2)
     assert words == ["hypernym", "brulee", "postgresql"]  # df 3, then 2 in alphabetical order
-    assert E.corpus_vocabulary(texts, min_df=1, max_words=2) == ["hypernym", "brulee"]
-    assert "dump" not in E.corpus_vocabulary(texts, min_df=1)  # a MiniLM token already
-    assert E.corpus_vocabulary(list(reversed(texts)), min_df=2) == words
-    assert E.corpus_vocabulary([], min_df=1) == []
+    assert corpus_vocabulary(texts, min_df=1, max_words=2) == ["hypernym", "brulee"]
+    assert "dump" not in corpus_vocabulary(texts, min_df=1)  # a MiniLM token already
+    assert corpus_vocabulary(list(reversed(texts)), min_df=2) == words
+    assert corpus_vocabulary([], min_df=1) == []
 
 
-def test_a_domain_word_is_one_token_with_its_own_vector(fitted: E.StaticVocabEmbedder, cache: Path) -> None:
+def test_a_domain_word_is_one_token_with_its_own_vector(fitted: StaticVocabEmbedder, cache: Path) -> None:
     from tokenizers import Tokenizer
 
     assert {"hypernym", "postgresql", "autovacuum", "gnocchi"} <= set(fitted.words or [])
-    base = Tokenizer.from_file(str(E.minilm_path() / "tokenizer.json"))
+    base = Tokenizer.from_file(str(minilm_path() / "tokenizer.json"))
     assert len(base.encode("hypernym", add_special_tokens=False).tokens) > 1
     fitted._load()
     assert fitted._tok.encode("hypernym", add_special_tokens=False).tokens == ["hypernym"]
@@ -78,77 +84,78 @@ def test_a_domain_word_is_one_token_with_its_own_vector(fitted: E.StaticVocabEmb
     sims, same = x @ x.T, (np.arange(30)[:, None] % 3) == (np.arange(30)[None, :] % 3)
     assert sims[same].mean() > sims[~same].mean() + 0.2
     prov = json.loads((fitted.path / "clusterclip.json").read_text())
-    assert prov["extra_words"] == len(fitted.words or []) and prov["vocabulary_sha256"] == E.vocabulary_hash(
+    assert prov["extra_words"] == len(fitted.words or []) and prov["vocabulary_sha256"] == vocabulary_hash(
         fitted.words or [])
 
 
-def test_the_cache_is_keyed_by_vocabulary_hash(fitted: E.StaticVocabEmbedder, cache: Path,
+def test_the_cache_is_keyed_by_vocabulary_hash(fitted: StaticVocabEmbedder, cache: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    assert fitted.path == E.static_cache_dir(8, 300, cache, vocab_hash=E.vocabulary_hash(fitted.words or []))
+    assert fitted.path == static_cache_dir(8, 300, cache, vocab_hash=vocabulary_hash(fitted.words or []))
     assert fitted.path.name.startswith("static-minilm-8-v300-vocab-")
     monkeypatch.setattr(static_vocab, "distill_static_model", lambda *a, **k: pytest.fail("distilled again"))
-    again = E.StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(topic_texts(30))
+    again = StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(topic_texts(30))
     assert again.path == fitted.path and again.words == fitted.words
     np.testing.assert_array_equal(again.encode(topic_texts(5)), fitted.encode(topic_texts(5)))
-    other = E.StaticVocabEmbedder(cache_dir=cache, progress=False, **{**SMALL, "max_words": 3})
+    other = StaticVocabEmbedder(cache_dir=cache, progress=False, **{**SMALL, "max_words": 3})
     with pytest.raises(pytest.fail.Exception, match="distilled again"):
         other.fit(topic_texts(30))
 
 
 def test_unfitted_and_bad_options_are_errors(cache: Path) -> None:
     with pytest.raises(ClusterClipError, match="not fitted"):
-        E.StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).encode(["text"])
+        StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).encode(["text"])
     with pytest.raises(ClusterClipError, match="model_path"):
-        E.StaticVocabEmbedder(model_path=cache)
+        StaticVocabEmbedder(model_path=cache)
     with pytest.raises(ClusterClipError, match="min_df"):
-        E.StaticVocabEmbedder(min_df=0)
+        StaticVocabEmbedder(min_df=0)
 
 
 def _run(path: Path, cache: Path, seed: int = 0, **kw: object) -> tuple[RunDir, dict]:
     run = _make_run(path, topic_texts(45))
-    return run, E.embed_stage(run, "static-vocab", shard_size=20, progress=False, seed=seed, cache_dir=cache,
-                              **{**SMALL, **kw})
+    return run, embed_stage(run, EmbedConfig(embedder="static-vocab", shard_size=20, extra={'seed': seed,
+                                             'cache_dir': cache, **{**SMALL, **kw}}), progress=False).to_json()
 
 
 def test_stage_stores_the_model_and_run_embedder_reuses_it(tmp_path: Path, cache: Path) -> None:
     run, rec = _run(tmp_path / "run", cache)
-    model = [f"{A.STATIC_VOCAB_DIR}/{f}" for f in A.STATIC_VOCAB_FILES]
+    model = [f"{StaticVocabEmbedder.MODEL_DIR}/{f}" for f in StaticVocabEmbedder.MODEL_FILES]
     assert set(model) <= set(rec["artifacts"]) and rec["embedder"] == "static-vocab"
     assert rec["model"].startswith("static-minilm-8-v300-vocab-")
     sample = sample_texts(corpus_parts(run), 45, 30, 0)
-    assert json.loads(run.path(model[1]).read_text()) == E.corpus_vocabulary(sample, min_df=2, max_words=12)
-    emb = E.run_embedder(run)
-    assert isinstance(emb, E.StaticVocabEmbedder) and emb.path == run.path(A.STATIC_VOCAB_DIR)
+    assert json.loads(run.path(model[1]).read_text()) == corpus_vocabulary(sample, min_df=2, max_words=12)
+    emb = run_embedder(run)
+    assert isinstance(emb, StaticVocabEmbedder) and emb.path == run.path(StaticVocabEmbedder.MODEL_DIR)
     np.testing.assert_array_equal(emb.encode(topic_texts(45)).astype(np.float16).astype(np.float32),
-                                  E.load_embeddings(run))
+                                  load_embeddings(run))
     other, _ = _run(tmp_path / "other", cache)
     assert artifact_checksums(other.record("embed")) == artifact_checksums(rec)
-    x = E.encode_texts("static-vocab", topic_texts(45), cache_dir=cache, progress=False, **SMALL)
-    np.testing.assert_array_equal(x, E.StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(
+    x = encode_texts("static-vocab", topic_texts(45), cache_dir=cache, progress=False, **SMALL)
+    np.testing.assert_array_equal(x, StaticVocabEmbedder(cache_dir=cache, progress=False, **SMALL).fit(
         [topic_texts(45)[i] for i in np.sort(np.random.default_rng(0).choice(45, 30, replace=False))]
     ).encode(topic_texts(45)))
 
 
 def test_missing_or_edited_model_is_a_clear_error(tmp_path: Path, cache: Path) -> None:
     run, _ = _run(tmp_path / "run", cache)
-    weights = run.path(f"{A.STATIC_VOCAB_DIR}/model.safetensors")
+    weights = run.path(f"{StaticVocabEmbedder.MODEL_DIR}/model.safetensors")
     saved = weights.read_bytes()
     weights.write_bytes(saved[:-4] + b"\0\0\0\0")
-    _assert_damaged_model_is_an_error(run, E.StaticVocabEmbedder, weights, saved)
+    _assert_damaged_model_is_an_error(run, StaticVocabEmbedder, weights, saved)
 
 
 def test_resume_reuses_the_model_and_switching_embedder_removes_it(tmp_path: Path, cache: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     run, ref = _run(tmp_path / "run", cache)
     run.path("embeddings/shard-00001.npy").unlink()
-    run.invalidate(A.EMBED_STAGE)
+    run.invalidate(EMBED_STAGE)
     with monkeypatch.context() as m:
-        m.setattr(E.StaticVocabEmbedder, "fit", lambda *a: pytest.fail("refitted instead of reusing the model"))
-        rec = E.embed_stage(run, "static-vocab", shard_size=20, progress=False, cache_dir=cache, **SMALL)
+        m.setattr(StaticVocabEmbedder, "fit", lambda *a: pytest.fail("refitted instead of reusing the model"))
+        rec = embed_stage(run, EmbedConfig(embedder="static-vocab", shard_size=20, extra={'cache_dir': cache,
+                                           **SMALL}), progress=False).to_json()
     assert artifact_checksums(rec) == artifact_checksums(ref) and rec["model"] == ref["model"]
-    rec = E.embed_stage(run, "hashing", shard_size=20, progress=False, dim=8)
-    assert not run.path(A.STATIC_VOCAB_DIR).exists()
-    assert not any(k.startswith(A.STATIC_VOCAB_DIR) for k in rec["artifacts"])
+    rec = embed_stage(run, EmbedConfig(embedder="hashing", shard_size=20, extra={'dim': 8}), progress=False).to_json()
+    assert not run.path(StaticVocabEmbedder.MODEL_DIR).exists()
+    assert not any(k.startswith(StaticVocabEmbedder.MODEL_DIR) for k in rec["artifacts"])
 
 
 def test_ray_engine_writes_the_same_artifacts(tmp_path: Path, cache: Path) -> None:
@@ -158,15 +165,18 @@ def test_ray_engine_writes_the_same_artifacts(tmp_path: Path, cache: Path) -> No
     _, local = _run(tmp_path / "local", cache)
     with ray_session(num_cpus=2):
         run = _make_run(tmp_path / "ray", topic_texts(45))
-        remote = E.embed_stage(run, "static-vocab", shard_size=20, progress=False, cache_dir=cache, engine="ray",
-                               **SMALL)
+        remote = embed_stage(run, EmbedConfig(embedder="static-vocab", shard_size=20,
+                                              extra={'cache_dir': cache, **SMALL}), progress=False,
+                             engine="ray").to_json()
     assert remote["engine"] == "ray"
     assert artifact_checksums(remote) == artifact_checksums(local)
 
 
 def test_add_embeds_new_documents_with_the_stored_model(tmp_path: Path, cache: Path) -> None:
-    from clusterclip.cluster import cluster_stage
-    from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
+    from clusterclip.cluster.stage import cluster_stage
+    from clusterclip.corpus.config import CorpusConfig
+    from clusterclip.corpus.contract import read_column
+    from clusterclip.corpus.stage import corpus_stage
     from tests.test_add import CLUSTER, add, new_file
     from tests.test_cli import make_corpus
 
@@ -174,14 +184,14 @@ def test_add_embeds_new_documents_with_the_stored_model(tmp_path: Path, cache: P
     run = RunDir(tmp_path / "run")
     with run.lock():
         corpus_stage(run, [corpus], CorpusConfig(id_field="id"), progress=False)
-        rec = E.embed_stage(run, "static-vocab", shard_size=50, progress=False, cache_dir=cache,
-                            **{**SMALL, "sample_size": 90})
+        rec = embed_stage(run, EmbedConfig(embedder="static-vocab", shard_size=50, extra={'cache_dir': cache,
+                                           **{**SMALL, "sample_size": 90}}), progress=False).to_json()
         cluster_stage(run, CLUSTER, progress=False)
     assert rec["model"].startswith("static-minilm-8-v300-vocab-")
-    model = {p.name: p.read_bytes() for p in run.path(A.STATIC_VOCAB_DIR).iterdir()}
+    model = {p.name: p.read_bytes() for p in run.path(StaticVocabEmbedder.MODEL_DIR).iterdir()}
     add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 12, "finance": 8})])
-    assert {p.name: p.read_bytes() for p in run.path(A.STATIC_VOCAB_DIR).iterdir()} == model
-    stored = E.StaticVocabEmbedder.load(run.path(A.STATIC_VOCAB_DIR), progress=False)
+    assert {p.name: p.read_bytes() for p in run.path(StaticVocabEmbedder.MODEL_DIR).iterdir()} == model
+    stored = StaticVocabEmbedder.load(run.path(StaticVocabEmbedder.MODEL_DIR), progress=False)
     expected = stored.encode(read_column(run, "text")[90:]).astype(np.float16)
-    np.testing.assert_array_equal(E.load_embeddings(run, np.float16)[90:], expected)
-    assert run.audit()[A.EMBED_STAGE] == []
+    np.testing.assert_array_equal(load_embeddings(run, np.float16)[90:], expected)
+    assert audit(run)[EMBED_STAGE] == []

@@ -9,12 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
+from torch.utils.data import DataLoader, Dataset
 
-from clusterclip.errors import ClusterClipError  # noqa: E402
-from clusterclip.plan import PlanConfig, plan_stage  # noqa: E402
-from clusterclip.store import RunDir, save_json, save_npy  # noqa: E402
-from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset  # noqa: E402
+from clusterclip.errors import ClusterClipError
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
+from clusterclip.store import RunDir, save_json, save_npy
+from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset
+from tests.records import write_record
 
 
 def _plan(n=37, seed=0):
@@ -94,7 +96,7 @@ def _run_dir_with_plans(tmp_path, configs):
     run = RunDir(tmp_path / "run")
     labels = np.random.default_rng(0).integers(0, 5, 200).astype(np.int32)
     save_npy(run.path("labels.npy"), labels)
-    run.write_record("cluster", {"k": 5}, "x", ["labels.npy"], 0.0)
+    write_record(run, "cluster", {"k": 5}, "x", ["labels.npy"], 0.0)
     for cfg in configs:
         plan_stage(run, cfg)
     return run
@@ -187,7 +189,7 @@ def test_plan_written_by_format_1_still_loads(tmp_path):
 
 def test_sampler_refuses_a_plan_made_stale_by_reclustering(tmp_path):
     """Issue 16 item 4: after `cluster --k 3` the old plan's indices belong to another clustering."""
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
     from tests.test_cli import make_corpus
 
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 60, "astronomy": 30, "finance": 20, "sailing": 10})

@@ -22,16 +22,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterclip.experiment.stats import bootstrap_means, format_interval, paired_interval, verdict
-from clusterclip.store import layout as A
+from clusterclip.plan.contract import PLAN_ORDER, plan_path
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")
 
-from clusterclip.errors import ClusterClipError  # noqa: E402
-from clusterclip.experiment import quick_config, run_experiment  # noqa: E402
-from clusterclip.experiment.config import ExperimentConfig  # noqa: E402
-from clusterclip.experiment.tune import TuneConfig, run_tune, rung_sizes, search_pairs  # noqa: E402
-from clusterclip.settings import SettingsError  # noqa: E402
+from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.config import (
+    ExperimentConfig,
+    quick_config,
+)
+from clusterclip.experiment.proxy_runs import run_experiment
+from clusterclip.experiment.tune.config import TuneConfig
+from clusterclip.experiment.tune.halving import (
+    rung_sizes,
+    search_pairs,
+)
+from clusterclip.experiment.tune.search_stage import run_tune
+from clusterclip.settings import SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -198,7 +206,7 @@ def test_grid_default_caps_follow_the_passes_and_must_exceed_them() -> None:
 KILLED = """
 import sys
 from pathlib import Path
-from clusterclip.experiment.tune import run_tune
+from clusterclip.experiment.tune.search_stage import run_tune
 from tests.test_tune import CFG, SMALL, FakeRunner, EFFECTS
 run_tune([], Path(sys.argv[1]), CFG, SMALL, runner=FakeRunner(EFFECTS, sleep=0.15), write_plan=False)
 """
@@ -316,7 +324,7 @@ def test_experiment_over_two_splits_pairs_by_split_and_seed(tmp_path: Path) -> N
 
 
 def test_quick_tune_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from clusterclip import cli
+    from clusterclip.cli import main as cli
 
     corpus, out = _toy(tmp_path), tmp_path / "tuned"
     assert cli.main(["tune", str(corpus), "--out", str(out), "--quick", "--quiet", "--jobs", "2"]) == 0
@@ -328,7 +336,7 @@ def test_quick_tune_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert set(res["candidates"]) == {"random", "uniform", "temperature-0.5", "clusterclip-R5",
                                       "clusterclip-spread-R5"}
     plan = res["plan"]
-    assert (out / A.plan_path(plan["name"], A.PLAN_ORDER)).exists()
+    assert (out / plan_path(plan["name"], PLAN_ORDER)).exists()
     assert plan["command"] in printed and f"Chosen: {res['winner']}" in printed
     assert len(list((out / "tune" / "runs").glob("*.json"))) == res["progress"]["trained"]
     assert cli.main(["report", str(out), "--quiet"]) == 0
@@ -340,7 +348,7 @@ def test_quick_tune_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_presets_and_split_seed_on_the_command_line() -> None:
-    from clusterclip.cli import build_parser
+    from clusterclip.cli.main import build_parser
     from clusterclip.cli.options import experiment_config
     from clusterclip.cli.tune import tune_configs
 
@@ -375,7 +383,7 @@ def test_presets_and_split_seed_on_the_command_line() -> None:
 )
 def test_tune_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
                                        message: str) -> None:
-    from clusterclip import cli
+    from clusterclip.cli import main as cli
 
     corpus = _toy(tmp_path)
     assert cli.main(["tune", str(corpus), "--out", str(tmp_path / "o"), "--no-plan", "-q", *argv]) == 2

@@ -19,13 +19,14 @@ import pytest
 pytest.importorskip("torch")
 
 from clusterclip.cli.main import main
+from clusterclip.embed.config import EmbedConfig
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.specs import plan_config
-from clusterclip.experiment.tune import TuneConfig, run_tune
+from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.groups import ClusterView, assign, cluster_weights, reference_groups
-from clusterclip.mixture import from_arrays, write_swarm
+from clusterclip.experiment.tune.search_stage import run_tune
 from clusterclip.mixture.blend import megatron_data_path, olmo_source_mixture, write_blend
-from clusterclip.mixture.swarm import MixtureError
+from clusterclip.mixture.swarm import MixtureError, from_arrays, write_swarm
 from clusterclip.plan import build_plan
 from clusterclip.plan.quotas import feasible_weights
 from clusterclip.settings import SettingsError
@@ -196,7 +197,7 @@ def test_blend_outputs(tmp_path: Path) -> None:
 
 
 def test_report_shows_the_weight_search(tmp_path: Path) -> None:
-    from clusterclip.experiment.tune import format_summary
+    from clusterclip.experiment.tune.format import format_summary
     from clusterclip.report.tune import tune_section
 
     tune = TuneConfig(search=("grid", "weights"), taus=(0.5,), caps=(3,), orders=("equal-rate",), weights_cap=3,
@@ -210,7 +211,7 @@ def test_report_shows_the_weight_search(tmp_path: Path) -> None:
 
 def test_chosen_weights_become_an_ordinary_weights_plan_with_its_file(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterclip.experiment import quick_config
+    from clusterclip.experiment.config import quick_config
     from clusterclip.plan import stage
     from clusterclip.plan.config import PlanConfigError
 
@@ -223,20 +224,21 @@ def test_chosen_weights_become_an_ordinary_weights_plan_with_its_file(tmp_path: 
             return ["clusterclip", "plan", stage.RUN, "--strategy", "weights", "--weights", "WEIGHTS_FILE"]
 
     monkeypatch.setattr(stage, "plan_argv", plan_argv)
+    from clusterclip.cluster.contract import CENTROIDS
+    from clusterclip.experiment.contract import TUNE_DIR
     from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
     from clusterclip.experiment.tune.weights import weight_spec
-    from clusterclip.store import layout as A
     from clusterclip.store import load_npy
     from tests.test_experiment import _toy_corpus
 
     corpus, out = _toy_corpus(tmp_path / "toy.jsonl"), tmp_path / "run"
     cfg = quick_config()
     write_chosen_plan([corpus], out, cfg, {"name": "random", "strategy": "random"}, 0)
-    cent = np.asarray(load_npy(out / A.CENTROIDS))
+    cent = np.asarray(load_npy(out / CENTROIDS))
     groups = cent[:3]
     spec = weight_spec(np.array([0.5, 0.3, 0.2]), int(cfg.passes) + 2, 3)
     # the reference split whose embedding space the groups live in: here a copy of the whole run
-    shutil.copytree(out, out / A.TUNE_DIR / "splits" / "0", ignore=shutil.ignore_patterns("tune"))
+    shutil.copytree(out, out / TUNE_DIR / "splits" / "0", ignore=shutil.ignore_patterns("tune"))
     space = {"group_centroids": groups.tolist(), "reference_split": 0}
     plan = write_chosen_plan([corpus], out, cfg, spec, 0, weight_search={"space": space})
     saved = json.loads(Path(plan["weights_file"]).read_text())
@@ -270,8 +272,8 @@ def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Pa
     split's documents embedded by the reference split's embedder put its clusters (here: the true topics,
     plus one empty cluster) next to the reference's same topics."""
     pytest.importorskip("sklearn")
-    from clusterclip import embed as E
-    from clusterclip.embed.load import load_embeddings
+    from clusterclip.embed.contract import load_embeddings
+    from clusterclip.embed.stage import embed_stage
     from clusterclip.experiment.tune.runners import centroids_in
     from tests.test_embed import _make_run
     from tests.test_lsa import topic_texts
@@ -280,8 +282,8 @@ def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Pa
     for seed in (0, 1):
         texts, lab = topic_texts(160, seed=seed)
         run = _make_run(tmp_path / f"split{seed}", texts)
-        E.embed_stage(run, "lsa", shard_size=50, progress=False, dim=8, sample_size=160, min_df=1, max_df=0.9,
-                      seed=seed)
+        embed_stage(run, EmbedConfig(embedder="lsa", shard_size=50, extra={'dim': 8, 'sample_size': 160,
+                                     'min_df': 1, 'max_df': 0.9, 'seed': seed}), progress=False)
         runs.append(run)
         labels.append(lab)
     x = load_embeddings(runs[0])
@@ -295,7 +297,7 @@ def test_a_search_with_no_feasible_mixture_says_so(tmp_path: Path) -> None:
     """Splits whose clusters meet the reference's groups in reverse (its largest group is another split's
     smallest cluster): no mixture near the natural one fits the cap there, so the rounds stop with the
     reason instead of three empty rounds and a silent fallback to random."""
-    from clusterclip.experiment.tune import format_summary
+    from clusterclip.experiment.tune.format import format_summary
 
     class Reversed(PlanRunner):
         def cluster_view(self, split: int, space: int | None = None) -> ClusterView:

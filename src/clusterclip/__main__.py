@@ -1,5 +1,5 @@
 import sys
 
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 
 sys.exit(main())

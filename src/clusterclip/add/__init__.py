@@ -22,13 +22,3 @@ Modules: :mod:`.workflow` (the steps in order, the journal), :mod:`.new_docs` (r
 checking their ids), :mod:`.grow` (corpus and embed), :mod:`.drift` (the drift report), :mod:`.lineage`
 (duplicates, the add's command, ``--abort``).
 """
-
-from clusterclip.add.drift import DRIFT_PERCENTILE, drift_report, format_drift, lower_percentile
-from clusterclip.add.lineage import abort_add, pending_note, text_hashes
-from clusterclip.add.new_docs import check_new_ids
-from clusterclip.add.workflow import READ_FIELDS, AddConfig, add_documents, add_key
-
-__all__ = [
-    "DRIFT_PERCENTILE", "READ_FIELDS", "AddConfig", "abort_add", "add_documents", "add_key", "check_new_ids",
-    "drift_report", "format_drift", "lower_percentile", "pending_note", "text_hashes",
-]

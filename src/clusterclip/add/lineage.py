@@ -19,13 +19,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.corpus import ReadOptions, open_parquet
-from clusterclip.corpus.stage import lineage_hashes
+from clusterclip.cluster.contract import LABELS, SCORES, SIZES
+from clusterclip.contracts import GROWN
+from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord, open_part
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.embed.contract import EMBED_DIR, EMBED_SHARD_GLOB
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.store import RUN, RunDir, file_digest, load_json, save_json, save_npy
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
+from clusterclip.store.record import StageRecord
 
 READ_FIELDS = ("text_field", "id_field", "group_field", "on_bad_record", "split")
 
@@ -36,25 +40,23 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
                                        "little") for t in texts), np.uint64, len(texts))
 
 
-def run_text_hashes(run: RunDir, corpus_rec: Mapping[str, Any]) -> np.ndarray:
+def run_text_hashes(run: RunDir, corpus: CorpusRecord) -> np.ndarray:
     """The sorted text hashes of every document of the run (its corpus parts, streamed)."""
-    parts = sorted(r for r in corpus_rec["artifacts"] if r.startswith(f"{A.CORPUS_DIR}/") and r.endswith(".parquet"))
     chunks = [text_hashes(rb.column(0).to_pylist())
-              for rel in parts
-              for rb in open_parquet(run.path(rel)).iter_batches(batch_size=8192, columns=["text"], use_threads=False)]
+              for rel in corpus.parts()
+              for rb in open_part(run.path(rel)).iter_batches(batch_size=8192, columns=["text"], use_threads=False)]
     # Arrow's allocator keeps what the pass over every old text freed; hand it back, so the rest of the add
     # does not carry memory that grows with the run.
     pa.default_memory_pool().release_unused()
     return np.sort(np.concatenate(chunks)) if chunks else np.zeros(0, np.uint64)
 
 
-def check_duplicate_inputs(corpus_rec: Mapping[str, Any], hashed: Sequence[Mapping[str, Any]]) -> None:
+def check_duplicate_inputs(corpus: CorpusRecord, hashed: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a new input whose bytes already entered the run (an input of the corpus stage or of an add, or
     one of its corpus parts), or that another new input repeats; one line naming both."""
-    where = {h: "an input of the run" for h in lineage_hashes(dict(corpus_rec))}
-    where.update({meta["sha256"]: f"its corpus part {rel}" for rel, meta in corpus_rec["artifacts"].items()
-                  if rel.startswith(f"{A.CORPUS_DIR}/") and isinstance(meta, Mapping) and meta.get("sha256")})
-    for entry in corpus_rec.get("inputs", []):
+    where = {h: "an input of the run" for h in corpus.lineage_hashes()}
+    where.update({sha: f"its corpus part {rel}" for rel in corpus.parts() if (sha := corpus.artifact_sha256(rel))})
+    for entry in corpus.inputs:
         if entry.get("sha256"):
             where[entry["sha256"]] = f"{entry['path']}, an input of the run"
     for entry in hashed:
@@ -86,6 +88,12 @@ def pending_note(run: RunDir) -> str | None:
             "to undo it")
 
 
+def base_records(journal: Mapping[str, Any]) -> dict[str, StageRecord]:
+    """The records an add started from (saved in its journal), each read as its stage's contract."""
+    return {c.NAME: c.from_json(journal["base"][c.NAME], f"{A.ADD_JOURNAL}: base record {c.NAME!r}",
+                                "undo the add with `clusterclip add RUN --abort`") for c in GROWN}
+
+
 def abort_add(run: RunDir) -> str:
     """Undo an interrupted add: remove its new corpus parts and embedding shards, cut ``tokens.npy``,
     ``labels.npy`` and ``scores.npy`` back to the documents before it, restore ``sizes.npy`` and the three
@@ -96,12 +104,12 @@ def abort_add(run: RunDir) -> str:
         raise ClusterClipError(f"{run.root}: no interrupted `clusterclip add` to abort ({A.ADD_JOURNAL} is absent)")
     try:
         journal = load_json(path)
-        base = {stage: dict(journal["base"][stage]) for stage in A.STAGES}
+        base = {contract.NAME: dict(journal["base"][contract.NAME]) for contract in GROWN}
     except (ClusterClipError, OSError, KeyError, TypeError):
-        base = {stage: run.record(stage) or {"artifacts": {}} for stage in A.STAGES}
+        base = {contract.NAME: run.record(contract.NAME) or {"artifacts": {}} for contract in GROWN}
         journal = None
     listed = {rel for rec in base.values() for rel in rec.get("artifacts", {})}
-    for folder, glob in ((A.CORPUS_DIR, A.CORPUS_PART_GLOB), (A.EMBED_DIR, A.EMBED_SHARD_GLOB)):
+    for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB)):
         for part in run.path(folder).glob(glob):
             if f"{folder}/{part.name}" not in listed:
                 part.unlink()
@@ -116,14 +124,14 @@ def abort_add(run: RunDir) -> str:
 def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[str, Any]]) -> None:
     """Cut the grown arrays back, restore ``sizes.npy`` and rewrite the base records (times refreshed for the
     files whose bytes are the recorded ones)."""
-    n_old = int(base[A.CORPUS_STAGE]["count"])
-    for rel in (A.TOKENS, A.LABELS, A.SCORES):
+    n_old = int(base[CORPUS_STAGE]["count"])
+    for rel in (TOKENS, LABELS, SCORES):
         with contextlib.suppress(OSError, ValueError, ClusterClipError):
             dtype = np.load(run.path(rel), mmap_mode="r", allow_pickle=False).dtype
             append_npy(run.path(rel), n_old, np.zeros(0, dtype))
     with contextlib.suppress(OSError, ValueError):
-        sizes = np.asarray(journal["sizes"], dtype=np.load(run.path(A.SIZES), mmap_mode="r").dtype)
-        save_npy(run.path(A.SIZES), sizes)
+        sizes = np.asarray(journal["sizes"], dtype=np.load(run.path(SIZES), mmap_mode="r").dtype)
+        save_npy(run.path(SIZES), sizes)
     for stage, rec in base.items():
         for rel, meta in rec.get("artifacts", {}).items():
             with contextlib.suppress(OSError):

@@ -3,9 +3,7 @@ the run's and each other's."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,52 +11,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clusterclip.add.lineage import text_hashes
-from clusterclip.corpus import (
-    PART_ROWS,
-    PartWriter,
-    ReadOptions,
-    ReadStats,
-    WorkUnit,
-    located_documents,
-    make_token_counter,
-    open_parquet,
-    read_unit,
-)
-from clusterclip.corpus.records import DocBatch
+from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CorpusRecord, corpus_part, open_part
+from clusterclip.corpus.grow import NewDocs
+from clusterclip.corpus.inputs import WorkUnit
+from clusterclip.corpus.limits import PART_ROWS
+from clusterclip.corpus.parts import PartWriter
+from clusterclip.corpus.reading import located_documents, read_unit
+from clusterclip.corpus.records import DocBatch, ReadOptions, ReadStats
+from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 
 
-@dataclass
-class NewDocs:
-    """What reading the new inputs wrote and counted; ``unit_ends[u]``: documents read up to work unit ``u``
-    (kept or not), ``read_pos[i]``: the position among those of the ``i``-th kept document, ``duplicates``:
-    documents skipped because their text is already in the run."""
-
-    parts: list[str]
-    tokens: np.ndarray
-    ids: list[str]
-    unit_ends: list[int]
-    stats: ReadStats
-    groups: Counter[str]
-    read_pos: np.ndarray
-    duplicates: int = 0
-
-
-def corpus_part_files(corpus_rec: Mapping[str, Any]) -> list[str]:
-    """The corpus parts a corpus record lists (run-relative), in order."""
-    return sorted(r for r in corpus_rec["artifacts"] if r.startswith(f"{A.CORPUS_DIR}/") and r.endswith(".parquet"))
-
-
-def read_new_documents(run: RunDir, journal: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
-                       progress: bool, known: np.ndarray | None = None) -> NewDocs:
+def read_new_documents(run: RunDir, journal: Mapping[str, Any], base: CorpusRecord, units: Sequence[WorkUnit],
+                       opts: ReadOptions, progress: bool, known: np.ndarray | None = None) -> NewDocs:
     """Read the new inputs into corpus parts after the run's and check their ids; documents whose text hash
     is in ``known`` (sorted; the run's) or repeats an earlier new one are skipped and counted (``None``:
     keep all). On a refusal before the add started (no journal yet) the new parts are removed again."""
-    base = journal["base"]
-    first_part = len(corpus_part_files(base["corpus"]))
+    first_part = len(base.parts())
     try:
         new = _read_new(run, base, units, opts, progress, known)
         if not new.ids:
@@ -69,20 +41,19 @@ def read_new_documents(run: RunDir, journal: Mapping[str, Any], units: Sequence[
         check_new_ids(run, base, units, new, opts)
     except ClusterClipError:
         if not run.path(A.ADD_JOURNAL).exists():
-            for path in run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB):
+            for path in run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB):
                 if int(path.stem.split("-")[1]) >= first_part:
                     path.unlink()
         raise
     return new
 
 
-def _read_new(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit], opts: ReadOptions,
+def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: ReadOptions,
               progress: bool, known: np.ndarray | None) -> NewDocs:
     """Read the new inputs into parts after the corpus', indexed from its count, skipping known texts."""
-    first_part = len(corpus_part_files(base["corpus"]))
-    writer = PartWriter(run.root, lambda i: A.corpus_part(first_part + i),
-                        make_token_counter(base["corpus"]["config"].get("tokenizer")), PART_ROWS,
-                        first_index=int(base["corpus"]["count"]))
+    first_part = len(base.parts())
+    writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
+                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count)
     stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
@@ -134,7 +105,7 @@ def _where_new(units: Sequence[WorkUnit], new: NewDocs, pos: int, opts: ReadOpti
     return f"{units[unit_no].path} (document {skip + 1})"
 
 
-def check_new_ids(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit], new: NewDocs,
+def check_new_ids(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], new: NewDocs,
                   opts: ReadOptions) -> None:
     """Refuse new ids that an existing document has (streaming the old parts' id column) or that two new
     documents share; the error names both places."""
@@ -150,8 +121,8 @@ def check_new_ids(run: RunDir, base: Mapping[str, Any], units: Sequence[WorkUnit
         first[doc_id] = pos
     values = pa.array(new.ids, pa.string())
     row0 = 0
-    for rel in corpus_part_files(base["corpus"]):
-        pf = open_parquet(run.path(rel))
+    for rel in base.parts():
+        pf = open_part(run.path(rel))
         for rb in pf.iter_batches(batch_size=8192, columns=["id"]):
             hits = np.flatnonzero(pc.is_in(rb.column(0), value_set=values).to_numpy(zero_copy_only=False))
             if hits.size:

@@ -12,17 +12,22 @@ from typing import Any
 import numpy as np
 
 from clusterclip.add.drift import drift_report
-from clusterclip.add.grow import embed_new, grow_corpus_record, grow_embed_record
-from clusterclip.add.lineage import READ_FIELDS, add_command, check_duplicate_inputs, run_text_hashes
+from clusterclip.add.lineage import READ_FIELDS, add_command, base_records, check_duplicate_inputs, run_text_hashes
 from clusterclip.add.new_docs import read_new_documents
-from clusterclip.cluster import grow_cluster_record, grow_clusters
-from clusterclip.corpus import ReadOptions, expand_inputs, inputs_fingerprint, work_units
-from clusterclip.corpus.inputs import content_hashes
-from clusterclip.dedup import DEDUP_STAGE
-from clusterclip.dedup.grow import extend_groups
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.cluster.grow import grow_clusters
+from clusterclip.contracts import GROWN
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint, work_units
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
+from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord
+from clusterclip.embed.grow import embed_new
 from clusterclip.engines import check_engine
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import Settings, between, setting
+from clusterclip.stage_table import TABLE
+from clusterclip.stages.growth import Growth
 from clusterclip.store import RunDir, config_hash, load_json, load_npy, save_json
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
@@ -68,18 +73,18 @@ def add_documents(run: RunDir, inputs: Sequence[str | os.PathLike[str]], read: R
                                "documents from 0, not after an existing corpus")
     if not inputs:
         raise ClusterClipError("clusterclip add needs at least one NEW_INPUT")
-    corpus_rec = run.require(A.CORPUS_STAGE, verify=False)
-    opts = read or ReadOptions(**{f: corpus_rec["config"][f] for f in READ_FIELDS})
+    corpus = CorpusRecord.require(run, verify=False)
+    opts = read or ReadOptions(**corpus.read_options(READ_FIELDS))
     resolved = expand_inputs(inputs)
-    key, fingerprint = add_key(resolved, opts, corpus_rec.get("inputs", []))
+    key, fingerprint = add_key(resolved, opts, corpus.inputs)
     pending = run.path(A.ADD_JOURNAL).exists()
-    if not pending and key in {a["key"] for a in corpus_rec.get("additions", [])}:
+    if not pending and key in {a["key"] for a in corpus.additions or ()}:
         return {"already_added": True, "inputs": [str(p) for p in inputs]}
     if not pending and not config.allow_duplicates:
-        check_duplicate_inputs(corpus_rec, fingerprint)
+        check_duplicate_inputs(corpus, fingerprint)
     journal = _journal(run, key, [str(p) for p in inputs], opts)
     journal.update(fingerprint=fingerprint, input_hashes=[e["sha256"] for e in fingerprint],
-                   command=add_command([str(p) for p in inputs], opts, corpus_rec["config"], config.allow_duplicates))
+                   command=add_command([str(p) for p in inputs], opts, corpus.config, config.allow_duplicates))
     return _add(run, journal, resolved, opts, config, progress)
 
 
@@ -101,14 +106,14 @@ def _journal(run: RunDir, key: str, inputs: Sequence[str], opts: ReadOptions) ->
                 f"re-run that add to finish it (its inputs are recognised by content, wherever they are now), or "
                 f"{abort}")
         return journal
-    for stage in A.STAGES:
-        run.require(stage, verify=False)
-        run.verify(stage, checksums=False)
-    run.require_current(A.EMBED_STAGE, A.CORPUS_STAGE)
-    run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
-    base = {stage: run.record(stage) for stage in A.STAGES}
+    for contract in GROWN:
+        contract.require(run, verify=False)
+        run.verify(contract.NAME, checksums=False)
+    run.require_current(EMBED_STAGE, CORPUS_STAGE)
+    run.require_current(CLUSTER_STAGE, EMBED_STAGE)
+    base = {contract.NAME: run.record(contract.NAME) for contract in GROWN}
     return {"key": key, "inputs": list(inputs), "read": asdict(opts), "base": base,
-            "sizes": load_npy(run.path(A.SIZES)).astype(int).tolist()}
+            "sizes": load_npy(run.path(SIZES)).astype(int).tolist()}
 
 
 def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, str]], opts: ReadOptions,
@@ -117,29 +122,32 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     rewrite the corpus, embed and cluster records (in that order, so each stage is current with the one
     before it), write the drift report and remove the journal."""
     t0 = time.perf_counter()
-    base, n_old = journal["base"], int(journal["base"]["corpus"]["count"])
-    known = None if config.allow_duplicates else run_text_hashes(run, base["corpus"])
-    new = read_new_documents(run, journal, work_units(resolved), opts, progress, known)
+    base = base_records(journal)
+    corpus, embed = base[CORPUS_STAGE], base[EMBED_STAGE]
+    assert isinstance(corpus, CorpusRecord) and isinstance(embed, EmbedRecord)
+    n_old = corpus.count
+    known = None if config.allow_duplicates else run_text_hashes(run, corpus)
+    new = read_new_documents(run, journal, corpus, work_units(resolved), opts, progress, known)
     save_json(run.path(A.ADD_JOURNAL), journal)
-    append_npy(run.path(A.TOKENS), n_old, new.tokens)
-    shards = embed_new(run, base["embed"], new.parts, len(new.ids), progress)
+    append_npy(run.path(TOKENS), n_old, new.tokens)
+    shards = embed_new(run, embed, new.parts, len(new.ids), progress)
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)
     # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
-    report = drift_report(run.path(A.SCORES), run.path(A.LABELS), n_old, scores, labels, old_sizes,
+    report = drift_report(run.path(SCORES), run.path(LABELS), n_old, scores, labels, old_sizes,
                           config.drift_threshold)
-    report["embedder"] = base["embed"]["config"].get("embedder", {}).get("name")
-    grow_corpus_record(run, journal, new, time.perf_counter() - t0)
-    grow_embed_record(run, base["embed"], n_old + len(new.ids), shards, journal["command"])
-    grow_cluster_record(run, base["cluster"], n_old, scores, sizes)
-    report["dedup"] = _dedup_summary(extend_groups(run, base, n_old), run.record(DEDUP_STAGE) is not None)
+    report["embedder"] = embed.embedder_config.get("name")
+    growth = Growth(journal, base, n_old, new, shards, scores, sizes, time.perf_counter() - t0)
+    grown = {entry.name: entry.grow(run, growth) for entry in TABLE if entry.grow is not None}
+    report["dedup"] = _dedup_summary(grown[DEDUP_STAGE], run.record(DEDUP_STAGE) is not None)
     save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates})
     run.path(A.ADD_JOURNAL).unlink()
     return load_json(run.path(A.DRIFT_REPORT))
 
 
-def _dedup_summary(record: dict[str, Any] | None, ran: bool) -> dict[str, Any] | None:
+def _dedup_summary(record: DedupRecord | None, ran: bool) -> dict[str, Any] | None:
     """What the add did to the duplicate groups: extended (the new counts), stale, or nothing (no dedup yet)."""
     if record is None:
         return {"extended": False} if ran else None
-    return {"extended": True, **{k: record[k] for k in ("documents", "groups", "removed", "largest_group")}}
+    return {"extended": True, "documents": record.documents, "groups": record.groups, "removed": record.removed,
+            "largest_group": record.largest_group}

@@ -1,7 +1,3 @@
 """``clusterclip`` command line: one thin sub-command per module (parser and handler); the logic lives in
 the stages. :mod:`.main` builds the parser and is the entry point, :mod:`.options` holds the options
 several commands share."""
-
-from clusterclip.cli.main import build_parser, main
-
-__all__ = ["build_parser", "main"]

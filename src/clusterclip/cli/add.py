@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterclip.add import READ_FIELDS, AddConfig, abort_add, add_documents, format_drift
+from clusterclip.add.drift import format_drift
+from clusterclip.add.lineage import abort_add
+from clusterclip.add.workflow import READ_FIELDS, AddConfig, add_documents
 from clusterclip.cli.options import add_common, add_engine, command, writing
-from clusterclip.corpus import ReadOptions
+from clusterclip.contracts import record_paths
+from clusterclip.corpus.contract import CorpusRecord
+from clusterclip.corpus.records import ReadOptions
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.store import RunDir
-from clusterclip.store import layout as A
 from clusterclip.store.lineage import check_record_files
 
 
@@ -38,14 +41,14 @@ def cmd_add(a: argparse.Namespace) -> int:
     if a.abort != (not a.new_inputs):
         raise ClusterClipError("clusterclip add needs NEW_INPUT... to add, or --abort alone to undo an interrupted add")
     run = RunDir(a.run_dir)
-    check_record_files(run.root)
+    check_record_files(record_paths(run))
     if a.abort:
         with writing(run):
             print(abort_add(run))
         return 0
     with writing(run) as run:
-        recorded = run.require(A.CORPUS_STAGE, verify=False)["config"]
-        read = from_args(ReadOptions, a, READ_FIELDS, base=ReadOptions(**{f: recorded[f] for f in READ_FIELDS}))
+        recorded = CorpusRecord.require(run, verify=False).read_options(READ_FIELDS)
+        read = from_args(ReadOptions, a, READ_FIELDS, base=ReadOptions(**recorded))
         report = add_documents(run, a.new_inputs, read, from_args(AddConfig, a), progress=not a.quiet,
                                engine=a.engine)
     print(format_drift(report, run))

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from clusterclip.cli.options import add_cluster, add_common, cluster_config, command, engine_config
-from clusterclip.cluster import cluster_stage
+from clusterclip.cluster.stage import cluster_stage
 from clusterclip.store import RunDir
 
 
@@ -27,6 +27,6 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     with run.lock(), engine.session():
         rec = cluster_stage(run, cluster_config(a), force=a.force, progress=not a.quiet, engine=engine.engine,
                             refit=a.refit)
-    print(f"{run.root}: k={rec['k']} clusters (sizes {rec['size_min']}..{rec['size_max']}), "
-          f"mean cosine {rec['objective']:.4f}, trained on {rec['sample_size']:,} documents")
+    print(f"{run.root}: k={rec.k} clusters (sizes {rec.size_min}..{rec.size_max}), "
+          f"mean cosine {rec.objective:.4f}, trained on {rec.sample_size:,} documents")
     return 0

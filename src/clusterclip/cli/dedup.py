@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from clusterclip.cli.options import add_common, add_engine, command, engine_config
-from clusterclip.dedup import DedupConfig, dedup_stage
+from clusterclip.dedup.config import DedupConfig
+from clusterclip.dedup.stage import dedup_stage
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.store import RunDir
 
@@ -32,7 +33,7 @@ def cmd_dedup(a: argparse.Namespace) -> int:
     run, engine = RunDir(a.run_dir), engine_config(a)
     with run.lock(), engine.session():
         rec = dedup_stage(run, from_args(DedupConfig, a), force=a.force, engine=engine.engine)
-    print(f"{run.root}: {rec['groups']:,} groups of {rec['documents']:,} documents, {rec['removed']:,} duplicates "
-          f"({rec['removed_semantic']:,} semantic, {rec['removed_lexical']:,} lexical), largest group "
-          f"{rec['largest_group']}")
+    print(f"{run.root}: {rec.groups:,} groups of {rec.documents:,} documents, {rec.removed:,} duplicates "
+          f"({rec.removed_semantic:,} semantic, {rec.removed_lexical:,} lexical), largest group "
+          f"{rec.largest_group}")
     return 0

@@ -23,5 +23,5 @@ def cmd_embed(a: argparse.Namespace) -> int:
     with writing(RunDir(a.out)) as run, engine.session():
         rec = embed_corpus(run, a.inputs, corpus_config(a), embed_config(a), force=a.force, progress=not a.quiet,
                            engine=engine.engine)
-    print(f"{run.root}: {rec['count']:,} embeddings of dim {rec['dim']} ({rec['config']['embedder']})")
+    print(f"{run.root}: {rec.count:,} embeddings of dim {rec.dim} ({rec.embedder_config})")
     return 0

@@ -19,8 +19,8 @@ from clusterclip.experiment.config import (
     ModelConfig,
     TrainConfig,
 )
+from clusterclip.experiment.contract import EXPERIMENT_RESULTS
 from clusterclip.settings import SettingsError, add_arguments
-from clusterclip.store import layout as A
 
 HELP = "train a small GPT per sampling strategy and compare held-out losses"
 DESCRIPTION = """\
@@ -80,5 +80,5 @@ def cmd_experiment(a: argparse.Namespace) -> int:
     except SettingsError as exc:
         raise settings_error(exc) from exc
     print(markdown_table(results))
-    print(Path(a.out) / A.EXPERIMENT_RESULTS)
+    print(Path(a.out) / EXPERIMENT_RESULTS)
     return 0

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from clusterclip.cli.options import add_common, add_engine, command, engine_config
-from clusterclip.export import ExportConfig, export_plan
+from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.store import RunDir
 

@@ -10,15 +10,14 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
-from clusterclip.cluster import ClusterConfig
-from clusterclip.corpus import CORPUS_FIELDS, CorpusConfig
-from clusterclip.embed import EmbedConfig
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
+from clusterclip.embed.config import EmbedConfig
 from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.pipeline import DEFAULT_STRATEGIES
-from clusterclip.plan import PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
-from clusterclip.plan.config import DEFAULT_ORDER
+from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
 from clusterclip.store import RunDir
 

@@ -7,12 +7,12 @@ import json
 from typing import Any
 
 from clusterclip.cli.options import add_common, add_plan, command, plan_configs, writing
+from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import format_summary
-from clusterclip.plan import continuation, plan_stage
+from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.store import RunDir
-from clusterclip.store import layout as A
 from clusterclip.store.lineage import check_record_files
+from clusterclip.summary import format_summary
 
 
 def add_plan_parser(sub: Any) -> argparse.ArgumentParser:
@@ -37,19 +37,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
     (cfg,) = plan_configs(a, [a.strategy])
     if (a.continue_plan is None) != (a.consumed is None):
         raise ClusterClipError("--continue PLAN and --consumed N go together: continue PLAN after N positions")
-    check_record_files(RunDir(a.run_dir).root)
+    check_record_files(record_paths(RunDir(a.run_dir)))
     with writing(RunDir(a.run_dir)) as run:
         if a.continue_plan is None:
             rec = plan_stage(run, cfg, force=a.force)
         else:
             cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed)
             rec = plan_stage(run, cfg, force=a.force, continues=parent)
-    path = run.path(A.plan_path(rec["name"], A.PLAN_ORDER))
+    path = run.path(rec.order_file())
     if a.json:
-        print(json.dumps({"plan": str(path), "name": rec["name"], "identity": rec.get("identity"),
-                          "stats": rec.get("stats", {})}, indent=2, default=str))
+        print(json.dumps({"plan": str(path), "name": rec.name, "identity": rec.identity, "stats": rec.stats},
+                         indent=2, default=str))
     elif not a.quiet:
-        stats = {k: v for k, v in rec.get("stats", {}).items() if v is not None}
-        summary = format_summary({"run_dir": str(run.root), "plans": {rec["name"]: stats}})
+        stats = {k: v for k, v in rec.stats.items() if v is not None}
+        summary = format_summary({"run_dir": str(run.root), "plans": {rec.name: stats}})
         print(f"{summary.splitlines()[-1].removeprefix('plan:').strip()} ({path})")
     return 0

@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from clusterclip.cli.options import add_common, command
+from clusterclip.cluster.contract import CLUSTER_STAGE
+from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
@@ -24,9 +26,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     from clusterclip.report import build_report
 
     run = RunDir(a.run_dir)
-    check_record_files(run.root)
-    if not run.record_path(A.CLUSTER_STAGE).is_file():
-        raise ClusterClipError(f"{run.root}: not a run directory with clusters (no {A.record(A.CLUSTER_STAGE)}); "
+    check_record_files(record_paths(run))
+    if not run.record_path(CLUSTER_STAGE).is_file():
+        raise ClusterClipError(f"{run.root}: not a run directory with clusters (no {A.record(CLUSTER_STAGE)}); "
                                f"nothing was written: build one with `clusterclip run INPUT... --out {run.root}`")
     print(build_report(a.run_dir, progress=not a.quiet))
     return 0

@@ -17,7 +17,8 @@ from clusterclip.cli.options import (
     engine_config,
     plan_configs,
 )
-from clusterclip.pipeline import DEFAULT_RUN_DIR, format_summary, run_pipeline
+from clusterclip.pipeline import DEFAULT_RUN_DIR, run_pipeline
+from clusterclip.summary import format_summary
 
 
 def add_run_parser(sub: Any) -> argparse.ArgumentParser:

@@ -7,10 +7,12 @@ import json
 from typing import Any
 
 from clusterclip.cli.options import command
+from clusterclip.contracts import audit as stage_audit
+from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import format_audit, format_summary, summarize
 from clusterclip.store import RunDir
 from clusterclip.store.lineage import check_record_files
+from clusterclip.summary import format_audit, format_summary, summarize
 
 
 def add_status_parser(sub: Any) -> argparse.ArgumentParser:
@@ -28,9 +30,9 @@ def cmd_status(a: argparse.Namespace) -> int:
     run = RunDir(a.run_dir)
     if not run.root.is_dir():
         raise ClusterClipError(f"{run.root}: not a run directory")
-    check_record_files(run.root)
+    check_record_files(record_paths(run))
     summary = summarize(run)
-    audit = run.audit() if a.verify else None
+    audit = stage_audit(run) if a.verify else None
     if audit is not None:
         audit.update({stage: found for stage, found in summary.get("problems", {}).items() if stage not in audit})
     if a.json:

@@ -13,9 +13,10 @@ from typing import Any
 
 from clusterclip.cli.options import add_presets, add_verbosity, experiment_config, settings_error
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.experiment.tune import TuneConfig, format_summary, print_event, run_tune
-from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE
-from clusterclip.mixture import format_proposal, load_any, propose_from_swarm, write_weights
+from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE, TuneConfig
+from clusterclip.experiment.tune.format import format_summary, print_event
+from clusterclip.experiment.tune.search_stage import run_tune
+from clusterclip.mixture.fromcsv import format_proposal, load_any, propose_from_swarm, write_weights
 from clusterclip.settings import SettingsError, add_arguments, from_args
 
 HELP = "choose cap, temperature and order for a corpus by proxy training runs"

@@ -19,9 +19,6 @@ from clusterclip.corpus.records import is_unicode, unreadable
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import file_digest
 
-DEFAULT_IDENTITY = "default-corpus"
-"""The content identity of the built-in default corpus in a run's lineage (it has no input files)."""
-
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 COMPRESSED = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
@@ -128,16 +125,6 @@ def content_hashes(fingerprint: Sequence[dict[str, Any]],
                 raise unreadable(Path(entry["path"]), exc) from None
         out.append({**entry, "sha256": digest})
     return out
-
-
-def same_content(entry: dict[str, Any], known: dict[str, Any]) -> bool:
-    """Whether the input file of fingerprint ``entry`` still holds the bytes of the recorded ``known`` entry:
-    same size and modification time, or (a rewrite or a copy) the same SHA-256."""
-    if entry["size"] != known.get("size"):
-        return False
-    if entry["mtime_ns"] == known.get("mtime_ns"):
-        return True
-    return bool(known.get("sha256")) and content_hashes([entry])[0]["sha256"] == known["sha256"]
 
 
 @dataclass(frozen=True)

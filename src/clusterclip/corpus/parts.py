@@ -6,35 +6,22 @@ whoever wrote them (this process, Ray tasks, ``clusterclip add``).
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
+from clusterclip.corpus.contract import CORPUS_SCHEMA
 from clusterclip.corpus.id_spill import IdSpill
-from clusterclip.corpus.parquet import open_parquet
 from clusterclip.corpus.records import DocBatch, ReadStats
 from clusterclip.errors import disk_full_at
-from clusterclip.store import RunDir, atomic_path
-from clusterclip.store import layout as A
-
-CORPUS_SCHEMA = pa.schema(
-    [
-        ("index", pa.int64()),
-        ("id", pa.string()),
-        ("text", pa.string()),
-        ("n_tokens", pa.int64()),
-        ("group", pa.string()),
-    ]
-)
+from clusterclip.store import atomic_path
 
 
 @dataclass
@@ -122,40 +109,3 @@ def hash_ids(ids: list[str]) -> np.ndarray:
     """A 64-bit hash of every id (to count duplicate ids without keeping the ids)."""
     return np.fromiter((int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest(), "little")
                         for s in ids), dtype=np.uint64, count=len(ids))
-
-
-def corpus_parts(run: RunDir) -> list[Path]:
-    """The corpus parquet parts of a run directory, in index order: those its corpus record lists, or,
-    without a record, every ``corpus/part-*.parquet``."""
-    artifacts = (run.record(A.CORPUS_STAGE) or {}).get("artifacts", {})
-    rels = sorted(r for r in artifacts if fnmatch.fnmatch(r, f"{A.CORPUS_DIR}/{A.CORPUS_PART_GLOB}"))
-    if not rels:
-        return sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB))
-    return [run.path(r) for r in rels]
-
-
-def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
-                first: int = 0) -> Iterator[pa.RecordBatch]:
-    """Stream the corpus of a run directory in index order, only the given columns, from document ``first``
-    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended)."""
-    start = 0
-    for part in corpus_parts(run):
-        pf = open_parquet(part)
-        rows = pf.metadata.num_rows
-        if start + rows > first:
-            skip = max(0, first - start)
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
-                if skip >= rb.num_rows:
-                    skip -= rb.num_rows
-                    continue
-                yield rb.slice(skip)
-                skip = 0
-        start += rows
-
-
-def read_column(run: RunDir, column: str) -> list[Any]:
-    """One corpus column as a Python list (e.g. ids or groups); O(N) memory."""
-    out: list[Any] = []
-    for rb in iter_corpus(run, (column,)):
-        out.extend(rb.column(0).to_pylist())
-    return out

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
 from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import CORPUS_ID_SPILL, corpus_part, corpus_staging_part
 from clusterclip.corpus.id_spill import UNIT_SHIFT, IdSpill
 from clusterclip.corpus.inputs import WorkUnit, number_lines, work_units
 from clusterclip.corpus.jsonl import count_newlines
@@ -24,7 +25,6 @@ from clusterclip.corpus.reading import read_unit
 from clusterclip.corpus.records import ReadStats
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.engines import ray_tasks
-from clusterclip.store import layout as A
 
 Piece = tuple[str, int, int]
 """Rows ``[start, stop)`` of a staging part."""
@@ -39,7 +39,7 @@ def read_on_ray(root: Path, resolved: Sequence[tuple[Path, str]], config: Corpus
     ranges = [(str(u.path), *u.byte_range) for u in units if u.byte_range is not None]
     units = number_lines(units, ray_tasks(count_newlines, ranges))
 
-    spill = IdSpill(root / A.CORPUS_ID_SPILL)
+    spill = IdSpill(root / CORPUS_ID_SPILL)
 
     def done(r: WrittenParts) -> None:
         """Spill a unit's id hashes as it finishes, so that the driver never holds them all."""
@@ -80,14 +80,14 @@ def _cut_parts(staged: Sequence[tuple[str, int]], part_rows: int) -> list[tuple[
             offset += take
             if offset == size:
                 src, offset = src + 1, 0
-        cuts.append((A.corpus_part(len(cuts)), pieces, first))
+        cuts.append((corpus_part(len(cuts)), pieces, first))
     return cuts
 
 
 def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfig, part_rows: int) -> WrittenParts:
     """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
     stats = ReadStats()
-    writer = PartWriter(Path(root), functools.partial(A.corpus_staging_part, unit_no),
+    writer = PartWriter(Path(root), functools.partial(corpus_staging_part, unit_no),
                         make_token_counter(config.tokenizer), part_rows)
     for batch in read_unit(unit, config, stats):
         writer.add(batch)

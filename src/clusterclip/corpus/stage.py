@@ -16,10 +16,21 @@ from typing import Any
 
 from clusterclip.corpus import limits
 from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
+from clusterclip.corpus.contract import (
+    CORPUS_DIR,
+    CORPUS_ID_SPILL,
+    CORPUS_PART_GLOB,
+    CORPUS_STAGE,
+    CORPUS_STAGING,
+    DEFAULT_IDENTITY,
+    TOKENS,
+    CorpusRecord,
+    corpus_part,
+)
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
 from clusterclip.corpus.id_spill import IdSpill
-from clusterclip.corpus.inputs import DEFAULT_IDENTITY, content_hashes, expand_inputs, inputs_fingerprint, same_content
+from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint
 from clusterclip.corpus.parts import PartWriter, WrittenParts
 from clusterclip.corpus.ray_read import read_on_ray
 from clusterclip.corpus.reading import iter_documents
@@ -30,8 +41,7 @@ from clusterclip.errors import ClusterClipError, DiskFullError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
-from clusterclip.store import RUN, RunDir, StaleArtifactError, config_hash, save_npy
-from clusterclip.store import layout as A
+from clusterclip.store import RUN, RunDir, config_hash, save_npy
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +54,7 @@ def corpus_stage(
     progress: bool = True,
     engine: str = "local",
     command: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> CorpusRecord:
     """Read ``inputs`` (or the default corpus) into ``corpus/part-*.parquet`` and ``tokens.npy``.
 
     Skipped when the record shows the same inputs (paths, sizes, mtimes) and options. With
@@ -68,9 +78,9 @@ def corpus_stage(
     held = check_lineage(run, fingerprint if inputs else None, cfg, force)
     if held is not None:
         return held
-    stage = Stage(A.CORPUS_STAGE, cfg, config_hash(fingerprint),
+    stage = Stage(CORPUS_STAGE, cfg, config_hash(fingerprint),
                   build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint),
-                  command=command or corpus_command(inputs, config))
+                  command=command or corpus_command(inputs, config), record=CorpusRecord)
     with disk_full_at(run.root):
         return run_stage(run, stage, force)
 
@@ -90,7 +100,7 @@ def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
     try:
         return _write_corpus(run, inputs, resolved, config, engine, progress, fingerprint)
     except DiskFullError:
-        for part in run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB):
+        for part in run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB):
             part.unlink(missing_ok=True)
         raise
 
@@ -104,18 +114,18 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
             where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
             raise ClusterClipError(f"{where}: empty corpus: no usable documents"
                                    + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
-        for stale in sorted(run.path(A.CORPUS_DIR).glob(A.CORPUS_PART_GLOB)):
-            if f"{A.CORPUS_DIR}/{stale.name}" not in read.parts:
+        for stale in sorted(run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB)):
+            if f"{CORPUS_DIR}/{stale.name}" not in read.parts:
                 stale.unlink()
         duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
     finally:
-        shutil.rmtree(run.path(A.CORPUS_ID_SPILL), ignore_errors=True)
+        shutil.rmtree(run.path(CORPUS_ID_SPILL), ignore_errors=True)
     hashed = content_hashes(fingerprint) if inputs else []
-    with disk_full_at(run.path(A.TOKENS)):
-        save_npy(run.path(A.TOKENS), read.tokens)
+    with disk_full_at(run.path(TOKENS)):
+        save_npy(run.path(TOKENS), read.tokens)
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
-    return Built([*read.parts, A.TOKENS], dict(
+    return Built([*read.parts, TOKENS], dict(
         count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
         duplicate_ids=duplicates, groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
         inputs=hashed, engine=engine if inputs else "local",
@@ -126,9 +136,9 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
 def _read_parts(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
                 config: CorpusConfig, engine: str, progress: bool) -> WrittenParts:
     """Read the documents into the corpus parts, here or on Ray, with a progress bar; no staging is left."""
-    staging = run.path(A.CORPUS_STAGING)
+    staging = run.path(CORPUS_STAGING)
     shutil.rmtree(staging, ignore_errors=True)
-    run.path(A.CORPUS_DIR).mkdir(parents=True, exist_ok=True)
+    run.path(CORPUS_DIR).mkdir(parents=True, exist_ok=True)
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
         if inputs and check_engine(engine) == "ray":
@@ -144,62 +154,37 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     """Read every document in this process (``resolved=None``: the default corpus) into the final parts."""
     stats = ReadStats()
     batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
-    writer = PartWriter(root, A.corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS,
-                        ids=IdSpill(root / A.CORPUS_ID_SPILL))
+    writer = PartWriter(root, corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS,
+                        ids=IdSpill(root / CORPUS_ID_SPILL))
     for batch in batches:
         writer.add(batch)
         bar.update(len(batch))
     return writer.finish(stats)
 
 
-def lineage_hashes(rec: dict[str, Any]) -> list[str]:
-    """The content identities of every input that entered the run of corpus record ``rec``: the corpus
-    stage's (:data:`DEFAULT_IDENTITY` for the default corpus; the path for records written before hashes)
-    and each add's, in order."""
-    base = rec.get("input_hashes") or [e.get("sha256") or e["path"] for e in rec.get("inputs", [])] \
-        or [DEFAULT_IDENTITY]  # records written before input hashes: paths, so a run is never taken as the same
-    return [*base, *(h for a in rec.get("additions", []) for h in a.get("input_hashes", a.get("inputs", [])))]
-
-
 def check_lineage(run: RunDir, fingerprint: list[dict[str, Any]] | None, cfg: dict[str, Any],
-                  force: bool) -> dict[str, Any] | None:
+                  force: bool) -> CorpusRecord | None:
     """After ``clusterclip add``: the corpus record when the inputs given are every input of the run's
     lineage and the options (``cfg``) are the recorded ones (nothing to do); a one-line refusal otherwise
     (``--force`` rebuilds from the inputs given only, dropping documents added from others). None when the
     run has no adds (the stage decides as usual) or with ``force``."""
-    prev = run.previous_record(A.CORPUS_STAGE)
-    if force or not prev or not prev.get("additions"):
+    prev = CorpusRecord.previous(run) if not force else None
+    if prev is None or not prev.additions:
         return None
-    given = [e["sha256"] for e in content_hashes(fingerprint, prev.get("inputs", []))] if fingerprint is not None \
+    given = [e["sha256"] for e in content_hashes(fingerprint, prev.inputs)] if fingerprint is not None \
         else [DEFAULT_IDENTITY]
-    held = lineage_hashes(prev)
+    held = prev.lineage_hashes()
     if set(given) == set(held):
-        changed = sorted(k for k, v in cfg.items() if k != "inputs" and prev["config"].get(k) != v)
+        changed = sorted(k for k, v in cfg.items() if k != "inputs" and prev.config.get(k) != v)
         if changed:
             raise ClusterClipError(f"{run.root}: corpus option(s) {', '.join(changed)} differ from the run's; re-run "
                                    "with --force to rebuild the run from the inputs given (every input of the run)")
-        run.verify(A.CORPUS_STAGE, prev, checksums=False)
+        run.verify(CORPUS_STAGE, prev.to_json(), checksums=False)
         return prev
-    lacking = [" ".join(a["inputs"]) for a in prev["additions"] if not set(a.get("input_hashes", ())) <= set(given)]
+    lacking = [" ".join(a["inputs"]) for a in prev.additions if not set(a.get("input_hashes", ())) <= set(given)]
     extra = len(set(given) - set(held))
     why = (f"it also holds the documents that `clusterclip add` added from {', '.join(lacking)}, which the inputs "
            "given lack; give those inputs too (the run is then up to date)") if lacking else \
         f"{extra} of the inputs given are not in it: add them with `clusterclip add {run.root} NEW...`"
     raise ClusterClipError(f"{run.root}: the inputs given are not those of the run: {why}, or re-run with --force "
                            "to rebuild the run from only the inputs given")
-
-
-def check_inputs_unchanged(run: RunDir) -> None:
-    """Refuse to go on when a corpus input changed since the corpus stage (or an add) read it: its size, or
-    its bytes when its modification time changed (an input rewritten with the same bytes is fine)."""
-    rec = run.require(A.CORPUS_STAGE, verify=False)
-    for entry in rec.get("inputs", []):
-        path = Path(entry["path"])
-        if not path.exists():
-            raise StaleArtifactError(f"{path}: input of the corpus stage no longer exists; re-run "
-                                     f"`{run.rebuild_command(A.CORPUS_STAGE)}`")
-        st = path.stat()
-        if not same_content({**entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, entry):
-            raise StaleArtifactError(
-                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {st.st_size}); "
-                f"re-run `{run.rebuild_command(A.CORPUS_STAGE)}` so every stage uses the same corpus")

@@ -4,10 +4,3 @@
 memory), :mod:`.lexical` the MinHash LSH candidate pairs, :mod:`.groups` turns both into groups for given
 thresholds, :mod:`.stage` is the stage and :func:`load_groups` the consumers' reader. See ``docs/dedup.md``.
 """
-
-from clusterclip.dedup.config import DEDUP_STAGE, GROUP, KEPT, REMOVED, DedupConfig
-from clusterclip.dedup.groups import DuplicateGroups, derive_groups
-from clusterclip.dedup.stage import dedup_stage, load_groups
-
-__all__ = ["DEDUP_STAGE", "GROUP", "KEPT", "REMOVED", "DedupConfig", "DuplicateGroups", "dedup_stage",
-           "derive_groups", "load_groups"]

@@ -1,4 +1,4 @@
-"""Settings of the dedup stage and the run-relative paths of its artifacts."""
+"""Settings of the dedup stage (its files and record are in :mod:`clusterclip.dedup.contract`)."""
 
 from __future__ import annotations
 
@@ -6,26 +6,6 @@ from dataclasses import dataclass
 
 from clusterclip.settings import Settings, SettingsError, at_least, between, setting
 
-DEDUP_STAGE = "dedup"
-DEDUP_DIR = "dedup"
-NEIGHBOUR = "dedup/neighbour.npy"
-"""int64 [N]: the earlier member (kept-rule order, same cluster) of highest cosine, -1 for a cluster's first."""
-SIMILARITY = "dedup/similarity.npy"
-"""float32 [N]: that cosine (-2 for a cluster's first): with ``NEIGHBOUR`` it derives groups for any eps."""
-LEXICAL_PAIRS = "dedup/lexical_pairs.npy"
-"""int64 [P, 2]: MinHash LSH candidate pairs (both in one band bucket), each once, first < second."""
-LEXICAL_JACCARD = "dedup/lexical_jaccard.npy"
-"""float32 [P]: the signatures' Jaccard estimate of each candidate pair."""
-GROUP = "dedup/group.npy"
-"""int64 [N]: group id per document (ids 0..G-1 in the order of their representatives' indices)."""
-KEPT = "dedup/kept.npy"
-"""int64 [G]: the representative (kept document) of each group, ascending."""
-REMOVED = "dedup/removed.parquet"
-"""One row per removed document: removed/kept index and id, cosine to the kept one, and the detector."""
-SIGNATURES = "dedup/signatures.npy"
-"""uint32 [N, num_perm]: MinHash signatures (kept so that ``clusterclip add`` hashes only the new texts)."""
-INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES)
-"""The pairwise work, reused when only the thresholds change."""
 INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed")
 """Settings the pairwise work depends on (besides the inputs)."""
 

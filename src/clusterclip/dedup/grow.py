@@ -11,23 +11,21 @@ in the kept rule's order and the new ones' in index order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from clusterclip.dedup.config import DEDUP_STAGE, INDEX_ARTIFACTS, DedupConfig
-from clusterclip.dedup.stage import dedup_stage, inputs_of
+from clusterclip.dedup.config import DedupConfig
+from clusterclip.dedup.contract import DEDUP_STAGE, INDEX_ARTIFACTS, DedupRecord, inputs_of
+from clusterclip.dedup.stage import dedup_stage
+from clusterclip.stages.growth import Growth
 from clusterclip.store import RunDir
 
 
-def extend_groups(run: RunDir, before: Mapping[str, Mapping[str, Any]], n_old: int) -> dict[str, Any] | None:
-    """The dedup record extended to documents ``n_old..N-1``, when the stage was current with the corpus, embed
-    and cluster records ``before`` the add (its pairwise work intact); else None: the groups stay stale and
+def extend_groups(run: RunDir, growth: Growth) -> DedupRecord | None:
+    """The dedup record extended to the documents an add appended, when the stage was current with the corpus,
+    embed and cluster records before the add (its pairwise work intact); else None: the groups stay stale and
     ``clusterclip dedup`` recomputes them."""
-    previous = run.record(DEDUP_STAGE)
-    if previous is None or previous.get("inputs_hash") != inputs_of(before) or previous.get("documents") != n_old:
+    before, n_old = growth.journal["base"], growth.n_old
+    previous = DedupRecord.read(run)
+    if previous is None or previous.inputs_hash != inputs_of(before) or previous.documents != n_old:
         return None
-    if any(rel not in previous.get("artifacts", {}) for rel in INDEX_ARTIFACTS):
+    if not previous.lists(INDEX_ARTIFACTS) or run.problems(DEDUP_STAGE, previous.to_json(), only=INDEX_ARTIFACTS):
         return None
-    if run.problems(DEDUP_STAGE, previous, only=INDEX_ARTIFACTS):
-        return None
-    return dedup_stage(run, DedupConfig(**previous["config"]), appended=n_old)
+    return dedup_stage(run, DedupConfig(**previous.config), appended=n_old)

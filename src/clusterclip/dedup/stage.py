@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import asdict
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.corpus import read_column
-from clusterclip.corpus.parquet import open_parquet
-from clusterclip.corpus.parts import corpus_parts, iter_corpus
-from clusterclip.dedup.config import (
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_parts, iter_corpus, open_part, read_column
+from clusterclip.dedup.config import DedupConfig
+from clusterclip.dedup.contract import (
     DEDUP_DIR,
     DEDUP_STAGE,
     GROUP,
@@ -34,68 +32,57 @@ from clusterclip.dedup.config import (
     REMOVED,
     SIGNATURES,
     SIMILARITY,
-    DedupConfig,
+    DedupRecord,
+    dedup_inputs,
 )
 from clusterclip.dedup.groups import DuplicateGroups, derive_groups, detector_names, group_sizes
 from clusterclip.dedup.lexical import lsh_pairs, signatures
 from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
-from clusterclip.embed import gather_embeddings
+from clusterclip.embed.contract import EMBED_STAGE, gather_embeddings
 from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
-from clusterclip.store import RunDir, atomic_path, config_hash, load_npy, record_output_hash, save_npy
-from clusterclip.store import layout as A
+from clusterclip.store import RUN, RunDir, atomic_path, load_npy, save_npy
 
 log = logging.getLogger(__name__)
-READS = (A.CLUSTER_STAGE, A.EMBED_STAGE, A.CORPUS_STAGE)
 TEXT_BATCH = 2048
 RAY_TASK_DOCS = 50_000
 COSINE_BATCH = 65_536
 
 
-def dedup_inputs(run: RunDir) -> str:
-    """The hash of what the stage reads: the current cluster, embed and corpus outputs."""
-    return inputs_of({s: run.require(s, verify=False) for s in READS})
-
-
-def inputs_of(records: Mapping[str, Mapping[str, Any]]) -> str:
-    """The stage's inputs hash for these cluster, embed and corpus records (e.g. those before an add)."""
-    return config_hash({s: record_output_hash(records[s]) for s in READS})
-
-
 def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False,
-                engine: str = "local", appended: int | None = None) -> dict[str, Any]:
+                engine: str = "local", appended: int | None = None) -> DedupRecord:
     """Find the duplicate groups of ``run`` (skipped when fresh); returns the stage's record. ``engine="ray"``
     runs the semantic pass's clusters and the MinHash signatures of each corpus part as Ray tasks (inside an
     open ``ray_session``): the same groups, cosines within 1e-6 (Ray workers run BLAS on one thread).
     ``appended`` (from ``clusterclip add``, which checked that the stored pairwise work covers documents
     ``0..appended-1``) extends that work to the new documents only (:func:`clusterclip.dedup.grow.extend_groups`)."""
     config = config or DedupConfig()
-    run.require_current(A.CLUSTER_STAGE)
+    run.require_current(CLUSTER_STAGE)
     inputs = dedup_inputs(run)
-    previous = run.previous_record(DEDUP_STAGE)
+    previous = DedupRecord.previous(run)
     reuse = not force and _index_reusable(run, previous, inputs, config)
     settings = asdict(config)
     stage = Stage(DEDUP_STAGE, settings, inputs,
-                  reads={A.EMBED_STAGE: None, A.CLUSTER_STAGE: [A.LABELS], A.CORPUS_STAGE: [A.TOKENS]},
+                  reads={EMBED_STAGE: None, CLUSTER_STAGE: [LABELS], CORPUS_STAGE: [TOKENS]},
                   build=lambda job: _build(run, config, reuse, engine, appended),
-                  command=("clusterclip", "dedup", A.RUN, *command_flags(DedupConfig, settings)))
+                  command=("clusterclip", "dedup", RUN, *command_flags(DedupConfig, settings)), record=DedupRecord)
     return run_stage(run, stage, force)
 
 
-def _index_reusable(run: RunDir, previous: dict[str, Any] | None, inputs: str, config: DedupConfig) -> bool:
+def _index_reusable(run: RunDir, previous: DedupRecord | None, inputs: str, config: DedupConfig) -> bool:
     """Whether the previous run's pairwise work was built from these inputs and index settings, intact."""
-    if not previous or previous.get("inputs_hash") != inputs or previous.get("index") != config.index_settings():
+    if previous is None or previous.inputs_hash != inputs or previous.index != config.index_settings():
         return False
-    return not run.problems(DEDUP_STAGE, previous, only=INDEX_ARTIFACTS)
+    return not run.problems(DEDUP_STAGE, previous.to_json(), only=INDEX_ARTIFACTS)
 
 
 def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended: int | None) -> Built:
     t0 = time.perf_counter()
     run.path(DEDUP_DIR).mkdir(exist_ok=True)
-    labels = load_npy(run.path(A.LABELS))
-    tokens = load_npy(run.path(A.TOKENS))
+    labels = load_npy(run.path(LABELS))
+    tokens = load_npy(run.path(TOKENS))
     if reuse:
         log.info("dedup: reusing the stored pairwise work (only the thresholds changed)")
     elif appended is not None:
@@ -139,7 +126,7 @@ def _signatures_on_ray(run: RunDir, config: DedupConfig, n: int) -> np.ndarray:
     """The MinHash signatures as one Ray task per corpus part (each reads its part's texts), in index order."""
     calls, first = [], 0
     for part in corpus_parts(run):
-        rows = open_parquet(part).metadata.num_rows
+        rows = open_part(part).metadata.num_rows
         calls.append((str(part), first, config.num_perm, config.shingle, config.lexical_seed))
         first += rows
     if first != n:
@@ -149,7 +136,7 @@ def _signatures_on_ray(run: RunDir, config: DedupConfig, n: int) -> np.ndarray:
 
 def _part_signatures(path: str, first: int, num_perm: int, shingle: int, seed: int) -> np.ndarray:
     """One Ray task: the signatures of one corpus part's documents (the first is document ``first``)."""
-    pf = open_parquet(path)
+    pf = open_part(path)
     texts = (b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"]))
     return signatures(texts, pf.metadata.num_rows, num_perm, shingle, seed, first)
 
@@ -218,15 +205,3 @@ def write_removed(run: RunDir, found: DuplicateGroups) -> None:
                       "detector": pa.array(detector_names(found.linked[removed]).tolist(), pa.string())})
     with atomic_path(run.path(REMOVED)) as tmp:
         pq.write_table(table, tmp)
-
-
-def load_groups(run: RunDir) -> tuple[np.ndarray, np.ndarray]:
-    """The current ``(group, kept)`` arrays of ``run``, checksum-verified; refuses a missing stage, or one
-    built from other corpus, embed or cluster outputs (stale, or behind after ``clusterclip add``)."""
-    if run.record(DEDUP_STAGE) is None:
-        raise ClusterClipError(f"{run.root}: no duplicate groups yet; run `clusterclip dedup {run.root}` first")
-    rec = run.require_current(DEDUP_STAGE, verify=True, only=(GROUP, KEPT))
-    if rec.get("inputs_hash") != dedup_inputs(run):
-        raise ClusterClipError(f"{run.root}: the duplicate groups predate the current corpus or clusters (e.g. "
-                               f"`clusterclip add`); re-run `clusterclip dedup {run.root}`")
-    return load_npy(run.path(GROUP)), load_npy(run.path(KEPT))

@@ -4,11 +4,12 @@ unit-norm output, cached weight digests and the offline switch for Hugging Face 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -16,6 +17,10 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.settings import SettingsError, at_least
 from clusterclip.store import file_digest
+
+if TYPE_CHECKING:
+    from clusterclip.embed.contract import EmbedRecord
+    from clusterclip.store import RunDir
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -80,15 +85,55 @@ def minilm_path() -> Path:
 
 class EmbedderBase:
     """Batching, progress and unit-norm output for the embedders; subclasses yield ``(rows, vectors)`` from
-    :meth:`_encode_batches`."""
+    :meth:`_encode_batches`.
 
-    name: str
+    A subclass is an embedder of the registry (:data:`clusterclip.embed.registry.EMBEDDERS`) and says there
+    everything the stage, the command line and ``clusterclip add`` need: its ``name``, a one-line ``SUMMARY``
+    for ``--embedder``'s help, its ``DEFAULT_BATCH_SIZE``, which recorded options rebuild it
+    (``REBUILD_OPTIONS``), which embed settings change its output and so belong in its rebuild command
+    (``COMMAND_FLAGS``), and whether the stage fits it on a corpus sample (``FITTED``: it then has
+    ``MODEL_DIR``, ``MODEL_FILES``, ``sample_size``, ``seed``, ``fit``, ``adopt``, ``save`` and ``load``).
+    """
+
+    name: ClassVar[str]
+    SUMMARY: ClassVar[str] = ""
     dim: int
     batch_size: int
     progress: bool
     DEFAULT_BATCH_SIZE = 1024
     """Texts per encoder call: large for the cheap static and hashing embedders, whose batch size does not
     change results; small for MiniLM, whose activations grow with it (and whose record includes it)."""
+    REBUILD_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    """Keys of the recorded ``config()`` passed back to the constructor to rebuild the embedder."""
+    COMMAND_FLAGS: ClassVar[tuple[str, ...]] = ()
+    """Settings of :class:`~clusterclip.embed.config.EmbedConfig` beyond the name and shard size that change the
+    vectors, so the rebuild command names them."""
+    FITTED: ClassVar[bool] = False
+    """Fitted by the embed stage on a seeded corpus sample; the model is stored in the run directory."""
+
+    @classmethod
+    def create(cls, *, batch_size: int | None = None, device: str = "cpu", seed: int = 0, progress: bool = True,
+               **options: Any) -> EmbedderBase:
+        """An embedder of this class; ``device`` and ``seed`` go to the constructor when it takes them, the
+        ``options`` always (an unknown one is an error naming the embedder)."""
+        params = inspect.signature(cls).parameters
+        common: dict[str, Any] = {"progress": progress}
+        if batch_size is not None:
+            common["batch_size"] = batch_size
+        common.update({k: v for k, v in (("device", device), ("seed", seed)) if k in params})
+        try:
+            return cls(**common, **options)
+        except TypeError as exc:
+            raise ClusterClipError(f"embedder {cls.name!r}: {exc}") from exc
+
+    @classmethod
+    def from_record(cls, run: RunDir, record: EmbedRecord, *, batch_size: int | None = None,
+                    device: str = "cpu", progress: bool = False) -> EmbedderBase:
+        """The embedder a finished embed stage used (``record``: its record), ready to embed new documents the
+        same way; fitted embedders load their model from ``run`` (:class:`FittedEmbedder`)."""
+        config = record.embedder_config
+        opts = {k: config[k] for k in cls.REBUILD_OPTIONS if k in config}
+        return cls.create(batch_size=batch_size, device=device, progress=progress, **opts)
 
     def __init__(self, batch_size: int, progress: bool) -> None:
         problem = at_least(1)(batch_size)
@@ -113,3 +158,45 @@ class EmbedderBase:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dim={self.dim})"
+
+
+class FittedEmbedder(EmbedderBase):
+    """An embedder the embed stage fits on a seeded sample of the corpus (``fit``) and stores in the run
+    directory (``save`` into ``MODEL_DIR``, ``load`` back), so ``clusterclip add`` and Ray actors embed the same
+    way. Subclasses set ``MODEL_DIR``, ``MODEL_FILES``, ``sample_size`` and ``seed``."""
+
+    FITTED: ClassVar[bool] = True
+    MODEL_DIR: ClassVar[str]
+    MODEL_FILES: ClassVar[tuple[str, ...]]
+    sample_size: int
+    seed: int
+
+    def fit(self, texts: Sequence[str]) -> FittedEmbedder:
+        raise NotImplementedError
+
+    def adopt(self, fitted: Any) -> None:
+        raise NotImplementedError
+
+    def save(self, folder: str | os.PathLike[str]) -> list[Path]:
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], *, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
+             progress: bool = True) -> FittedEmbedder:
+        raise NotImplementedError
+
+    @classmethod
+    def from_record(cls, run: RunDir, record: EmbedRecord, *, batch_size: int | None = None,
+                    device: str = "cpu", progress: bool = False) -> EmbedderBase:
+        """The fitted model of the run, loaded after its checksums are verified, so a missing or edited model
+        is a clear error instead of other vectors."""
+        rels = [f"{cls.MODEL_DIR}/{f}" for f in cls.MODEL_FILES]
+        missing = [r for r in rels if r not in record.artifacts or not run.path(r).is_file()]
+        if missing:
+            raise ClusterClipError(f"{run.root}: fitted {cls.name} model missing ({', '.join(missing)}); re-run "
+                                   "`clusterclip embed --force`")
+        run.verify(record.stage, record.to_json(), only=rels)
+        emb = cls.load(run.path(cls.MODEL_DIR), batch_size=batch_size or cls.DEFAULT_BATCH_SIZE, progress=progress)
+        if emb.config() != record.embedder_config:
+            raise ClusterClipError(f"{run.path(cls.MODEL_DIR)}: fitted model options differ from the embed record")
+        return emb

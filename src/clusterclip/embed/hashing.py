@@ -25,6 +25,8 @@ class HashingEmbedder(EmbedderBase):
     """
 
     name = "hashing"
+    SUMMARY = "no model, hashed word n-grams with a seeded projection"
+    REBUILD_OPTIONS = ("dim", "seed", "n_features")
 
     def __init__(self, *, dim: int = 256, seed: int = 0, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
                  n_features: int = 1 << 20, stop_words: bool = True, density: int = 4, progress: bool = True) -> None:

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embed.base import EmbedderBase
+from clusterclip.embed.base import EmbedderBase, FittedEmbedder
+from clusterclip.embed.contract import model_dir
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import layout as A
 from clusterclip.store import load_json, load_npy, save_json, save_npy
 
 
-class LsaEmbedder(EmbedderBase):
+class LsaEmbedder(FittedEmbedder):
     """Latent semantic analysis fitted on the corpus: TF-IDF over a fitted vocabulary, truncated SVD to ``dim``.
 
     :meth:`fit` learns, from a seeded sample of the corpus (the embed stage draws ``sample_size``
@@ -31,9 +31,13 @@ class LsaEmbedder(EmbedderBase):
     """
 
     name = "lsa"
+    SUMMARY = ("TF-IDF and truncated SVD fitted on a sample of the corpus, stored in the run (fast, best clusters "
+               "on the benchmark corpora)")
     TOKEN_PATTERN = r"(?u)\b\w\w+\b"
-    MODEL_DIR = A.LSA_DIR
-    MODEL_FILES = A.LSA_FILES
+    MODEL_DIR = model_dir("lsa")
+    """The fitted model's folder in the run directory (listed with checksums in the embed record)."""
+    MODEL_FILES = ("lsa.json", "vocabulary.json", "idf.npy", "components.npy")
+    """Options, vocabulary (column order), IDF per column, SVD components ``[dim, vocab]``."""
 
     def __init__(self, *, dim: int = 256, seed: int = 0, sample_size: int = 20_000, min_df: int = 2,
                  max_df: float = 0.5, max_features: int = 32_768, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
@@ -90,12 +94,12 @@ class LsaEmbedder(EmbedderBase):
         self._counter = None
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
-        """Write the fitted model into ``folder`` (atomic files; see :data:`clusterclip.store.layout.LSA_FILES`)."""
+        """Write the fitted model into ``folder`` (atomic files: :attr:`MODEL_FILES`)."""
         if not self.fitted:
             raise ClusterClipError("lsa embedder: nothing to save, the model is not fitted")
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = [folder / f for f in A.LSA_FILES]
+        paths = [folder / f for f in self.MODEL_FILES]
         save_json(paths[0], {"config": self.config(), "vocabulary_size": len(self.vocabulary or [])})
         save_json(paths[1], self.vocabulary)
         save_npy(paths[2], self.idf)
@@ -107,7 +111,7 @@ class LsaEmbedder(EmbedderBase):
              progress: bool = True) -> LsaEmbedder:
         """The embedder saved in ``folder``; a missing or inconsistent file is a :class:`ClusterClipError`."""
         folder = Path(folder)
-        paths = [folder / f for f in A.LSA_FILES]
+        paths = [folder / f for f in cls.MODEL_FILES]
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise ClusterClipError(f"fitted lsa model missing ({', '.join(missing)}); re-run `clusterclip embed "

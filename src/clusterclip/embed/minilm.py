@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, minilm_path, set_offline
+
+if TYPE_CHECKING:
+    from clusterclip.embed.contract import EmbedRecord
+    from clusterclip.store import RunDir
 
 
 class MiniLMEmbedder(EmbedderBase):
@@ -18,6 +22,9 @@ class MiniLMEmbedder(EmbedderBase):
     """
 
     name = "minilm"
+    SUMMARY = "all-MiniLM-L6-v2 transformer (~100x slower on CPU)"
+    REBUILD_OPTIONS = ("max_seq_length",)
+    COMMAND_FLAGS = ("batch_size", "device")
     dim = 384
     DEFAULT_BATCH_SIZE = 64
 
@@ -27,6 +34,13 @@ class MiniLMEmbedder(EmbedderBase):
         self.device = device
         self.max_seq_length = max_seq_length
         self._model: Any = None
+
+    @classmethod
+    def from_record(cls, run: RunDir, record: EmbedRecord, *, batch_size: int | None = None,
+                    device: str = "cpu", progress: bool = False) -> EmbedderBase:
+        """As recorded, with the recorded batch size unless another is given (it changes the last bits)."""
+        return super().from_record(run, record, batch_size=batch_size or record.embedder_config.get("batch_size"),
+                                   device=device, progress=progress)
 
     def config(self) -> dict[str, Any]:
         """Model id and weights checksum, pooling, truncation, batch size and device type.

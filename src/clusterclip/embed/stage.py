@@ -10,17 +10,29 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.corpus import corpus_parts
-from clusterclip.embed.base import Embedder, EmbedderBase
-from clusterclip.embed.lsa import LsaEmbedder
-from clusterclip.embed.registry import DEFAULT_EMBEDDER, DEFAULT_SHARD_SIZE, FITTED_EMBEDDERS, get_embedder
-from clusterclip.embed.static_vocab import StaticVocabEmbedder
-from clusterclip.embed.texts import TextReader, count_rows, sample_texts
+from clusterclip.corpus.contract import (
+    CORPUS_STAGE,
+    CorpusRecord,
+    TextReader,
+    corpus_parts,
+    count_rows,
+    sample_texts,
+)
+from clusterclip.embed.base import Embedder, EmbedderBase, FittedEmbedder
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.contract import (
+    EMBED_DIR,
+    EMBED_PROGRESS,
+    EMBED_SHARD_GLOB,
+    EMBED_STAGE,
+    EmbedRecord,
+    embed_shard,
+)
+from clusterclip.embed.registry import fitted_embedders, get_embedder
 from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RunDir, file_digest, load_json, save_json, save_npy
-from clusterclip.store import layout as A
 
 CHUNKS_PER_CALL = 16
 """Encoder batches per ``encode`` call: the stage encodes chunks of ``CHUNKS_PER_CALL`` x the batch size."""
@@ -34,7 +46,7 @@ def _reusable_shards(run: RunDir, progress: Any, job: Job, shard_size: int, n_do
         return []
     done: list[dict[str, Any]] = []
     for i, entry in enumerate(progress.get("shards", [])):
-        rel = A.embed_shard(i)
+        rel = embed_shard(i)
         path = run.path(rel)
         if entry.get("file") != rel or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
                 or not path.is_file() or file_digest(path) != entry.get("sha256"):
@@ -46,7 +58,7 @@ def _reusable_shards(run: RunDir, progress: Any, job: Job, shard_size: int, n_do
 def _start_progress(run: RunDir, job: Job, shard_size: int, n_docs: int) -> dict[str, Any]:
     """The progress file of this build, written at once: the shards reusable from an interrupted build of
     the same config and corpus (none when forced)."""
-    path = run.path(A.EMBED_PROGRESS)
+    path = run.path(EMBED_PROGRESS)
     path.parent.mkdir(parents=True, exist_ok=True)
     previous = None
     if not job.force and path.exists():
@@ -102,43 +114,40 @@ def _ray_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_si
 
 def embed_stage(
     run: RunDir,
-    embedder: str | Embedder = DEFAULT_EMBEDDER,
-    batch_size: int | None = None,
-    shard_size: int = DEFAULT_SHARD_SIZE,
+    config: EmbedConfig | None = None,
+    *,
+    embedder: Embedder | None = None,
     force: bool = False,
     progress: bool = True,
     engine: str = "local",
     command: Sequence[str] = (),
-    **embedder_kw: Any,
-) -> dict[str, Any]:
+) -> EmbedRecord:
     """Embed every corpus document into ``embeddings/shard-NNNNN.npy`` and write the ``embed`` record.
 
-    Shards hold ``shard_size`` float16 unit-norm rows (the last one fewer), in document order. The stage
+    Shards hold ``config.shard_size`` float16 unit-norm rows (the last one fewer), in document order. The stage
     is skipped when its record is fresh (same config, same corpus, intact shards) unless ``force``. It
     resumes after a kill: ``embeddings/progress.json`` lists finished shards with their checksums, and
     shards that match the current config and corpus are reused. Texts are encoded in fixed chunks that
-    start at shard boundaries, so the result does not depend on where a run resumed. ``embedder`` is a
-    name from :data:`EMBEDDERS` (built with ``batch_size`` and ``embedder_kw``) or an :class:`Embedder`.
-    ``engine="ray"`` encodes on Ray Data actors (:mod:`clusterclip.engines`; the name is validated where the
-    session opens, :class:`clusterclip.engines.EngineConfig`) with the same result; the engine is not part of
-    the config, so switching engines does not re-run a finished stage. Memory is bounded by one shard; the
-    build runs under the run directory's lock. Returns the record.
+    start at shard boundaries, so the result does not depend on where a run resumed. The embedder is the one
+    ``config`` names (built with its ``batch_size``, ``device`` and ``extra`` options), or ``embedder``, an
+    :class:`Embedder` instance (then only ``config.shard_size`` is used). ``engine="ray"`` encodes on Ray Data
+    actors (:mod:`clusterclip.engines`; the name is validated where the session opens,
+    :class:`clusterclip.engines.EngineConfig`) with the same result; the engine is not part of the config, so
+    switching engines does not re-run a finished stage. Memory is bounded by one shard; the build runs under
+    the run directory's lock. Returns the record.
     """
-    if shard_size < 1:
-        raise ClusterClipError(f"shard_size must be >= 1, got {shard_size}")
-    inputs_hash = run.output_hash(A.CORPUS_STAGE)
-    if isinstance(embedder, str):
-        emb: Embedder = get_embedder(embedder, batch_size=batch_size, progress=progress, **embedder_kw)
-    else:
-        if batch_size is not None or embedder_kw:
-            raise ClusterClipError("pass batch_size and embedder options to the Embedder, not to embed_stage")
-        emb = embedder
+    config = config or EmbedConfig()
+    emb = embedder if embedder is not None else get_embedder(
+        config.embedder, batch_size=config.batch_size, device=config.device, progress=progress, **config.extra)
+    shard_size = config.shard_size
+    inputs_hash = run.output_hash(CORPUS_STAGE)
     cfg = {"embedder": emb.config(), "shard_size": shard_size}
     model = cfg["embedder"].get("model", emb.name)
-    stage = Stage(A.EMBED_STAGE, cfg, inputs_hash, reads={A.CORPUS_STAGE: None},
+    corpus = CorpusRecord.require(run, verify=False)
+    stage = Stage(EMBED_STAGE, cfg, inputs_hash, reads={CORPUS_STAGE: None},
                   build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job),
-                  command=command or run.require(A.CORPUS_STAGE, verify=False).get("command", ()))
-    with disk_full_at(run.path(A.EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
+                  command=command or corpus.command or (), record=EmbedRecord)
+    with disk_full_at(run.path(EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
         return run_stage(run, stage, force)
 
 
@@ -149,7 +158,7 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     parts = corpus_parts(run)
     n_docs = count_rows(parts)
     state = _start_progress(run, job, shard_size, n_docs)
-    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, FITTED_EMBEDDERS) else []
+    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, FittedEmbedder) else []
     model = getattr(emb, "model_name", None) or model
     done = state["shards"]
     first = len(done)
@@ -157,22 +166,22 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     shards = (_ray_shards if engine == "ray" else encode_shards)(emb, parts, first, shard_size, n_docs, bar)
     with bar:
         for s, shard in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
-            rel = A.embed_shard(s)
+            rel = embed_shard(s)
             save_npy(run.path(rel), shard)
             done.append({"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel))})
-            save_json(run.path(A.EMBED_PROGRESS), state)
+            save_json(run.path(EMBED_PROGRESS), state)
     files = [d["file"] for d in done]
-    for p in run.path(A.EMBED_DIR).glob(A.EMBED_SHARD_GLOB):
-        if f"{A.EMBED_DIR}/{p.name}" not in files:
+    for p in run.path(EMBED_DIR).glob(EMBED_SHARD_GLOB):
+        if f"{EMBED_DIR}/{p.name}" not in files:
             p.unlink()
-    for cls in FITTED_EMBEDDERS:
+    for cls in fitted_embedders():
         if not (model_files and isinstance(emb, cls)):
             shutil.rmtree(run.path(cls.MODEL_DIR), ignore_errors=True)
     return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
                              count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
 
 
-def _fit_model(run: RunDir, emb: LsaEmbedder | StaticVocabEmbedder, parts: Sequence[Path], n_docs: int,
+def _fit_model(run: RunDir, emb: FittedEmbedder, parts: Sequence[Path], n_docs: int,
                state: dict[str, Any]) -> list[str]:
     """Fit ``emb`` on a seeded sample of the corpus and save it under its ``MODEL_DIR`` (or, when resuming,
     load the model the reused shards were made with); returns the model's files for the stage record."""
@@ -188,5 +197,5 @@ def _fit_model(run: RunDir, emb: LsaEmbedder | StaticVocabEmbedder, parts: Seque
     emb.save(run.path(emb.MODEL_DIR))
     state["shards"] = []
     state["model"] = {r: file_digest(run.path(r)) for r in rels}
-    save_json(run.path(A.EMBED_PROGRESS), state)
+    save_json(run.path(EMBED_PROGRESS), state)
     return rels

@@ -32,6 +32,8 @@ class StaticEmbedder(EmbedderBase):
     """
 
     name = "static"
+    SUMMARY = "model2vec model distilled from all-MiniLM-L6-v2 (fast)"
+    REBUILD_OPTIONS = ("dim", "max_length", "vocab_limit")
     DEFAULT_MAX_LENGTH = STATIC_MAX_LENGTH
 
     def __init__(self, *, dim: int = 256, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,

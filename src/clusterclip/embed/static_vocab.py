@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, minilm_path
+from clusterclip.embed.base import MINILM_ID, EmbedderBase, FittedEmbedder, digest, minilm_path
+from clusterclip.embed.contract import model_dir
 from clusterclip.embed.distill import (
     STATIC_RECIPE,
     distill_static_model,
@@ -24,7 +25,6 @@ from clusterclip.embed.minilm import MiniLMEmbedder
 from clusterclip.embed.static import StaticEmbedder
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import TMP_PREFIX, atomic_path, load_json, save_json
-from clusterclip.store import layout as A
 
 WORD_PATTERN = r"(?u)[^\W_]{2,}"
 """Corpus-vocabulary words: runs of 2+ letters or digits in MiniLM-normalised text (``_`` splits words, as
@@ -66,7 +66,7 @@ def corpus_vocabulary(texts: Sequence[str], *, min_df: int = 2, max_words: int =
     return [str(w) for w in names[order[:max_words]]]
 
 
-class StaticVocabEmbedder(StaticEmbedder):
+class StaticVocabEmbedder(StaticEmbedder, FittedEmbedder):
     """``static`` distilled with the corpus' own words, so its domain terms are whole tokens.
 
     :meth:`fit` takes the :func:`corpus_vocabulary` of a seeded sample of the corpus (the embed stage
@@ -81,8 +81,13 @@ class StaticVocabEmbedder(StaticEmbedder):
     """
 
     name = "static-vocab"
-    MODEL_DIR = A.STATIC_VOCAB_DIR
-    MODEL_FILES = A.STATIC_VOCAB_FILES
+    SUMMARY = "static distilled with the corpus' own words, stored in the run"
+    MODEL_DIR = model_dir("static-vocab")
+    """The model's folder in the run directory (listed with checksums in the embed record)."""
+    MODEL_FILES = ("static-vocab.json", "vocabulary.json", "tokenizer.json", "model.safetensors", "config.json",
+                   "clusterclip.json")
+    """Options, the corpus words, then the model2vec folder (tokenizer with the words added, token vectors,
+    model2vec config, distillation provenance)."""
     OPTIONS = ("dim", "seed", "sample_size", "min_df", "max_words", "max_length", "vocab_limit")
 
     def __init__(self, *, seed: int = 0, sample_size: int = 20_000, min_df: int = 2, max_words: int = 25_000,
@@ -162,7 +167,7 @@ class StaticVocabEmbedder(StaticEmbedder):
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Copy the fitted model into ``folder`` with this embedder's options (atomic files; see
-        :data:`clusterclip.store.layout.STATIC_VOCAB_FILES`)."""
+        :attr:`MODEL_FILES`)."""
         src = self.ensure_model()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clusterclip.corpus import ReadOptions
-from clusterclip.embed import DEFAULT_EMBEDDER, EMBEDDERS
+from clusterclip.corpus.records import ReadOptions
+from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, clusterclip_spec, plain_spec, temperature_spec
 from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES
 from clusterclip.settings import (

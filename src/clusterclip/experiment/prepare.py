@@ -16,11 +16,19 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster import ClusterConfig, assign, cluster_stage, fit_centroids, load_labels
-from clusterclip.corpus import CorpusConfig, corpus_stage, read_column
-from clusterclip.dedup import DedupConfig, dedup_stage
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.contract import CENTROIDS, load_labels
+from clusterclip.cluster.kmeans import assign, fit_centroids
+from clusterclip.cluster.stage import cluster_stage
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import read_column
+from clusterclip.corpus.stage import corpus_stage
+from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.semantic import has_near_copy
-from clusterclip.embed import embed_stage, encode_texts
+from clusterclip.dedup.stage import dedup_stage
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.registry import encode_texts
+from clusterclip.embed.stage import embed_stage
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.data import (
     TokenizedDocs,
@@ -33,7 +41,6 @@ from clusterclip.experiment.data import (
 )
 from clusterclip.settings import SettingsError
 from clusterclip.store import RunDir, atomic_write, config_hash, load_npy
-from clusterclip.store import layout as A
 
 NO_DOMAIN = "(none)"
 
@@ -164,7 +171,7 @@ def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progre
     if cfg.uses_groups():
         with run.lock():
             dedup_stage(run)
-    return load_npy(run.path(A.CENTROIDS))
+    return load_npy(run.path(CENTROIDS))
 
 
 def pipeline_stages(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpus: CorpusConfig, progress: bool,
@@ -175,7 +182,7 @@ def pipeline_stages(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpu
         run.clean_temp_files()
         corpus_stage(run, inputs, corpus, progress=progress)
         if embedder is not None:
-            embed_stage(run, embedder=embedder, progress=progress)
+            embed_stage(run, EmbedConfig(embedder=embedder), progress=progress)
         if cluster is not None:
             cluster_stage(run, cluster, progress=progress)
 

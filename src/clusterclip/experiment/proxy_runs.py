@@ -36,6 +36,7 @@ import torch
 
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.contract import EXPERIMENT_STAGE
 from clusterclip.experiment.model import GPT
 from clusterclip.experiment.prepare import input_fingerprint
 from clusterclip.experiment.results import RESULTS_VERSION, reusable_results, write_results
@@ -43,11 +44,10 @@ from clusterclip.experiment.splits import EXPERIMENT_DIR, prepare_split
 from clusterclip.experiment.steps import SplitData, proxy_run, use_torch
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RunDir, config_hash, load_json
-from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_STAGE = A.EXPERIMENT_STAGE
+EXPERIMENT_STAGE = EXPERIMENT_STAGE
 """The stage of ``OUT/experiment/``; its record is ``OUT/experiment/experiment.json``."""
 RESULTS, TABLE = "results.json", "results.md"
 

@@ -13,14 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clusterclip.corpus.contract import CORPUS_STAGE
 from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.contract import EXPERIMENT_DIR, EXPERIMENT_RESULTS
 from clusterclip.experiment.prepare import prepare_data, tokenize
 from clusterclip.experiment.results import discard
 from clusterclip.experiment.steps import SplitData, set_up
 from clusterclip.store import config_hash
-from clusterclip.store import layout as A
 
-EXPERIMENT_DIR = A.EXPERIMENT_DIR
+EXPERIMENT_DIR = EXPERIMENT_DIR
 
 
 def split_root(out: str | os.PathLike[str], split: int, primary: int) -> Path:
@@ -43,10 +44,10 @@ def prepare_split(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     info = _previous_split(previous, split, primary)
     prep = prepare_data(inputs, root, scfg, progress, info.get("split_hash"), force,
                         source_dir=Path(out) / EXPERIMENT_DIR / "source")
-    data_hash = config_hash({"cfg": scfg.results_hash(), "train": prep.run.output_hash(A.CORPUS_STAGE)})
+    data_hash = config_hash({"cfg": scfg.results_hash(), "train": prep.run.output_hash(CORPUS_STAGE)})
     tok_path = root / EXPERIMENT_DIR / "tokenizer.json"
     if info:
-        previous = _same_data(previous, info, Path(out) / A.EXPERIMENT_RESULTS, tok_path, prep.split_hash,
+        previous = _same_data(previous, info, Path(out) / EXPERIMENT_RESULTS, tok_path, prep.split_hash,
                               data_hash, force)
     tok = tokenize(prep, scfg, tok_path, reuse=bool(info) and previous is not None)
     return SplitData(split, scfg, prep, tok, set_up(prep, tok, scfg), data_hash), previous

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clusterclip.dedup import load_groups
+from clusterclip.dedup.contract import load_groups
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.data import Packed, TokenizedDocs, pack, select_docs
 from clusterclip.experiment.evaluate import (
@@ -34,7 +34,8 @@ from clusterclip.experiment.prepare import Prepared, Tokenized
 from clusterclip.experiment.results import PRIMARY
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.train import train_model
-from clusterclip.plan import Plan, PlanConfig, build_plan
+from clusterclip.plan.build import Plan, build_plan
+from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.duplicates import build_grouped_plan
 from clusterclip.settings import SettingsError
 

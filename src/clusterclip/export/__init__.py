@@ -17,21 +17,3 @@ and refuse one of another plan than a training state was saved on.
 :class:`clusterclip.export.megatron_dataset.PlanOrderGPTDataset` (imported on its own: it needs megatron-core)
 lets Megatron read a ``megatron`` export in plan order, one pass at most.
 """
-
-from clusterclip.export.manifest import ExportInfo, ExportMismatchError, check_export, read_export
-from clusterclip.export.stage import ExportConfig, export_plan
-from clusterclip.export.writers import (
-    FORMATS,
-    WRITERS,
-    HfWriter,
-    JsonlWriter,
-    LitdataWriter,
-    MdsWriter,
-    MegatronWriter,
-    ParquetWriter,
-    Writer,
-)
-
-__all__ = ["FORMATS", "WRITERS", "ExportConfig", "ExportInfo", "ExportMismatchError", "HfWriter", "JsonlWriter",
-           "LitdataWriter", "MdsWriter", "MegatronWriter", "ParquetWriter", "Writer", "check_export", "export_plan",
-           "read_export"]

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip.dedup.stage import load_groups
+from clusterclip.dedup.contract import load_groups
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.publish import ExportFolder
 from clusterclip.export.stream import PlanStream, window_rows
@@ -50,7 +50,7 @@ def olmo_dtype(token_dtype: np.dtype) -> np.dtype:
 def drawable(src: PlanStream) -> np.ndarray:
     """Which documents the plan may draw (bool per document): all, or the kept representatives of its
     duplicate groups under ``--duplicates drop``."""
-    mode = (src.record.get("config") or {}).get("duplicates", "none")
+    mode = src.record.config.get("duplicates", "none")
     if mode != "drop":
         return np.ones(src.corpus.n, bool)
     _, kept = load_groups(src.run)
@@ -128,7 +128,7 @@ def write_sources(src: PlanStream, folder: ExportFolder, memory_mb: int, shard_s
     if counts[~mask].any():
         bad = int(np.flatnonzero(counts * ~mask)[0])
         raise StaleArtifactError(f"plan {src.name!r} draws document {bad}, which its duplicate groups do not keep; "
-                                 f"re-plan it (`{src.run.rebuild_command(src.record['stage'], force=True)}`)")
+                                 f"re-plan it (`{src.run.rebuild_command(src.record.stage, force=True)}`)")
     tally = Tally(labels, counts, k)
     sources = np.flatnonzero(tally.draws > 0)
     labels[~mask] = -1  # in place: what is left to write, per document
@@ -165,7 +165,7 @@ def blend_record(src: PlanStream, folder: ExportFolder, tally: Tally) -> dict[st
                 "reason": "no planned draws" if tally.draws[c] == 0 else "its planned documents hold no token"}
                for c in np.flatnonzero(tally.planned == 0)]
     return {"sources": sources, "omitted": omitted, "planned_tokens": total,
-            "max_repeat": (src.record.get("config") or {}).get("max_repeat"),
+            "max_repeat": src.record.config.get("max_repeat"),
             "token_dtype": src.token_dtype.name, "olmo_dtype": dtype.name,
             "megatron_data_path": DATA_PATH, "olmo_source_mixture": OLMO_CONFIG}
 

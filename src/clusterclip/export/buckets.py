@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from clusterclip.corpus.contract import RowGroup, in_index_order
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.tokenizer import Tokenizer
-from clusterclip.store import StaleArtifactError
 
 BUCKET_BYTES = 1 << 30
 """The most text one bucket or unit holds (1 GiB): within one Arrow ``string`` array, however large
@@ -56,16 +56,6 @@ def bucket_bytes(memory_mb: int, workers: int) -> int:
 def bucket_rows(text_bytes: int, n_docs: int, limit: int) -> int:
     """Plan positions per bucket: as many as hold ``limit`` bytes at the corpus's mean document."""
     return max(1, int(limit / max(text_bytes / max(n_docs, 1), 1)))
-
-
-@dataclass(frozen=True)
-class RowGroup:
-    """One row group of a corpus part: its file, number and first and last-plus-one document index."""
-
-    path: str
-    group: int
-    start: int
-    stop: int
 
 
 @dataclass(frozen=True)
@@ -149,13 +139,6 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
             batches += len(part)
     os.unlink(unit.pairs)
     return held
-
-
-def in_index_order(rows: pa.Table, index: np.ndarray, folder: Path, rebuild: str) -> pa.Table:
-    """``rows`` without their ``index`` column, refused unless it holds ``index`` (the corpus's order)."""
-    if not np.array_equal(rows.column("index").to_numpy(), index):
-        raise StaleArtifactError(f"{folder}: rows are not in index order; rebuild the corpus with `{rebuild}`")
-    return rows.drop_columns(["index"])
 
 
 @dataclass(frozen=True)

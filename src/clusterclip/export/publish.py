@@ -19,10 +19,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
+from clusterclip.export.contract import EXPORT_IDENTITY, EXPORT_MANIFEST, EXPORT_STAGING
 from clusterclip.store import atomic_write, load_json, save_json
 from clusterclip.store import layout as A
 
-STREAM = A.EXPORT_STAGING + ".arrow"
+STREAM = EXPORT_STAGING + ".arrow"
 """The ``hf`` writer's Arrow stream, beside the staging folder (``save_to_disk`` cannot write around it)."""
 
 
@@ -90,8 +91,8 @@ def survey(out: Path) -> Survey:
         return Survey([], set(), set(), [])
     if not out.is_dir():
         raise ClusterClipError(f"{out}: is a file, not a folder; --out must name an empty or new folder")
-    manifest, staging = out / A.EXPORT_MANIFEST, out / A.EXPORT_STAGING
-    journal = staging / A.EXPORT_IDENTITY
+    manifest, staging = out / EXPORT_MANIFEST, out / EXPORT_STAGING
+    journal = staging / EXPORT_IDENTITY
     for path in (manifest, staging, out / STREAM, journal):
         _no_link(path)
     found = Survey([], set(), set(), [])
@@ -102,9 +103,9 @@ def survey(out: Path) -> Survey:
             found.owned.update(files)
             if path == manifest:
                 found.listed.update(files)
-    ours = {A.LOCK} | ({A.EXPORT_MANIFEST} if manifest.is_file() else set())
+    ours = {A.LOCK} | ({EXPORT_MANIFEST} if manifest.is_file() else set())
     if journal.is_file() or (staging.is_dir() and not any(staging.iterdir())):
-        ours |= {A.EXPORT_STAGING, STREAM}
+        ours |= {EXPORT_STAGING, STREAM}
     parents = {p.as_posix() for rel in found.owned for p in PurePosixPath(rel).parents}
     found.foreign.extend(rel for rel, is_dir in _entries(out) if rel not in found.owned
                          and rel.split("/")[0] not in ours and not (is_dir and rel in parents))
@@ -159,7 +160,7 @@ class ExportFolder:
     def __init__(self, out: Path, identity: dict[str, Any]) -> None:
         self.out = out
         self.identity = identity
-        self.staging = out / A.EXPORT_STAGING
+        self.staging = out / EXPORT_STAGING
         self.created = not out.exists() and not out.is_symlink()
         self.manifest: bytes | None = None
         self.stale: set[str] = set()
@@ -187,14 +188,14 @@ class ExportFolder:
         found = self.check()
         for rel in sorted(found.owned - found.listed):
             _target(self.out, rel).unlink(missing_ok=True)
-        manifest = self.out / A.EXPORT_MANIFEST
+        manifest = self.out / EXPORT_MANIFEST
         self.manifest = manifest.read_bytes() if manifest.is_file() else None
         (self.out / STREAM).unlink(missing_ok=True)
         if self.staging.exists():
             shutil.rmtree(self.staging)
         try:
             self.staging.mkdir(parents=True)
-            save_json(self.staging / A.EXPORT_IDENTITY, {"identity": self.identity, "files": sorted(found.listed)})
+            save_json(self.staging / EXPORT_IDENTITY, {"identity": self.identity, "files": sorted(found.listed)})
         except OSError as exc:
             shutil.rmtree(self.staging, ignore_errors=True)
             raise write_error(self.out, exc) from exc
@@ -203,7 +204,7 @@ class ExportFolder:
         """The staged files, checked before anything is moved; the journal then lists every file the
         export owns in ``out``, so that an interrupted publication is finished by the next run."""
         files = sorted(rel for p in self.staging.rglob("*")
-                       if p.is_file() and (rel := p.relative_to(self.staging).as_posix()) != A.EXPORT_IDENTITY)
+                       if p.is_file() and (rel := p.relative_to(self.staging).as_posix()) != EXPORT_IDENTITY)
         found = survey(self.out)
         _refuse_foreign(self.out, bool(found.identities), found.foreign)
         for rel in files:
@@ -212,7 +213,7 @@ class ExportFolder:
                 raise ClusterClipError(f"{target}: appeared while exporting and was not written by clusterclip "
                                        "export; refusing to overwrite it: move it away or choose an empty --out")
         journal = {"identity": self.identity, "files": sorted(found.owned | set(files))}
-        save_json(self.staging / A.EXPORT_IDENTITY, journal)
+        save_json(self.staging / EXPORT_IDENTITY, journal)
         self.stale = found.owned - set(files)
         return files
 
@@ -247,7 +248,7 @@ class ExportFolder:
         (removed by the stage runner before building) is put back, so the earlier export is as it was. If
         the record cannot be put back, the journal stays: it still lists the earlier export's files."""
         (self.out / STREAM).unlink(missing_ok=True)
-        manifest = self.out / A.EXPORT_MANIFEST
+        manifest = self.out / EXPORT_MANIFEST
         if self.manifest is not None and not manifest.exists():
             try:
                 with atomic_write(manifest) as fh:

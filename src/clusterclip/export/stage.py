@@ -21,18 +21,17 @@ from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
 from clusterclip.export.blend import write_blend_export
-from clusterclip.export.manifest import metadata, stream_identity
+from clusterclip.export.contract import EXPORT_MANIFEST, metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
 from clusterclip.export.writers.registry import FORMATS, WRITERS
 from clusterclip.settings import Settings, at_least, command_flags, optional, setting
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, exclusive
-from clusterclip.store import layout as A
 
 log = logging.getLogger(__name__)
 
-STAGE = A.EXPORT_MANIFEST.removesuffix(".json")
+STAGE = EXPORT_MANIFEST.removesuffix(".json")
 SCRATCH = ".buckets"
 """In the staging folder: the buckets of a corpus larger than ``--memory-mb`` (removed before publishing)."""
 """The export folder's one stage: its record is :data:`clusterclip.store.layout.EXPORT_MANIFEST`."""

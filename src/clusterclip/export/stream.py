@@ -12,8 +12,6 @@ Every input (plan, labels, corpus parts, ``tokens.npy``) is checksum-verified be
 
 from __future__ import annotations
 
-import functools
-import itertools
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,79 +20,24 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from clusterclip.cluster import load_labels
-from clusterclip.corpus import corpus_parts, open_parquet
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, load_labels
+from clusterclip.corpus.contract import (
+    CORPUS_STAGE,
+    TOKENS,
+    CorpusIndex,
+    CorpusRecord,
+)
 from clusterclip.engines import ordered_map
 from clusterclip.export import buckets as B
 from clusterclip.export.tokenizer import Tokenizer
-from clusterclip.plan.identity import record_identity
-from clusterclip.plan.integrity import open_plan, resolve_plan_path
+from clusterclip.plan.contract import (
+    PlanRecord,
+    open_plan,
+    plan_stage_name,
+    resolve_plan_path,
+)
 from clusterclip.store import RunDir, StaleArtifactError, load_npy
-from clusterclip.store import layout as A
-
-
-class CorpusIndex:
-    """Where each document lives: the corpus parts with their row groups' first rows, from metadata."""
-
-    def __init__(self, run: RunDir) -> None:
-        self.parts = corpus_parts(run)
-        if not self.parts:
-            raise StaleArtifactError(f"{run.path(A.CORPUS_DIR)}: no {A.CORPUS_PART_GLOB} files; rebuild the corpus "
-                                     f"with `{run.rebuild_command(A.CORPUS_STAGE, force=True)}`")
-        run.require(A.CORPUS_STAGE, only=[p.relative_to(run.root).as_posix() for p in self.parts])
-        self.rebuild = run.rebuild_command(A.CORPUS_STAGE, force=True)
-        self.rg_starts: list[np.ndarray] = []
-        self.rg_bytes: list[int] = []
-        start = 0
-        for part in self.parts:  # each footer is dropped once read: 2 MiB per million documents, 2 GiB at 10^9
-            pf = open_parquet(part)
-            md = pf.metadata
-            names = pf.schema_arrow.names
-            cols = [names.index(c) for c in ("id", "text")]
-            rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
-            self.rg_starts.append(start + np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
-            self.rg_bytes += [sum(md.row_group(g).column(c).total_uncompressed_size for c in cols)
-                              for g in range(md.num_row_groups)]
-            start += sum(rows)
-        self.n = start
-        self.text_bytes = sum(self.rg_bytes)
-
-    def row_groups(self) -> list[B.RowGroup]:
-        """Every row group of the corpus, in document order (a part's groups share its path string)."""
-        groups: list[B.RowGroup] = []
-        for part, starts in zip(self.parts, self.rg_starts, strict=True):
-            path, bounds = str(part), starts.tolist()
-            groups += [B.RowGroup(path, g, a, b) for g, (a, b) in enumerate(itertools.pairwise(bounds))]
-        return groups
-
-    @functools.cached_property
-    def files(self) -> list[pq.ParquetFile]:
-        """The parts, open (for the window export, whose corpus fits ``--memory-mb``)."""
-        return [open_parquet(p) for p in self.parts]
-
-    def gather(self, docs: np.ndarray) -> pa.Table:
-        """``id`` and ``text`` of ``docs`` (sorted, distinct indices), reading only the row groups holding them."""
-        tables = []
-        for pf, starts in zip(self.files, self.rg_starts, strict=True):
-            lo, hi = np.searchsorted(docs, [starts[0], starts[-1]])
-            if lo == hi:
-                continue
-            mine = docs[lo:hi]
-            rg = np.searchsorted(starts, mine, side="right") - 1
-            groups = np.unique(rg)
-            sizes = starts[groups + 1] - starts[groups]
-            first = np.zeros(len(starts) - 1, np.int64)
-            first[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
-            tables.append(self.checked(table.take(pa.array(first[rg] + mine - starts[rg])), mine))
-        return pa.concat_tables(tables)
-
-    def checked(self, rows: pa.Table, index: np.ndarray) -> pa.Table:
-        """``rows`` without their ``index`` column, refused unless it holds ``index`` (the corpus's order)."""
-        return B.in_index_order(rows, index, self.parts[0].parent, self.rebuild)
-
 
 SLICE_BYTES = 1 << 28
 """Text per table handed on from a window (256 MiB): a window's text can exceed what one Arrow ``string``
@@ -239,19 +182,19 @@ class PlanStream:
         """Open plan ``plan_name`` (the only plan when None) of ``run``, refusing a stale plan and checking
         the checksums of the plan, the corpus parts and the labels."""
         self.run = run
-        plan_path = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
-        self.name = plan_path.parent.name
-        self.record = run.require_current(A.plan_stage_name(self.name), verify=True)
+        order_file = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
+        self.name = order_file.parent.name
+        self.record = PlanRecord.require(run, plan_stage_name(self.name), verify=True, current=True)
         self.corpus = CorpusIndex(run)
-        self.order = open_plan(plan_path, n_docs=self.corpus.n).verified()
+        self.order = open_plan(order_file, n_docs=self.corpus.n).verified()
         self.labels = load_labels(run, mmap=True)
         if self.labels.shape != (self.corpus.n,) or not np.issubdtype(self.labels.dtype, np.integer):
-            raise StaleArtifactError(f"{run.path(A.LABELS)}: {self.labels.dtype} {self.labels.shape} labels for a "
+            raise StaleArtifactError(f"{run.path(LABELS)}: {self.labels.dtype} {self.labels.shape} labels for a "
                                      f"corpus of {self.corpus.n} documents; rebuild them with "
-                                     f"`{run.rebuild_command(A.CLUSTER_STAGE, force=True)}`")
+                                     f"`{run.rebuild_command(CLUSTER_STAGE, force=True)}`")
         self.tokenizer = Tokenizer(tokenizer, append_eos) if tokenizer is not None else None
-        self.plan_sha256: str = self.record["artifacts"][A.plan_path(self.name, A.PLAN_ORDER)]["sha256"]
-        self.identity = record_identity(self.record, A.PLAN_ORDER)
+        self.plan_sha256: str = self.record.artifacts[self.record.order_file()]["sha256"]
+        self.identity = self.record.order_identity()
         """The plan's identity (what ``ClusterClipSampler`` states name)."""
         self.window = 1
         self.buckets = 0
@@ -292,11 +235,11 @@ class PlanStream:
         then the saved copy) twice that; ``scratch`` adds the buckets' copy of the planned text and the
         plan's pairs."""
         corpus, run = self.corpus, self.run
-        planned = self.record.get("stats", {}).get("tokens")
+        planned = self.record.stats.get("tokens")
         text = self.draws * corpus.text_bytes / max(corpus.n, 1)
-        if planned and A.TOKENS in run.require(A.CORPUS_STAGE, verify=False).get("artifacts", {}):
-            run.require(A.CORPUS_STAGE, only=[A.TOKENS])
-            total = int(np.asarray(load_npy(run.path(A.TOKENS), mmap=True), dtype=np.int64).sum())
+        if planned and TOKENS in CorpusRecord.require(run, verify=False).artifacts:
+            run.require(CORPUS_STAGE, only=[TOKENS])
+            total = int(np.asarray(load_npy(run.path(TOKENS), mmap=True), dtype=np.int64).sum())
             if total > 0:
                 text = max(text, planned * corpus.text_bytes / total)
         if self.tokenizer is None:

@@ -1,24 +1,31 @@
-"""ClusterClip Sampling as pure steps: settings, quotas, passes, order, statistics, and the run stage.
+"""ClusterClip Sampling as pure steps: settings, quotas, passes, order and statistics.
 
-``build_plan(labels, PlanConfig(...))`` returns the ordered plan; ``plan_stage`` builds it in a run
-directory. The method and its guarantees are specified in ``docs/sampling.md``.
+``build_plan(labels, PlanConfig(...))`` returns the ordered plan; it and the names below are the planner's
+public API, loaded on first use (``from clusterclip.plan import PlanConfig`` loads the settings alone). The
+plan stage is :mod:`clusterclip.plan.stage`; what other stages and trainers read of a plan (its files, record
+and readers) is :mod:`clusterclip.plan.contract`. The method and its guarantees are in ``docs/sampling.md``.
 """
 
-from clusterclip.errors import InfeasiblePlanError
-from clusterclip.plan.build import DEFAULT_CHUNK, Plan, build_plan
-from clusterclip.plan.config import PLAN_FIELDS, STRATEGIES, PlanConfig, PlanConfigError, load_weights
-from clusterclip.plan.identity import identity_of
-from clusterclip.plan.integrity import BLOCK_ENTRIES, PlanIntegrityError, PlanReader, block_checksums, open_plan
-from clusterclip.plan.quotas import round_quotas, water_fill
-from clusterclip.plan.reference import reference_order
-from clusterclip.plan.stage import PLAN_FORMAT, continuation, list_plans, plan_stage
-from clusterclip.plan.stats import N_WINDOWS
+from __future__ import annotations
 
-__all__ = [
-    "BLOCK_ENTRIES", "DEFAULT_CHUNK", "N_WINDOWS", "PLAN_FIELDS",
-    "PLAN_FORMAT", "STRATEGIES",
-    "InfeasiblePlanError", "Plan", "PlanConfig", "PlanConfigError", "PlanIntegrityError", "PlanReader",
-    "block_checksums", "build_plan", "continuation", "identity_of", "list_plans", "load_weights", "open_plan",
-    "plan_command",
-    "plan_stage", "reference_order", "round_quotas", "water_fill",
-]
+import importlib
+from typing import Any
+
+_PUBLIC = {
+    "DEFAULT_CHUNK": "build", "Plan": "build", "build_plan": "build",
+    "PLAN_FIELDS": "config", "STRATEGIES": "config", "PlanConfig": "config", "PlanConfigError": "config",
+    "load_weights": "config", "round_quotas": "quotas", "water_fill": "quotas", "reference_order": "reference",
+    "N_WINDOWS": "stats",
+}
+"""Each public name and the module of this package that defines it."""
+__all__ = [*sorted(_PUBLIC), "InfeasiblePlanError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "InfeasiblePlanError":
+        from clusterclip.errors import InfeasiblePlanError
+
+        return InfeasiblePlanError
+    if name in _PUBLIC:
+        return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

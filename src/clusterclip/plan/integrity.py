@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.plan.files import PLAN_BLOCKS, PLAN_ORDER, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.plan.locate import (
     PlanIntegrityError,
     PlanNotFoundError,
@@ -120,8 +121,6 @@ class PlanReader:
     @classmethod
     def open(cls, plan: str | os.PathLike[str], plan_name: str | None = None) -> PlanReader:
         """Open ``plan.npy`` (or a plan folder, or a run directory) in O(1): size, record and ``blocks.npy``."""
-        from clusterclip.store import layout as A
-
         path = resolve_plan_path(plan, plan_name)
         rec = read_record(path)
         where = str(path)
@@ -129,9 +128,9 @@ class PlanReader:
         meta: Mapping[str, Any] = {}
         if rec is not None:
             name = str(rec.get("name") or path.parent.name)
-            _require_current(path, name)
+            _require_current(path, name, rec)
             rebuild = plan_command(path.parent.parent.parent, rec)
-            meta = rec.get("artifacts", {}).get(A.plan_path(name, A.PLAN_ORDER)) or {}
+            meta = rec.get("artifacts", {}).get(plan_path(name, PLAN_ORDER)) or {}
         fix = f"; rebuild it with `{rebuild}`" if rebuild else ""
         size = path.stat().st_size
         if meta.get("size") is not None and size != meta["size"]:
@@ -253,11 +252,10 @@ def _n_docs(rec: Mapping[str, Any]) -> int | None:
 def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, Any], count: int,
                     fix: str) -> np.ndarray:
     from clusterclip.store import file_digest
-    from clusterclip.store import layout as A
 
-    path = folder / str(blocks.get("file", A.PLAN_BLOCKS))
+    path = folder / str(blocks.get("file", PLAN_BLOCKS))
     name = str(rec.get("name") or folder.name)
-    meta = rec.get("artifacts", {}).get(A.plan_path(name, A.PLAN_BLOCKS)) or {}
+    meta = rec.get("artifacts", {}).get(plan_path(name, PLAN_BLOCKS)) or {}
     if blocks.get("checksum") != CHECKSUM:
         raise PlanIntegrityError(f"{path}: unknown block checksum {blocks.get('checksum')!r} (expected {CHECKSUM})")
     try:
@@ -274,15 +272,17 @@ def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, A
     return sums
 
 
-def _require_current(path: Path, name: str) -> None:
+def _require_current(path: Path, name: str, rec: Mapping[str, Any]) -> None:
     """Refuse a plan of a run directory whose clusters (or anything upstream) were rebuilt after it: its
-    indices would point at documents of another clustering (the error names the rebuild commands)."""
+    indices would point at documents of another clustering (the error names the rebuild commands). A plan
+    folder without the records it was built from (copied out of its run) is not checked."""
     from clusterclip.store import RunDir
-    from clusterclip.store import layout as A
+    from clusterclip.store.layout import record
 
     root = path.parent.parent.parent
-    if path.parent.parent.name == A.PLANS_DIR and (root / A.record(A.CLUSTER_STAGE)).exists():
-        RunDir(root).require_current(A.plan_stage_name(name))
+    upstream = rec.get("upstream") if isinstance(rec.get("upstream"), Mapping) else {}
+    if path.parent.parent.name == PLANS_DIR and any((root / record(up)).exists() for up in upstream):
+        RunDir(root).require_current(plan_stage_name(name))
 
 
 def open_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> PlanReader:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.files import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.store import RunDir
-from clusterclip.store import layout as A
 
 
 class PlanIntegrityError(ClusterClipError, ValueError):
@@ -31,7 +31,7 @@ def plan_command(run_root: str | os.PathLike[str], record: Mapping[str, Any]) ->
     :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`, the one renderer of
     rebuild commands."""
     name = str(record.get("name") or "")
-    return RunDir(run_root).rebuild_command(A.plan_stage_name(name), record, force=True)
+    return RunDir(run_root).rebuild_command(plan_stage_name(name), record, force=True)
 
 
 def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None) -> Path:
@@ -44,8 +44,8 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
         return p
     if not p.is_dir():
         raise PlanNotFoundError(f"{p}: no such plan file or directory")
-    if plan_name is None and (p / A.PLAN_ORDER).is_file():
-        return p / A.PLAN_ORDER
+    if plan_name is None and (p / PLAN_ORDER).is_file():
+        return p / PLAN_ORDER
     names = list_plans(RunDir(p))
     if plan_name is not None:
         if plan_name not in names:
@@ -60,9 +60,9 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
 
 def _existing(run_root: Path, name: str) -> Path:
     """``plan.npy`` of finished plan ``name``; one line naming it and its rebuild command when it is gone."""
-    path = run_root / A.plan_path(name, A.PLAN_ORDER)
+    path = run_root / plan_path(name, PLAN_ORDER)
     if not path.is_file():
-        raise PlanIntegrityError(f"{path}: missing (its record {A.PLAN_RECORD} is there); rebuild it: "
+        raise PlanIntegrityError(f"{path}: missing (its record {PLAN_RECORD} is there); rebuild it: "
                                  f"`{plan_command(run_root, read_record(path) or {'name': name})}`")
     return path
 
@@ -70,7 +70,7 @@ def _existing(run_root: Path, name: str) -> Path:
 def read_record(path: Path) -> dict[str, Any] | None:
     """The ``plan.json`` beside ``plan.npy``, or None; a corrupt record is a :class:`PlanIntegrityError`."""
 
-    rec_path = path.parent / A.PLAN_RECORD
+    rec_path = path.parent / PLAN_RECORD
     if not rec_path.is_file():
         return None
     try:
@@ -87,7 +87,16 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 def list_plans(run: RunDir) -> list[str]:
     """Names of the finished plans in the run directory (those with a ``plan.json`` record)."""
-    root = run.path("plans")
+    root = run.path(PLANS_DIR)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "plan.json").is_file())
+    return sorted(p.name for p in root.iterdir() if (p / PLAN_RECORD).is_file())
+
+
+def orphan_plans(root: Path) -> list[str]:
+    """Plan folders that hold files but no record (``plan.json`` deleted): not finished, yet not empty."""
+    plans = root / PLANS_DIR
+    if not plans.is_dir() or plans.is_symlink():
+        return []
+    return [p.name for p in sorted(plans.iterdir()) if p.is_dir() and not p.is_symlink()
+            and not (p / PLAN_RECORD).exists() and any(p.iterdir())]

@@ -13,36 +13,47 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.dedup.stage import DEDUP_STAGE, GROUP, KEPT, load_groups
+from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SIZES
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, load_groups
+from clusterclip.embed.contract import EMBED_STAGE
 from clusterclip.errors import disk_full_at
 from clusterclip.plan.build import Plan, build_plan
 from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
+from clusterclip.plan.contract import (
+    BLOCK_ENTRIES,
+    CHECKSUM,
+    PLAN_BLOCKS,
+    PLAN_DRAWS,
+    PLAN_EXHAUSTED_AT,
+    PLAN_FORMAT,
+    PLAN_MAX_REPEAT,
+    PLAN_MIXTURE,
+    PLAN_ORDER,
+    PLAN_PRIOR,
+    PLAN_REPEAT_HIST,
+    PLAN_TOKENS,
+    PLAN_UNIQUE,
+    PlanRecord,
+    list_plans,
+    plan_path,
+    plan_stage_name,
+    short,
+)
 from clusterclip.plan.duplicates import build_grouped_plan
-from clusterclip.plan.identity import record_identity, short
-from clusterclip.plan.integrity import BLOCK_ENTRIES, CHECKSUM
-from clusterclip.plan.locate import list_plans
 from clusterclip.plan.prior import prior_counts
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, StaleArtifactError, config_hash, load_npy, save_npy
-from clusterclip.store import layout as A
+from clusterclip.store.layout import record
 
-PLAN_FORMAT = 2
-"""Version of the plan bytes: 2 draws ``random`` as passes of one pseudo-cluster (1: its own epochs).
-Part of the stage's input hash and record, so plans of another version are rebuilt rather than reused."""
-
-
-PLAN_PRIOR = "prior.npy"
-"""A continuation's draws before its position 0, per document, summed over every ancestor's consumed
-prefix (the smallest unsigned dtype that holds them): what its cap counted, and what a continuation of it
-adds to, so no ancestor's files are needed once it is built."""
 MAX_WINDOWS = 100_000
 """Most mixture windows a plan may have (the mixture is windows x clusters int64): a smaller ``--window``
 on a long plan is refused with the smallest window allowed."""
 
 
 def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
-               continues: dict[str, Any] | None = None) -> dict[str, Any]:
+               continues: dict[str, Any] | None = None) -> PlanRecord:
     """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
 
     Uses token counts whenever the corpus stage has written them (required for a token budget). The
@@ -53,11 +64,11 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     built (they are verified then), so re-planning or deleting the parent later leaves it usable.
     """
     use_tokens = _check_inputs(run, config)
-    inputs: dict[str, Any] = {"cluster": run.output_hash(A.CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
-    reads = {A.CLUSTER_STAGE: [A.LABELS, A.SIZES]}
+    inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    reads = {CLUSTER_STAGE: [LABELS, SIZES]}
     if use_tokens:
-        inputs["corpus"] = run.output_hash(A.CORPUS_STAGE)
-        reads[A.CORPUS_STAGE] = [A.TOKENS]
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads[CORPUS_STAGE] = [TOKENS]
     name = config.name()
     if config.duplicates != "none":
         if continues is not None:
@@ -70,50 +81,51 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
         inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
 
     def build(job: Job) -> Built:
-        labels = np.asarray(load_npy(run.path(A.LABELS), mmap=True))
-        k = int(load_npy(run.path(A.SIZES)).shape[0]) if run.path(A.SIZES).exists() else None
-        tokens = np.asarray(load_npy(run.path(A.TOKENS), mmap=True)) if use_tokens else None
+        labels = np.asarray(load_npy(run.path(LABELS), mmap=True))
+        k = int(load_npy(run.path(SIZES)).shape[0]) if run.path(SIZES).exists() else None
+        tokens = np.asarray(load_npy(run.path(TOKENS), mmap=True)) if use_tokens else None
         prior = None if continues is None else chain_prior(run, continues, labels.shape[0])
-        plan = _order(run, config, labels, tokens, run.path(A.plan_path(name, A.PLAN_ORDER)), k, prior)
-        arrays = {A.PLAN_BLOCKS: plan.checksums, A.PLAN_DRAWS: plan.per_cluster["draws"],
-                  A.PLAN_UNIQUE: plan.per_cluster["unique"],
-                  A.PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
-                  A.PLAN_EXHAUSTED_AT: plan.per_cluster["exhausted_at"], A.PLAN_MIXTURE: plan.mixture,
-                  A.PLAN_REPEAT_HIST: plan.repeat_hist}
+        plan = _order(run, config, labels, tokens, run.path(plan_path(name, PLAN_ORDER)), k, prior)
+        arrays = {PLAN_BLOCKS: plan.checksums, PLAN_DRAWS: plan.per_cluster["draws"],
+                  PLAN_UNIQUE: plan.per_cluster["unique"],
+                  PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
+                  PLAN_EXHAUSTED_AT: plan.per_cluster["exhausted_at"], PLAN_MIXTURE: plan.mixture,
+                  PLAN_REPEAT_HIST: plan.repeat_hist}
         if "tokens" in plan.per_cluster:
-            arrays[A.PLAN_TOKENS] = plan.per_cluster["tokens"]
+            arrays[PLAN_TOKENS] = plan.per_cluster["tokens"]
         fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats,
-                      blocks={"file": A.PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": CHECKSUM,
+                      blocks={"file": PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": CHECKSUM,
                               "index_range": [0, int(labels.shape[0])]})
         if continues is not None and prior is not None:
             arrays[PLAN_PRIOR] = prior.astype(np.min_scalar_type(int(prior.max(initial=0))))
             fields.update(continues=continues, ancestors=_ancestors(run, continues),
                           stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())})
         for fname, arr in arrays.items():
-            save_npy(run.path(A.plan_path(name, fname)), arr)
-        return Built([A.plan_path(name, f) for f in (A.PLAN_ORDER, *arrays)], fields)
+            save_npy(run.path(plan_path(name, fname)), arr)
+        return Built([plan_path(name, f) for f in (PLAN_ORDER, *arrays)], fields)
 
-    _check_windows(config, (run.record(A.CORPUS_STAGE) or {}).get("count"))
-    with disk_full_at(run.path(A.plan_path(name)), kept="the temp files were removed"):
-        return run_stage(run, Stage(A.plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
-                                    command=plan_argv(config, continues)), force)
+    corpus = CorpusRecord.read(run)
+    _check_windows(config, corpus.count if corpus is not None else None)
+    with disk_full_at(run.path(plan_path(name)), kept="the temp files were removed"):
+        return run_stage(run, Stage(plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
+                                    command=plan_argv(config, continues), record=PlanRecord), force)
 
 
 def chain_prior(run: RunDir, continues: Mapping[str, Any], n_docs: int) -> np.ndarray:
     """Draws per document before a continuation's position 0: the parent's own prior (``prior.npy``, itself
     summed over its ancestors) plus the parent's first ``consumed`` draws. The parent's files are verified
     (checksums) and must hold the order ``continues`` names."""
-    parent = A.plan_stage_name(continues["name"])
-    rec = run.require(parent, verify=False)
-    if record_identity(rec, A.plan_path(continues["name"], A.PLAN_ORDER)) != continues["identity"]:
+    parent = plan_stage_name(continues["name"])
+    rec = PlanRecord.require(run, parent, verify=False)
+    if rec.order_identity() != continues["identity"]:
         raise StaleArtifactError(
             f"{run.root}: plan {continues['name']!r} was re-planned since this continuation was asked for (its "
             f"order is not {short(continues['identity'])}); continue the plan training reads")
-    run.verify(parent, rec)
-    prior = prior_counts(load_npy(run.path(A.plan_path(continues["name"], A.PLAN_ORDER)), mmap=True),
+    run.verify(parent, rec.to_json())
+    prior = prior_counts(load_npy(run.path(plan_path(continues["name"], PLAN_ORDER)), mmap=True),
                          continues["consumed"], n_docs)
-    if A.plan_path(continues["name"], PLAN_PRIOR) in rec.get("artifacts", {}):
-        before = load_npy(run.path(A.plan_path(continues["name"], PLAN_PRIOR))).astype(np.int64)
+    if plan_path(continues["name"], PLAN_PRIOR) in rec.artifacts:
+        before = load_npy(run.path(plan_path(continues["name"], PLAN_PRIOR))).astype(np.int64)
         prior[:before.shape[0]] += before
     return prior
 
@@ -121,17 +133,15 @@ def chain_prior(run: RunDir, continues: Mapping[str, Any], n_docs: int) -> np.nd
 def _parent_prior_hash(run: RunDir, parent: str) -> str | None:
     """The SHA-256 of the parent's ``prior.npy`` (None for a parent that continues nothing): part of a
     continuation's inputs, with the parent's identity."""
-    rec = run.record(A.plan_stage_name(parent)) or {}
-    meta = rec.get("artifacts", {}).get(A.plan_path(parent, PLAN_PRIOR))
-    return meta.get("sha256") if isinstance(meta, Mapping) else None
+    rec = PlanRecord.read(run, plan_stage_name(parent))
+    return None if rec is None else rec.artifact_sha256(plan_path(parent, PLAN_PRIOR))
 
 
 def _ancestors(run: RunDir, continues: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chain a continuation continues, root first: the parent's ``ancestors`` (or its ``continues``, for
     records written before chains), then the parent itself."""
-    rec = run.record(A.plan_stage_name(continues["name"])) or {}
-    before = rec.get("ancestors") or ([rec["continues"]] if isinstance(rec.get("continues"), Mapping) else [])
-    return [*before, dict(continues)]
+    rec = PlanRecord.read(run, plan_stage_name(continues["name"]))
+    return [*(rec.chain() if rec is not None else []), dict(continues)]
 
 
 def _check_windows(config: PlanConfig, n_docs: int | None) -> None:
@@ -174,15 +184,15 @@ def _check_inputs(run: RunDir, config: PlanConfig) -> bool:
     if config.budget == 0:
         raise PlanConfigError("budget", f"must be an integer in 1..{MAX_BUDGET} (or None: one epoch), got 0",
                               type(config))
-    if run.record(A.EMBED_STAGE) is not None:
-        run.require_current(A.CLUSTER_STAGE, A.EMBED_STAGE)
-    corpus = run.record(A.CORPUS_STAGE)
-    if corpus is None and run.path(A.TOKENS).exists():
+    if run.record(EMBED_STAGE) is not None:
+        run.require_current(CLUSTER_STAGE, EMBED_STAGE)
+    corpus = CorpusRecord.read(run)
+    if corpus is None and run.path(TOKENS).exists():
         raise StaleArtifactError(
-            f"{run.root}: `{A.TOKENS}` is here but the corpus record `{A.record(A.CORPUS_STAGE)}` is gone, so the "
-            f"token counts cannot be trusted; rebuild: `{run.rebuild_command(A.CORPUS_STAGE, None, force=True)}`")
+            f"{run.root}: `{TOKENS}` is here but the corpus record `{record(CORPUS_STAGE)}` is gone, so the "
+            f"token counts cannot be trusted; rebuild: `{run.rebuild_command(CORPUS_STAGE, None, force=True)}`")
     return config.budget_unit == "tokens" or (corpus is not None and (
-        A.TOKENS in corpus.get("artifacts", {}) or run.path(A.TOKENS).exists()))
+        TOKENS in corpus.artifacts or run.path(TOKENS).exists()))
 
 
 def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) -> tuple[PlanConfig, dict[str, Any]]:
@@ -194,11 +204,11 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
     if parent not in list_plans(run):
         raise PlanConfigError("continue", f"names no finished plan {parent!r}; plans here: "
                               f"{', '.join(list_plans(run)) or 'none'}")
-    rec = run.require(A.plan_stage_name(parent), verify=False)
-    length = int(rec["stats"]["length"])
+    rec = PlanRecord.require(run, plan_stage_name(parent), verify=False)
+    length = rec.length
     if not 0 <= consumed <= length:
         raise PlanConfigError("consumed", f"must be in 0..{length} (the length of plan {parent!r}), got {consumed}")
     if config.budget is None:
         config = dataclasses.replace(config, budget=length - consumed)
-    ident = record_identity(rec, A.plan_path(parent, A.PLAN_ORDER))
+    ident = rec.order_identity()
     return config, {"name": parent, "identity": ident, "consumed": int(consumed)}

@@ -14,16 +14,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from clusterclip.corpus import corpus_parts
+from clusterclip.contracts import finished_stages
+from clusterclip.corpus.contract import corpus_parts
 from clusterclip.progress import progress_bar
 from clusterclip.report.charts import Chart
+from clusterclip.report.contract import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.load import RunView, load_run
 from clusterclip.report.model import OWN_CHART, ChartSpec, page_model
 from clusterclip.report.render import render_page
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, StaleArtifactError, atomic_write, config_hash
-from clusterclip.store import layout as a
 
 
 def build_report(
@@ -47,12 +48,12 @@ def build_report(
     built: list[Path] = []
 
     def build(job: Job) -> Built:
-        built.append(_build(run_dir, rd.path(a.REPORT_DIR), progress))
+        built.append(_build(run_dir, rd.path(REPORT_DIR), progress))
         files = [built[0], *sorted(p for p in built[0].parent.glob("*.png") if OWN_CHART.match(p.name))]
         return Built([p.relative_to(rd.root).as_posix() for p in files])
 
     # Rebuilt every time: the page also shows experiment and tune results, which live in other run directories.
-    run_stage(rd, Stage(a.REPORT_STAGE, {}, config_hash(upstream), build, reads=dict.fromkeys(upstream, ()),
+    run_stage(rd, Stage(REPORT_STAGE, {}, config_hash(upstream), build, reads=dict.fromkeys(upstream, ()),
                         command=("clusterclip", "report", RUN)), force=True)
     return built[0]
 
@@ -64,7 +65,7 @@ def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
     page = page_model(run, scan_run_corpus(run, progress))
     made = draw_charts(page.charts, out, progress)
     text = render_page(page, made, time.perf_counter() - t0)
-    html_path = RunDir(out).path(a.REPORT_HTML)
+    html_path = RunDir(out).path(REPORT_HTML)
     with atomic_write(html_path, "w") as fh:
         fh.write(text)
     _remove_stale_charts(out, keep=set(made))
@@ -75,10 +76,9 @@ def _upstream(rd: RunDir) -> dict[str, str]:
     """The output hashes of the stages the report is built from; recorded (``report.json``), so that
     rebuilding any of them makes the report stale (``clusterclip status`` says so)."""
     upstream = {}
-    for stage in rd.stages():
-        with contextlib.suppress(StaleArtifactError):
-            rec = rd.record(stage) if stage != a.REPORT_STAGE else None
-            if rec is not None and "artifacts" in rec:
+    for stage in finished_stages(rd):
+        if stage != REPORT_STAGE:
+            with contextlib.suppress(StaleArtifactError):
                 upstream[stage] = rd.output_hash(stage)
     return upstream
 

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clusterclip.plan.identity import record_identity
 from clusterclip.report.load import PlanView
-from clusterclip.store import layout as a
 
 
 @dataclass(frozen=True)
@@ -33,13 +31,13 @@ class Switch:
 
 def across_switch(plan: PlanView, plans: Sequence[PlanView]) -> Switch | None:
     """The stream across the switch of a continuation whose parent (the same bytes) is in the run, else None."""
-    cont = plan.record.get("continues")
-    if not isinstance(cont, dict) or plan.mixture is None or not plan.window:
+    cont = plan.record.continues
+    if cont is None or plan.mixture is None or not plan.window:
         return None
     parent = next((p for p in plans if p.name == cont.get("name")), None)
     if parent is None or parent.mixture is None or not parent.window:
         return None
-    if record_identity(parent.record, a.plan_path(parent.name, a.PLAN_ORDER)) != cont.get("identity"):
+    if parent.record.order_identity() != cont.get("identity"):
         return None
     at = int(cont.get("consumed", 0))
     rows = min(at // parent.window, len(parent.mixture))

@@ -15,13 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.dedup.config import DEDUP_STAGE, GROUP, KEPT, REMOVED
-from clusterclip.dedup.stage import dedup_inputs
+from clusterclip.cluster.contract import LABELS
+from clusterclip.corpus.contract import CorpusIndex
+from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, REMOVED, DedupRecord, dedup_inputs
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.stream import CorpusIndex
 from clusterclip.report import html as h
 from clusterclip.store import RunDir, load_npy
-from clusterclip.store import layout as A
 
 TOP_CLUSTERS = 20
 EXAMPLE_GROUPS = 3
@@ -65,16 +64,16 @@ def dedup_section(root: Path) -> DedupSection | None:
     """The duplicates of the run at ``root``, or None when ``clusterclip dedup`` never ran there."""
     run = RunDir(root)
     try:
-        rec = run.record(DEDUP_STAGE)
+        rec = DedupRecord.read(run)
     except ClusterClipError as exc:
         return DedupSection({}, 0, 0, 0, (), (), (), stale=str(exc))
     if rec is None:
         return None
-    settings = {k: rec.get("config", {}).get(k) for k in ("eps", "jaccard")}
-    if rec.get("inputs_hash") != dedup_inputs(run) or run.problems(DEDUP_STAGE, rec, only=(GROUP, KEPT, REMOVED)):
+    settings = {k: rec.config.get(k) for k in ("eps", "jaccard")}
+    if rec.inputs_hash != dedup_inputs(run) or run.problems(DEDUP_STAGE, rec.to_json(), only=(GROUP, KEPT, REMOVED)):
         why = f"the duplicate groups predate the current corpus or clusters; re-run `clusterclip dedup {root}`"
         return DedupSection(settings, 0, 0, 0, (), (), (), stale=why)
-    group, kept, labels = load_npy(run.path(GROUP)), load_npy(run.path(KEPT)), load_npy(run.path(A.LABELS))
+    group, kept, labels = load_npy(run.path(GROUP)), load_npy(run.path(KEPT)), load_npy(run.path(LABELS))
     removed = kept[group] != np.arange(group.size)
     sizes = np.bincount(labels, minlength=int(labels.max(initial=-1)) + 1)
     dropped = np.bincount(labels[removed], minlength=sizes.size)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from clusterclip.corpus import open_parquet
+from clusterclip.corpus.contract import open_part
 from clusterclip.progress import progress_bar
 
 _WORD = re.compile(r"[^\W\d_]{3,30}")
@@ -238,7 +238,7 @@ def example_indices(labels: np.ndarray, scores: np.ndarray | None, n_clusters: i
 
 def _batches(parts: Sequence[Path], columns: list[str], batch_size: int) -> Iterator[dict[str, list]]:
     for part in parts:
-        pf = open_parquet(part)
+        pf = open_part(part)
         cols = [c for c in columns if c in pf.schema_arrow.names]
         for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
             yield {name: batch.column(name).to_pylist() for name in cols}

@@ -19,12 +19,29 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster import cluster_totals
+from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord, cluster_totals
+from clusterclip.contracts import STAGES
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.embed.contract import EmbedRecord
 from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.contract import EXPERIMENT_RESULTS, TUNE_RESULTS
+from clusterclip.plan.contract import (
+    PLAN_DRAWS,
+    PLAN_EXHAUSTED_AT,
+    PLAN_MIXTURE,
+    PLAN_ORDER,
+    PLAN_RECORD,
+    PLAN_REPEAT_HIST,
+    PLANS_DIR,
+    PlanRecord,
+    plan_path,
+    plan_stage_name,
+)
 from clusterclip.store import RunDir, StaleArtifactError, load_json, load_npy
-from clusterclip.store import layout as a
+from clusterclip.store.record import StageRecord
 
-STAGES = ("corpus", "embed", "cluster")
+SINGLE = tuple(c for c in STAGES if c is not PlanRecord and c.NAME != "report")
+"""The stages with one record per run directory whose records the page shows (plans are read one by one)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,7 @@ class PlanView:
 
     name: str
     slug: str
-    record: dict[str, Any]
+    record: PlanRecord
     n_draws: int | None
     window: int | None
     cluster_draws: np.ndarray | None
@@ -47,12 +64,12 @@ class PlanView:
     @property
     def config(self) -> dict[str, Any]:
         """The options the plan was built with."""
-        return self.record.get("config") or {}
+        return self.record.config
 
     @property
     def stats(self) -> dict[str, Any]:
         """The statistics the planner recorded in ``plan.json``."""
-        return self.record.get("stats") or {}
+        return self.record.stats
 
 
 @dataclass(frozen=True)
@@ -60,9 +77,9 @@ class RunView:
     """Everything the report reads from a run directory; missing artifacts are None."""
 
     root: Path
-    corpus: dict[str, Any] | None
-    embed: dict[str, Any] | None
-    cluster: dict[str, Any] | None
+    records: dict[str, StageRecord | None]
+    """The record of every stage with one record per run directory (corpus, embed, cluster, dedup), None when
+    it has not run."""
     tokens: np.ndarray | None
     labels: np.ndarray | None
     scores: np.ndarray | None
@@ -74,6 +91,21 @@ class RunView:
     tune: dict[str, Any] | None = None
 
     @property
+    def corpus(self) -> CorpusRecord | None:
+        rec = self.records.get(CORPUS_STAGE)
+        return rec if isinstance(rec, CorpusRecord) else None
+
+    @property
+    def embed(self) -> EmbedRecord | None:
+        rec = self.records.get(EmbedRecord.NAME)
+        return rec if isinstance(rec, EmbedRecord) else None
+
+    @property
+    def cluster(self) -> ClusterRecord | None:
+        rec = self.records.get(CLUSTER_STAGE)
+        return rec if isinstance(rec, ClusterRecord) else None
+
+    @property
     def k(self) -> int:
         """Number of clusters (0 without a clustering)."""
         return 0 if self.sizes is None else len(self.sizes)
@@ -81,7 +113,7 @@ class RunView:
     @property
     def n_docs(self) -> int | None:
         """Number of documents, from the corpus record or else the per-document arrays."""
-        for v in ((self.corpus or {}).get("count"), self.tokens, self.labels):
+        for v in (self.corpus.count if self.corpus is not None else None, self.tokens, self.labels):
             if isinstance(v, np.ndarray):
                 return len(v)
             if v is not None:
@@ -98,9 +130,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     records = check_recorded(rd)
     # the per-document arrays are memory-mapped (page cache, not the report's memory: 16 GB at 10^9 documents)
     arr = {name: _array(rd.path(name), notes, mmap=name in PER_DOCUMENT)
-           for name in (a.TOKENS, a.LABELS, a.SCORES, a.SIZES, a.CENTROIDS)}
-    labels, sizes = _labels_and_sizes(arr[a.LABELS], arr[a.SIZES], notes)
-    scores, tokens = arr[a.SCORES], arr[a.TOKENS]
+           for name in (TOKENS, LABELS, SCORES, SIZES, CENTROIDS)}
+    labels, sizes = _labels_and_sizes(arr[LABELS], arr[SIZES], notes)
+    scores, tokens = arr[SCORES], arr[TOKENS]
     if scores is not None and labels is not None and len(scores) != len(labels):
         notes.append("scores.npy and labels.npy differ in length; scores ignored")
         scores = None
@@ -109,17 +141,15 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     k = 0 if sizes is None else len(sizes)
     plans = _load_plans(rd, k, notes)
     experiment = _load_experiment(rd, notes)
-    tune = _load_json_file(rd, a.TUNE_RESULTS, "tune", notes)
+    tune = _load_json_file(rd, TUNE_RESULTS, "tune", notes)
     return RunView(
         root=rd.root,
-        corpus=records["corpus"],
-        embed=records["embed"],
-        cluster=records["cluster"],
+        records=records,
         tokens=tokens,
         labels=labels,
         scores=scores,
         sizes=sizes,
-        centroids=arr[a.CENTROIDS],
+        centroids=arr[CENTROIDS],
         plans=plans,
         experiment=experiment,
         notes=tuple(notes),
@@ -127,19 +157,20 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     )
 
 
-def check_recorded(rd: RunDir) -> dict[str, dict[str, Any] | None]:
-    """The records of the corpus, embed and cluster stages, after verifying what the report reads.
+def check_recorded(rd: RunDir) -> dict[str, StageRecord | None]:
+    """The records of the stages with one record per run (:data:`SINGLE`), after verifying what the report
+    reads.
 
     The corpus parts, ``tokens.npy`` and the cluster arrays are checked against the SHA-256 in their
     records (embeddings are not read, so not hashed), and the clustering must be current with the corpus
     (not stale). Raises :class:`StaleArtifactError` (one line: the file, the command that rebuilds it).
     """
-    records = {stage: rd.record(stage) for stage in STAGES}
-    for stage in (a.CORPUS_STAGE, a.CLUSTER_STAGE):
-        if records[stage] is not None:
-            rd.verify(stage, records[stage])
-    if records[a.CLUSTER_STAGE] is not None:
-        rd.require_current(a.CLUSTER_STAGE)
+    records: dict[str, StageRecord | None] = {c.NAME: c.read(rd) for c in SINGLE}
+    for stage in (CORPUS_STAGE, CLUSTER_STAGE):
+        if (rec := records[stage]) is not None:
+            rd.verify(stage, rec.to_json())
+    if records[CLUSTER_STAGE] is not None:
+        rd.require_current(CLUSTER_STAGE)
     return records
 
 
@@ -171,7 +202,7 @@ def _labels_and_sizes(
     return labels, sizes
 
 
-PER_DOCUMENT = (a.TOKENS, a.LABELS, a.SCORES)
+PER_DOCUMENT = (TOKENS, LABELS, SCORES)
 
 
 def _slug(name: str, taken: set[str]) -> str:
@@ -187,58 +218,52 @@ def _slug(name: str, taken: set[str]) -> str:
 def _load_plans(rd: RunDir, k: int, notes: list[str]) -> tuple[PlanView, ...]:
     plans: list[PlanView] = []
     taken: set[str] = set()
-    for folder in sorted(p for p in rd.path(a.PLANS_DIR).glob("*/") if not (p / a.PLAN_RECORD).exists()):
-        if (folder / a.PLAN_ORDER).exists():
-            notes.append(f"{folder}: `{a.PLAN_ORDER}` without its record `{a.PLAN_RECORD}` (unfinished, or the "
+    for folder in sorted(p for p in rd.path(PLANS_DIR).glob("*/") if not (p / PLAN_RECORD).exists()):
+        if (folder / PLAN_ORDER).exists():
+            notes.append(f"{folder}: `{PLAN_ORDER}` without its record `{PLAN_RECORD}` (unfinished, or the "
                          f"record was deleted); plan skipped, rebuild it with "
-                         f"`{rd.rebuild_command(a.plan_stage_name(folder.name), None, force=True)}`")
-    for rec_path in sorted(rd.path(a.PLANS_DIR).glob(f"*/{a.PLAN_RECORD}")):
+                         f"`{rd.rebuild_command(plan_stage_name(folder.name), None, force=True)}`")
+    for rec_path in sorted(rd.path(PLANS_DIR).glob(f"*/{PLAN_RECORD}")):
         folder = rec_path.parent
         rec = _checked_plan_record(rd, folder.name, notes)
-        if rec is None:
-            continue
-        plans.append(
-            _load_plan(folder, rec if isinstance(rec, dict) else {}, _slug(folder.name, taken), k, notes)
-        )
+        if rec is not None:
+            plans.append(_load_plan(folder, rec, _slug(folder.name, taken), k, notes))
     return tuple(plans)
 
 
-def _checked_plan_record(rd: RunDir, name: str, notes: list[str]) -> dict[str, Any] | None:
+def _checked_plan_record(rd: RunDir, name: str, notes: list[str]) -> PlanRecord | None:
     """A plan's record, its statistics verified (``plan.npy`` by size: only its length is read); None, with a
     note naming the rebuild command, for a corrupt record or a stale plan (built on an older clustering).
     A statistics file that fails its checksum raises :class:`StaleArtifactError`."""
-    stage = a.plan_stage_name(name)
+    stage = plan_stage_name(name)
     try:
-        rec = rd.record(stage)
+        rec = PlanRecord.read(rd, stage)
     except StaleArtifactError as exc:
         notes.append(f"{exc}; plan skipped")
         return None
-    if not isinstance(rec, dict):
+    if rec is None:
         return None
-    if "artifacts" not in rec:
-        return rec
     stale = rd.stale_reason(stage)
     if stale:
         notes.append(f"{stale}; plan skipped")
         return None
-    order = a.plan_path(name, a.PLAN_ORDER)
-    rd.verify(stage, rec, checksums=False, only=[order])
-    rd.verify(stage, rec, only=[rel for rel in rec["artifacts"] if rel != order])
+    order = plan_path(name, PLAN_ORDER)
+    rd.verify(stage, rec.to_json(), checksums=False, only=[order])
+    rd.verify(stage, rec.to_json(), only=[rel for rel in rec.artifacts if rel != order])
     return rec
 
 
-def _load_plan(folder: Path, record: dict[str, Any], slug: str, k: int, notes: list[str]) -> PlanView:
+def _load_plan(folder: Path, record: PlanRecord, slug: str, k: int, notes: list[str]) -> PlanView:
     """A plan's record and statistics arrays, checked against K."""
     name = folder.name
-    order = _array(folder / a.PLAN_ORDER, notes, mmap=True)
+    order = _array(folder / PLAN_ORDER, notes, mmap=True)
     stats = {
-        "cluster_draws": _array(folder / a.PLAN_DRAWS, notes),
-        "mixture": _array(folder / a.PLAN_MIXTURE, notes),
-        "repeat_hist": _array(folder / a.PLAN_REPEAT_HIST, notes),
+        "cluster_draws": _array(folder / PLAN_DRAWS, notes),
+        "mixture": _array(folder / PLAN_MIXTURE, notes),
+        "repeat_hist": _array(folder / PLAN_REPEAT_HIST, notes),
     }
-    exhausted_at = _array(folder / a.PLAN_EXHAUSTED_AT, notes)
-    recorded = record.get("stats") or {}
-    n_draws = len(order) if order is not None else recorded.get("length")
+    exhausted_at = _array(folder / PLAN_EXHAUSTED_AT, notes)
+    n_draws = len(order) if order is not None else record.stats.get("length")
     window = plan_window(record, stats["mixture"], n_draws)
     if window is None:
         notes.append(f"plan {name}: plan.json records no mixture window; mixture over training omitted")
@@ -260,13 +285,13 @@ def _load_plan(folder: Path, record: dict[str, Any], slug: str, k: int, notes: l
     )
 
 
-def plan_window(record: dict[str, Any], mixture: np.ndarray | None, n_draws: int | None) -> int | None:
+def plan_window(record: PlanRecord, mixture: np.ndarray | None, n_draws: int | None) -> int | None:
     """Draws per mixture window: the one the planner recorded (``stats.window``, or the configured one).
 
     The planner always records it; a record without one (hand-made or edited) takes it from the
     mixture's number of rows, and without a mixture there is none.
     """
-    window = (record.get("stats") or {}).get("window") or (record.get("config") or {}).get("window")
+    window = record.stats.get("window") or record.config.get("window")
     if window:
         return int(window)
     if mixture is not None and n_draws and len(mixture):
@@ -287,4 +312,4 @@ def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> di
 
 
 def _load_experiment(rd: RunDir, notes: list[str]) -> dict[str, Any] | None:
-    return _load_json_file(rd, a.EXPERIMENT_RESULTS, "experiment", notes)
+    return _load_json_file(rd, EXPERIMENT_RESULTS, "experiment", notes)

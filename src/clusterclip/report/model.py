@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contracts import PIPELINE
+from clusterclip.plan.contract import PLAN_FIELDS
 from clusterclip.report import charts
 from clusterclip.report.centroid_map import plot_centroid_map
 from clusterclip.report.clusters import ClusterTable, GroundTruth, cluster_table, ground_truth, majority_groups
@@ -26,7 +28,7 @@ from clusterclip.report.continued import across_switch
 from clusterclip.report.dedup import DedupSection, dedup_section
 from clusterclip.report.experiment import experiment_curves, is_scalar, summary_rows
 from clusterclip.report.keywords import CorpusScan
-from clusterclip.report.load import STAGES, PlanView, RunView
+from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number, top_share
 
 TOP_IN_MIXTURE = 8
@@ -37,7 +39,8 @@ CENTROID_CHART = "centroid-map.png"
 OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment)-.+)\.png$")
 """Names of the PNGs the report writes; a rebuild removes those it no longer makes, and nothing else."""
 
-PLAN_OPTIONS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "weights", "seed", "window")
+PLAN_OPTIONS = (*PLAN_FIELDS, "weights")
+"""The options shown for each plan: every plan setting (``PlanConfig``), in the command line's order."""
 NOT_IN_PLAN_TABLE = ("name", "clusters_exhausted", "n_windows")
 
 
@@ -151,27 +154,18 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
     )
 
 
-def _get(rec: dict[str, Any] | None, *keys: str) -> Any:
-    cur: Any = rec or {}
-    for k in keys:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(k)
-    return cur
-
-
 # ---------------------------------------------------------------------------------------------- summary
 
 
 def _summary(run: RunView) -> Summary:
-    tokens = _get(run.corpus, "tokens")
+    tokens = run.corpus.tokens if run.corpus is not None else None
     if tokens is None and run.tokens is not None:
         tokens = int(np.asarray(run.tokens).sum())
-    model = _get(run.embed, "model") or _get(run.embed, "embedder") or _get(run.embed, "config", "embedder", "name")
-    objective = _get(run.cluster, "objective")
-    records = dict(zip(STAGES, (run.corpus, run.embed, run.cluster), strict=True))
-    timing = [(stage, rec.get("seconds")) for stage, rec in records.items() if rec]
-    timing += [(f"plan {p.name}", p.record.get("seconds")) for p in run.plans]
+    model = (run.embed.model or run.embed.embedder) if run.embed is not None else None
+    objective = run.cluster.objective if run.cluster is not None else None
+    timing = [(stage, rec.seconds) for stage, rec in run.records.items() if rec is not None]
+    timing += [(f"plan {p.name}", p.record.seconds) for p in run.plans]
+    missing = tuple(c.NAME for c in PIPELINE if c.NAME in run.records and run.records[c.NAME] is None)
     return Summary(
         documents=run.n_docs,
         tokens=int(tokens) if tokens is not None else None,
@@ -181,7 +175,7 @@ def _summary(run: RunView) -> Summary:
         n_plans=len(run.plans),
         details=tuple(_details(run, tokens, model if isinstance(model, str) else None)),
         timing=tuple(timing),
-        missing_stages=tuple(stage for stage, rec in records.items() if not rec),
+        missing_stages=missing,
     )
 
 
@@ -189,27 +183,24 @@ def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, ob
     """Inputs, skipped records, embedder settings and k-means options, when recorded."""
     n = run.n_docs
     details: list[tuple[str, object]] = []
-    inputs = _get(run.corpus, "config", "inputs")
-    if inputs:
-        details.append(("inputs", ", ".join(map(str, inputs)) if isinstance(inputs, list) else inputs))
-    if _get(run.corpus, "skipped") is not None:
-        details.append(("records skipped", _get(run.corpus, "skipped")))
+    if run.corpus is not None:
+        inputs = run.corpus.config.get("inputs")
+        if inputs:
+            details.append(("inputs", ", ".join(map(str, inputs)) if isinstance(inputs, list) else inputs))
+        details.append(("records skipped", run.corpus.skipped))
     if n and tokens:
         details.append(("mean tokens per document", float(tokens) / n))
-    if _get(run.embed, "dim"):
-        details.append(("embedding dimension", _get(run.embed, "dim")))
-    option = _get(run.embed, "config", "embedder")
-    if isinstance(option, dict):
-        option = ", ".join(f"{k}={v}" for k, v in option.items())
-    if option and option != model:
-        details.append(("embedder settings", option if len(str(option)) <= 240 else str(option)[:240] + "…"))
-    for key in ("seed", "niter", "nredo", "init", "points_per_centroid"):
-        if _get(run.cluster, "config", key) is not None:
-            details.append((f"k-means {key}", _get(run.cluster, "config", key)))
-    if _get(run.cluster, "iterations") is not None:
-        details.append(("k-means iterations", _get(run.cluster, "iterations")))
-    if _get(run.cluster, "sample_size") is not None:
-        details.append(("k-means training sample", _get(run.cluster, "sample_size")))
+    if run.embed is not None:
+        details.append(("embedding dimension", run.embed.dim))
+        option = ", ".join(f"{k}={v}" for k, v in run.embed.embedder_config.items())
+        if option and option != model:
+            details.append(("embedder settings", option if len(option) <= 240 else option[:240] + "…"))
+    if run.cluster is not None:
+        options = ("seed", "niter", "nredo", "init", "points_per_centroid")
+        details += [(f"k-means {key}", run.cluster.config[key]) for key in options
+                    if run.cluster.config.get(key) is not None]
+        details += [("k-means iterations", run.cluster.iterations),
+                    ("k-means training sample", run.cluster.sample_size)]
     return details
 
 

@@ -31,9 +31,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from clusterclip.store import RunDir, config_hash, grown_from
+from clusterclip.store.record import StageRecord
+
+R = TypeVar("R", bound=StageRecord)
 
 log = logging.getLogger(__name__)
 
@@ -71,44 +74,48 @@ class Stage:
     reads: Mapping[str, Sequence[str] | None] = field(default_factory=dict)
     command: Sequence[str] = ()
     """The command line that rebuilds this stage (see :func:`clusterclip.settings.command_flags`)."""
+    record: type[StageRecord] | None = None
+    """The stage's record class (its contract): the record is returned as one, checked field by field."""
 
 
-def run_stage(run: RunDir, stage: Stage, force: bool = False) -> dict[str, Any]:
-    """Run ``stage`` in ``run`` unless it is fresh (or ``force``); returns its record."""
+def run_stage(run: RunDir, stage: Stage, force: bool = False) -> Any:
+    """Run ``stage`` in ``run`` unless it is fresh (or ``force``); returns its record (typed as ``stage.record``
+    when the stage declares one, else the parsed JSON)."""
     with run.lock():
         fresh = not force and run.is_fresh(stage.name, stage.settings, stage.inputs)
         for upstream, rels in stage.reads.items():
             run.verify(upstream, checksums=not fresh, only=rels)
         if fresh:
             log.info("%s: up to date (%s)", stage.name, run.record_path(stage.name))
-            return run.require(stage.name, verify=False)
+            return _typed(run, stage, run.require(stage.name, verify=False))
         upstream = {name: run.output_hash(name) for name in stage.reads}
         run.invalidate(stage.name)
         t0 = time.perf_counter()
         built = stage.build(Job(config_hash(stage.settings), stage.inputs, force))
         extra = {"command": list(stage.command)} if stage.command else {}
-        return run.write_record(stage.name, stage.settings, stage.inputs, built.artifacts,
-                                time.perf_counter() - t0, **extra, **built.fields, upstream=upstream)
+        return _typed(run, stage, run.write_record(stage.name, stage.settings, stage.inputs, built.artifacts,
+                                                   time.perf_counter() - t0, **extra, **built.fields,
+                                                   upstream=upstream))
 
 
-RECORD_KEYS = ("stage", "format_version", "config", "config_hash", "inputs_hash", "finished_at", "seconds",
-               "artifacts", "upstream", "command", "grown_from")
-"""The fields :func:`run_stage` and :func:`grow_stage` write themselves; the rest of a record is the stage's own."""
+def _typed(run: RunDir, stage: Stage, rec: dict[str, Any]) -> Any:
+    return rec if stage.record is None else stage.record.from_json(rec, str(run.record_path(stage.name)))
 
 
-def grow_stage(run: RunDir, previous: Mapping[str, Any], inputs_hash: str, artifacts: Sequence[str], seconds: float,
+def grow_stage(run: RunDir, previous: R, inputs_hash: str, artifacts: Sequence[str], seconds: float,
                known: Mapping[str, Mapping[str, Any]], reads: Sequence[str], config: Mapping[str, Any] | None = None,
-               **fields: Any) -> dict[str, Any]:
+               **fields: Any) -> R:
     """Rewrite the record of a finished stage whose artifacts grew (documents were appended).
 
     The settings (or ``config``, which then lists what was appended) and the command stay; the inputs hash
     and artifacts are new (``known``: metadata of the untouched ones, not re-hashed); ``upstream`` is taken
     again from the ``reads`` stages, and the previous output is listed in ``grown_from`` so what was built
-    on it stays valid (behind, not stale). ``fields`` replace the stage's own fields of ``previous``. The
-    caller holds the lock (it grows several stages as one step)."""
-    own = {k: v for k, v in previous.items() if k not in RECORD_KEYS}
-    extra = {"command": previous["command"]} if "command" in previous else {}
-    return run.write_record(str(previous["stage"]), config or previous["config"], inputs_hash, artifacts,
-                            float(previous.get("seconds", 0.0)) + seconds, known=known, **extra,
-                            **{**own, **fields}, upstream={name: run.output_hash(name) for name in reads},
-                            grown_from=grown_from(previous))
+    on it stays valid (behind, not stale). ``fields`` replace the stage's own fields of ``previous``; the new
+    record is read back as ``previous``'s class. The caller holds the lock (it grows several stages as one
+    step)."""
+    extra = {"command": previous.command} if previous.command is not None else {}
+    rec = run.write_record(previous.stage, config or previous.config, inputs_hash, artifacts,
+                           previous.seconds + seconds, known=known, **extra, **{**previous.own(), **fields},
+                           upstream={name: run.output_hash(name) for name in reads},
+                           grown_from=grown_from(previous.to_json()))
+    return type(previous).from_json(rec, str(run.record_path(previous.stage)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 import stat
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,37 +41,19 @@ def grown_from(rec: Mapping[str, Any]) -> list[str]:
     return [*rec.get("grown_from", []), record_output_hash(rec)]
 
 
-def record_files(root: Path) -> list[Path]:
-    """Every record path of the run directory at ``root`` that exists: the stage records, each plan's, the
-    report's, ``commands.json`` and an add journal."""
-    names = [*(A.record(s) for s in A.STAGES), A.record(A.REPORT_STAGE), A.COMMANDS, A.ADD_JOURNAL]
-    found = [root / n for n in names if (root / n).is_symlink() or (root / n).exists()]
-    plans = root / A.PLANS_DIR
-    if plans.is_dir() and not plans.is_symlink():
-        found += [p / A.PLAN_RECORD for p in sorted(plans.iterdir())
-                  if (p / A.PLAN_RECORD).is_symlink() or (p / A.PLAN_RECORD).exists()]
-    return found
-
-
-def check_record_files(root: Path) -> None:
-    """Refuse a run directory where a record is no regular file (a FIFO, a folder, a device would hang or
-    mislead every reader): one line naming it. Only ``lstat`` is called; nothing is opened."""
-    for path in record_files(root):
+def check_record_files(paths: Iterable[Path]) -> None:
+    """Refuse a run directory where a record (one of ``paths``, those that exist or are links) is no regular
+    file (a FIFO, a folder, a device would hang or mislead every reader): one line naming it. Only ``lstat``
+    is called; nothing is opened."""
+    for path in paths:
+        if not (path.is_symlink() or path.exists()):
+            continue
         mode = path.lstat().st_mode
         if not stat.S_ISREG(mode):
             kind = "a folder" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode) else \
                 "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
             raise StaleArtifactError(f"{path}: {kind} in place of a record of the run directory; remove it "
                                      "(then re-run the stage that wrote it)")
-
-
-def orphan_plans(root: Path) -> list[str]:
-    """Plan folders that hold files but no record (``plan.json`` deleted): not finished, yet not empty."""
-    plans = root / A.PLANS_DIR
-    if not plans.is_dir() or plans.is_symlink():
-        return []
-    return [p.name for p in sorted(plans.iterdir()) if p.is_dir() and not p.is_symlink()
-            and not (p / A.PLAN_RECORD).exists() and any(p.iterdir())]
 
 
 def edited_reason(rec: Mapping[str, Any], later: Mapping[str, Any]) -> str | None:

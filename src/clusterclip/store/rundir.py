@@ -28,7 +28,7 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import EllipsisType
 from typing import Any
@@ -101,26 +101,19 @@ class RunDir(Lineage):
             log.warning("%s: rebuilding it", exc)
             return None
 
-    def stages(self) -> list[str]:
-        """Names of the finished stages, upstream first: corpus, embed, cluster, every plan, then the report."""
-        names = [s for s in A.STAGES if self.record_path(s).is_file()]
-        plans = self.path(A.PLANS_DIR)
-        if plans.is_dir():
-            names += [A.plan_stage_name(p.name) for p in sorted(plans.iterdir())
-                      if (p / A.PLAN_RECORD).is_file()]
-        if self.record_path(A.REPORT_STAGE).is_file():
-            names.append(A.REPORT_STAGE)
-        return names
-
-    def require(self, stage: str, verify: bool = True, only: Collection[str] | None = None) -> dict[str, Any]:
+    def require(self, stage: str, verify: bool = True, only: Collection[str] | None = None,
+                fallback: Sequence[str] = ()) -> dict[str, Any]:
         """The record of a finished stage, with its artifacts (or the ``only`` ones) checksum-verified.
 
-        Pass ``verify=False`` only where no artifact content is read (the record alone is used).
+        Pass ``verify=False`` only where no artifact content is read (the record alone is used). ``fallback``
+        is the command that builds the stage, named when it has not run (default :func:`layout.command
+        <clusterclip.store.layout.command>`).
         """
         rec = self.record(stage)
         if rec is None:
             raise StaleArtifactError(
-                f"{self.root}: stage `{stage}` has not run yet; run `{self.rebuild_command(stage)}` first"
+                f"{self.root}: stage `{stage}` has not run yet; run `{self.rebuild_command(stage, fallback=fallback)}`"
+                " first"
             )
         if verify:
             self.verify(stage, rec, only=only)
@@ -153,22 +146,22 @@ class RunDir(Lineage):
                 if problem:
                     yield problem
 
-    def quick_problems(self) -> dict[str, list[str]]:
-        """The quick check (sizes and modification times, no bytes read) of every finished stage, as
+    def quick_problems(self, stages: Iterable[str]) -> dict[str, list[str]]:
+        """The quick check (sizes and modification times, no bytes read) of the finished ``stages``, as
         :meth:`audit`; what plain ``clusterclip status`` reports."""
         found: dict[str, list[str]] = {}
-        for stage in self.stages():
+        for stage in stages:
             try:
                 found[stage] = self.problems(stage, checksums=False)
             except StaleArtifactError as exc:
                 found[stage] = [str(exc)]
         return found
 
-    def audit(self) -> dict[str, list[str]]:
-        """The full check of every finished stage (``clusterclip status --verify``): ``{stage: problems}``,
+    def audit(self, stages: Iterable[str]) -> dict[str, list[str]]:
+        """The full check of the finished ``stages`` (``clusterclip status --verify``): ``{stage: problems}``,
         an empty list for a stage whose artifacts all match their recorded sizes and checksums."""
         found: dict[str, list[str]] = {}
-        for stage in self.stages():
+        for stage in stages:
             try:
                 found[stage] = self.problems(stage)
             except StaleArtifactError as exc:
@@ -291,7 +284,7 @@ class RunDir(Lineage):
         return n
 
     def rebuild_command(self, stage: str, rec: Mapping[str, Any] | EllipsisType | None = ...,
-                        force: bool = False) -> str:
+                        force: bool = False, fallback: Sequence[str] = ()) -> str:
         """The ``clusterclip`` command line that rebuilds ``stage``: the one its record holds (``rec``
         defaults to the stage's record), else the generic one of :func:`clusterclip.store.layout.command`.
         ``force`` adds ``--force``: needed when an artifact was modified in a way the quick check cannot see.
@@ -303,7 +296,8 @@ class RunDir(Lineage):
                 rec, force = None, True
         recorded = (rec or {}).get("command") if isinstance(rec, Mapping) else None
         argv = next((c for c in (recorded, self._commands().get(stage))
-                     if isinstance(c, list) and c and all(isinstance(a, str) for a in c)), list(A.command(stage)))
+                     if isinstance(c, list) and c and all(isinstance(a, str) for a in c)),
+                    list(fallback or A.command(stage)))
         root = shlex.quote(str(self.root))
         return " ".join([*(root if a == RUN else shlex.quote(a) for a in argv), *(["--force"] if force else [])])
 

@@ -8,7 +8,7 @@ integration (imported on its own: transformers is optional). torch is imported o
 
 from __future__ import annotations
 
-from clusterclip.plan.integrity import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
+from clusterclip.plan.contract import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
 from clusterclip.torch.collate import ExportRows, TokenCollator
 from clusterclip.torch.plans import PlanInfo, SamplerArgumentError, load_plan, plan_info, reorder_dataset
 from clusterclip.torch.sampler import ClusterClipSampler

@@ -14,13 +14,23 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.cluster.contract import LABELS
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan.identity import record_identity, short
-from clusterclip.plan.integrity import PlanReader, open_plan, read_record, resolve_plan_path
+from clusterclip.plan.contract import (
+    PLAN_ORDER,
+    PLANS_DIR,
+    PlanReader,
+    open_plan,
+    plan_path,
+    read_record,
+    record_identity,
+    resolve_plan_path,
+    short,
+)
 from clusterclip.settings import is_int
-from clusterclip.store import layout as A
 
-__all__ = ["PlanInfo", "RowRange", "SamplerArgumentError", "load_plan", "open_checked", "plan_info", "reorder_dataset"]
+__all__ = ["PlanInfo", "RowRange", "SamplerArgumentError", "load_plan", "open_checked", "plan_file", "plan_info",
+           "reorder_dataset"]
 
 
 class SamplerArgumentError(ClusterClipError, ValueError):
@@ -54,8 +64,8 @@ def open_checked(plan: Any, plan_name: str | None = None, n_docs: int | None = N
     reader = open_plan(plan, plan_name, n_docs)
     if reader.path is None or reader.record is not None:
         return reader
-    labels = reader.path.parent.parent.parent / A.LABELS
-    if n_docs is None and reader.path.parent.parent.name == A.PLANS_DIR and labels.is_file():
+    labels = reader.path.parent.parent.parent / LABELS
+    if n_docs is None and reader.path.parent.parent.name == PLANS_DIR and labels.is_file():
         reader.n_docs = int(np.load(labels, mmap_mode="r").shape[0])
     bound = f"0..{reader.n_docs - 1} (the run's documents)" if reader.n_docs else "0..2^40 (pass n_docs=)"
     warnings.warn(f"{reader.path}: no plan.json beside it, so only its shape and index range {bound} are checked; "
@@ -119,10 +129,10 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
     if rec is None:
         return PlanInfo()
     name = str(rec.get("name") or path.parent.name)
-    return PlanInfo(name, record_identity(rec, A.plan_path(name, A.PLAN_ORDER)), rec.get("continues"))
+    return PlanInfo(name, record_identity(rec, plan_path(name, PLAN_ORDER)), rec.get("continues"))
 
 
-def plan_path(plan: Any, plan_name: str | None) -> Path | None:
+def plan_file(plan: Any, plan_name: str | None) -> Path | None:
     """The ``plan.npy`` a path names (``None`` for an array or ``Plan``)."""
     return resolve_plan_path(plan, plan_name) if isinstance(plan, (str, os.PathLike)) else None
 

@@ -18,17 +18,16 @@ import torch
 from torch.utils.data import Sampler
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.manifest import read_export
-from clusterclip.plan.identity import identity_of
-from clusterclip.plan.integrity import PlanReader, open_plan
+from clusterclip.export.contract import read_export
+from clusterclip.plan.contract import PlanReader, identity_of, open_plan
 from clusterclip.torch.plans import (
     PlanInfo,
     RowRange,
     SamplerArgumentError,
     integer,
     open_checked,
+    plan_file,
     plan_info,
-    plan_path,
 )
 from clusterclip.torch.state import STATE_FORMAT, checked_state, loader_driver
 
@@ -93,7 +92,7 @@ class ClusterClipSampler(Sampler[int]):
                 raise SamplerArgumentError(f"{name} must be True or False, got {flag!r}")
         self._n_docs = n_docs
         rows = plan if isinstance(plan, RowRange) else None
-        self._path: Path | None = None if rows is not None else plan_path(plan, plan_name)
+        self._path: Path | None = None if rows is not None else plan_file(plan, plan_name)
         self._reader_cache: PlanReader | RowRange | None = rows or open_checked(plan, plan_name, n_docs)
         self._n_docs = self._reader_cache.n_docs
         self.total = self._reader.length

@@ -26,12 +26,3 @@ proxy runs), :mod:`.halving` (the rungs and the decision), :mod:`.groups` and :m
 search, ``--search weights``), :mod:`.chosen_plan`, :mod:`.search_stage` (:func:`run_tune`) and
 :mod:`.format` (what the command prints).
 """
-
-from clusterclip.experiment.tune.config import TuneConfig
-from clusterclip.experiment.tune.format import format_summary, print_event
-from clusterclip.experiment.tune.halving import choose, rung_sizes, search_pairs
-from clusterclip.experiment.tune.runners import ProxyRunner, TrainingRunner
-from clusterclip.experiment.tune.search_stage import run_tune
-
-__all__ = ["ProxyRunner", "TrainingRunner", "TuneConfig", "choose", "format_summary", "print_event", "run_tune",
-           "rung_sizes", "search_pairs"]

@@ -11,16 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster import ClusterConfig
-from clusterclip.corpus import CorpusConfig
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.contract import CENTROIDS, LABELS
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import TOKENS
 from clusterclip.experiment.config import ExperimentConfig
+from clusterclip.experiment.contract import TUNE_DIR
 from clusterclip.experiment.prepare import pipeline_stages
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.tune.groups import ClusterView, assign, concrete_spec
 from clusterclip.experiment.tune.runners import centroids_in, split_root
-from clusterclip.plan import plan_stage
+from clusterclip.plan.contract import plan_stage_name
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy, save_json
-from clusterclip.store import layout as A
 
 
 def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, cfg: ExperimentConfig,
@@ -34,26 +37,26 @@ def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, c
     run = RunDir(run_dir)
     pipeline_stages(run, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field), progress,
                     cfg.embedder, ClusterConfig(k=cfg.k, seed=seed))
-    token_counts = load_npy(run.path(A.TOKENS))
+    token_counts = load_npy(run.path(TOKENS))
     tokens = int(token_counts.sum())
     weights_file = None
     if "group_weights" in spec and weight_search is not None:
-        labels = np.asarray(load_npy(run.path(A.LABELS)))
-        k = len(load_npy(run.path(A.CENTROIDS), mmap=True))
+        labels = np.asarray(load_npy(run.path(LABELS)))
+        k = len(load_npy(run.path(CENTROIDS), mmap=True))
         # the groups live in the reference split's embedding space (a fitted embedder differs per run)
-        reference = RunDir(split_root(run_dir / A.TUNE_DIR, int(weight_search["space"]["reference_split"])))
+        reference = RunDir(split_root(run_dir / TUNE_DIR, int(weight_search["space"]["reference_split"])))
         view = ClusterView(centroids_in(reference, run, labels, k),
                            np.bincount(labels, weights=token_counts, minlength=k), round(cfg.passes * tokens))
         spec = concrete_spec(spec, view, assign(view, np.asarray(weight_search["space"]["group_centroids"])))
-        weights_file = run_dir / A.TUNE_DIR / "chosen_weights.json"
+        weights_file = run_dir / TUNE_DIR / "chosen_weights.json"
         save_json(weights_file, {str(c): w for c, w in spec["weights"]})
     pc = plan_config(spec, round(cfg.passes * tokens), seed)
     record = plan_stage(run, pc)
-    command = run.rebuild_command(A.plan_stage_name(pc.name()), record)
+    command = run.rebuild_command(plan_stage_name(pc.name()), record.to_json())
     if weights_file is not None:  # the plan's command names WEIGHTS_FILE for the weights it does not keep
         quoted = shlex.quote(str(weights_file))
         command = command.replace("WEIGHTS_FILE", quoted) if "WEIGHTS_FILE" in command else \
             f"{command} --weights {quoted}"
     return {"name": pc.name(), "config": pc.to_json(), "command": command,
             "weights_file": None if weights_file is None else str(weights_file),
-            "stats": {k: v for k, v in record.get("stats", {}).items() if isinstance(v, (int, float, str))}}
+            "stats": {k: v for k, v in record.stats.items() if isinstance(v, (int, float, str))}}

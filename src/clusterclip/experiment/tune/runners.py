@@ -15,14 +15,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from clusterclip.cluster.contract import CENTROIDS
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import input_fingerprint
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.tune.groups import ClusterView
-from clusterclip.plan import build_plan
+from clusterclip.plan.build import build_plan
 from clusterclip.store import RunDir, load_npy
-from clusterclip.store import layout as A
 
 KEPT = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "small_heldout", "small_train",
         "small_gap", "effective_clusters", "seconds")
@@ -83,7 +83,7 @@ class TrainingRunner:
         d = self.portable(split).data
         k = int(d.prep.data["k"])
         if space is None or space == split:
-            centroids = np.asarray(load_npy(d.prep.run.path(A.CENTROIDS)))
+            centroids = np.asarray(load_npy(d.prep.run.path(CENTROIDS)))
         else:
             centroids = centroids_in(self.portable(space).data.prep.run, d.prep.run, d.prep.labels, k)
         tokens = np.bincount(d.prep.labels, weights=d.tok.train.lengths, minlength=k)
@@ -121,7 +121,7 @@ def centroids_in(reference: RunDir, run: RunDir, labels: np.ndarray, k: int, bat
     """The (k, d) unit centroids of ``run``'s clusters (``labels``, corpus order) in ``reference``'s embedding
     space: ``run``'s documents embedded by ``reference``'s embedder, averaged per cluster, normalised. An empty
     cluster's row is zero."""
-    from clusterclip.corpus.parts import iter_corpus
+    from clusterclip.corpus.contract import iter_corpus
     from clusterclip.embed.load import run_embedder
 
     emb = run_embedder(reference)

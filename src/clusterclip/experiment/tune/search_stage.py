@@ -13,6 +13,7 @@ from typing import Any
 
 from clusterclip.experiment.commands import config_flags, settings_flags
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig
+from clusterclip.experiment.contract import TUNE_DIR, TUNE_SEARCH_STAGE
 from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
 from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.halving import candidates, choose, halving, search_pairs, unseen_check
@@ -21,10 +22,9 @@ from clusterclip.experiment.tune.search import OnEvent, Search
 from clusterclip.experiment.tune.weights import versus, weight_candidates, weight_search
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RunDir, save_json
-from clusterclip.store import layout as A
 
 TUNE_VERSION = 1
-SEARCH_STAGE = A.TUNE_SEARCH_STAGE
+SEARCH_STAGE = TUNE_SEARCH_STAGE
 """The stage of the tune directory that is the search (record ``RUN/tune/search.json``)."""
 RESULTS = "results.json"
 
@@ -47,7 +47,7 @@ def run_tune(
     False skips the whole-corpus plan. Returns the results dictionary.
     """
     cfg, tune = cfg or ExperimentConfig(), tune or TuneConfig()
-    tune_dir = Path(out) / A.TUNE_DIR
+    tune_dir = Path(out) / TUNE_DIR
     s = Search(cfg, tune, runner or TrainingRunner(inputs, tune_dir, cfg, progress), tune_dir, on_event)
 
     def build(job: Job) -> Built:

@@ -25,7 +25,9 @@ from clusterclip.experiment.tune import groups as G
 from clusterclip.experiment.tune.halving import run_rung, search_pairs
 from clusterclip.experiment.tune.proxies import Pair
 from clusterclip.experiment.tune.search import Search
-from clusterclip.mixture import RoundConfig, Swarm, from_arrays, make_predictor, next_round, propose
+from clusterclip.mixture.predictors import make_predictor
+from clusterclip.mixture.propose import RoundConfig, next_round, propose
+from clusterclip.mixture.swarm import Swarm, from_arrays
 from clusterclip.plan.config import DEFAULT_ORDER
 
 ROUND0_TAUS = (1.0, 0.5, 0.0)

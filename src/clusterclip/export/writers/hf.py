@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.manifest import META_KEY
+from clusterclip.export.contract import META_KEY
 from clusterclip.export.writers.base import Writer, add_json_key, create, missing
 from clusterclip.store import file_digest
 

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.manifest import META_KEY
+from clusterclip.export.contract import META_KEY
 from clusterclip.export.writers.base import Writer, create, token_rows
 
 SIZE_LIMIT = 1 << 26

@@ -7,9 +7,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.export.manifest import META_KEY
+from clusterclip.export.contract import META_KEY, export_shard
 from clusterclip.export.writers.base import ShardWriter, create
-from clusterclip.store import layout as A
 
 
 class ParquetWriter(ShardWriter):
@@ -19,6 +18,6 @@ class ParquetWriter(ShardWriter):
         if self.meta:
             batch = batch.replace_schema_metadata({**(batch.schema.metadata or {}),
                                                    META_KEY.encode(): json.dumps(self.meta).encode()})
-        with create(self.folder / A.export_shard(self.batches, "parquet")) as fh:
+        with create(self.folder / export_shard(self.batches, "parquet")) as fh:
             pq.write_table(batch, fh)
         self.batches += 1

@@ -1,4 +1,5 @@
-"""What an export is, read back on the trainer's side: its plan identity, in ``export.json`` and in the
+"""The export's contract: its files and record (``export.json``), and what an export is, read back on the
+trainer's side: its plan identity, in ``export.json`` and in the
 format's own metadata, and the check that refuses an export of another plan than a training state expects.
 
 Each export carries a **stream identity**: the identity of the sequence of rows it holds. Unpacked, row
@@ -17,20 +18,56 @@ Megatron's ``.bin``/``.idx`` have no metadata: ``export.json`` is their record.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import layout as A
 from clusterclip.store import load_json
+from clusterclip.store.record import RecordError, StageRecord
 
+EXPORT_STAGE = "export"
+"""The one stage of an export folder (a run directory of its own); its record is :data:`EXPORT_MANIFEST`."""
+EXPORT_MANIFEST = "export.json"
+"""Written last by ``clusterclip export`` into its output folder (not the run directory): identity and files."""
+EXPORT_STAGING = ".partial"
+"""Where ``clusterclip export`` writes before moving the files into its output folder (a killed export's)."""
+EXPORT_IDENTITY = "identity.json"
+"""In ``EXPORT_STAGING``: the identity (plan, hash, format, tokenizer) of the export being written."""
 META_KEY = "clusterclip"
 """The key of the export's identity in each format's own metadata."""
+
+
+def export_shard(i: int, fmt: str) -> str:
+    """The ``i``-th shard of ``clusterclip export`` in format ``fmt`` (``jsonl`` or ``parquet``)."""
+    return f"part-{i:05d}.{fmt}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExportRecord(StageRecord):
+    """``export.json``. ``identity`` names the plan (its name, SHA-256 and identity), the format and the
+    tokenizer; ``stream_identity`` the rows (see the module docstring); ``files`` every file written, in
+    order; the counts say what went in. ``blend`` holds the sources and weights of a ``--blend`` export."""
+
+    NAME: ClassVar[str] = EXPORT_STAGE
+
+    identity: dict[str, Any]
+    stream_identity: str
+    run_dir: str
+    rows: int
+    columns: list[str]
+    documents: int
+    dropped_tokens: int
+    pad_rows: int
+    corpus_reads: int
+    buckets: int
+    files: list[str]
+    blend: dict[str, Any] | None = None
 
 
 class ExportMismatchError(ClusterClipError):
@@ -69,7 +106,7 @@ class ExportInfo:
     rows: int
     pad_rows: int
     seq_len: int | None
-    record: dict[str, Any]
+    record: ExportRecord
     blend: bool = False
     """A ``--blend`` export: one source per cluster and the blend files, no stream (``record["blend"]``)."""
 
@@ -97,25 +134,28 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     metadata that names another stream than ``export.json`` (files of two exports mixed).
     """
     folder = Path(folder)
-    path = folder / A.EXPORT_MANIFEST
+    path = folder / EXPORT_MANIFEST
     if not path.is_file():
-        killed = (folder / A.EXPORT_STAGING).exists()
+        killed = (folder / EXPORT_STAGING).exists()
         partial = " (a killed export: run the same `clusterclip export` again)" if killed else ""
-        raise ExportMismatchError(f"{folder}: no {A.EXPORT_MANIFEST}, not a finished clusterclip export{partial}")
-    record = load_json(path)
-    identity = record.get("identity") if isinstance(record, dict) else None
+        raise ExportMismatchError(f"{folder}: no {EXPORT_MANIFEST}, not a finished clusterclip export{partial}")
+    raw = load_json(path)
+    identity = raw.get("identity") if isinstance(raw, dict) else None
     if not isinstance(identity, dict) or not identity.get("plan_identity"):
         raise ExportMismatchError(f"{path}: records no plan identity (an export of an older version); export the "
                                   "plan again with `clusterclip export`")
-    pad_rows = int(record.get("pad_rows", 0))
+    try:
+        record = ExportRecord.from_json(raw, str(path), "export the plan again with `clusterclip export`")
+    except RecordError as exc:
+        raise ExportMismatchError(str(exc)) from None
     info = ExportInfo(folder, str(identity["plan"]), str(identity["plan_identity"]), stream_identity(identity),
-                      str(identity["format"]), int(record["rows"]), pad_rows,
+                      str(identity["format"]), record.rows, record.pad_rows,
                       identity.get("seq_len"), record, bool(identity.get("blend")))
-    meta = _format_metadata(folder, info.format, list(record.get("files", [])))
+    meta = _format_metadata(folder, info.format, record.files)
     if meta is not None and meta.get("stream_identity") != info.stream_identity:
         raise ExportMismatchError(
             f"{folder}: the {info.format} metadata names stream {meta.get('stream_identity')!r} (plan "
-            f"{meta.get('plan')!r}) but {A.EXPORT_MANIFEST} names {info.stream_identity!r} (plan {info.plan!r}): "
+            f"{meta.get('plan')!r}) but {EXPORT_MANIFEST} names {info.stream_identity!r} (plan {info.plan!r}): "
             "files of two exports are mixed; export the plan again into an empty folder")
     return info
 
@@ -143,5 +183,6 @@ def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str)
     return info
 
 
-__all__ = ["META_KEY", "ExportInfo", "ExportMismatchError", "check_export", "metadata", "read_export",
+__all__ = ["EXPORT_IDENTITY", "EXPORT_MANIFEST", "EXPORT_STAGE", "EXPORT_STAGING", "META_KEY", "ExportInfo",
+           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "metadata", "read_export",
            "stream_identity"]

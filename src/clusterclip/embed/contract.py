@@ -1,0 +1,132 @@
+"""The embed stage's contract: its name and files, its record, and the readers of its embeddings.
+
+The embed stage writes ``embeddings/shard-NNNNN.npy``: float16 ``[rows, dim]`` unit vectors in document
+order, ``shard_size`` rows a shard but the last, listed in its record's ``shards``. A fitted embedder (``lsa``,
+``static-vocab``) also stores its model under ``embeddings/<name>/``, listed with checksums in the record.
+Consumers read the vectors through this module (memory-mapped, a block at a time), never through the
+embedders, so reading embeddings imports no model library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.store import RUN, RunDir, load_npy
+from clusterclip.store.record import StageRecord
+
+EMBED_STAGE = "embed"
+EMBED_DIR = "embeddings"
+EMBED_PROGRESS = "embeddings/progress.json"
+"""Finished shards of an interrupted embed stage, with checksums, so a re-run reuses them."""
+EMBED_SHARD_GLOB = "shard-*.npy"
+
+
+def embed_shard(i: int) -> str:
+    """The ``i``-th embedding shard (float16, rows in document order)."""
+    return f"{EMBED_DIR}/shard-{i:05d}.npy"
+
+
+def model_dir(embedder: str) -> str:
+    """Where the embed stage stores the fitted model of embedder ``embedder`` (``embeddings/<name>``)."""
+    return f"{EMBED_DIR}/{embedder}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmbedRecord(StageRecord):
+    """``embed.json``. ``config`` holds the embedder's full configuration (``config["embedder"]``, with its
+    ``name``) and the shard size; ``shards`` lists every shard file and its rows, in document order."""
+
+    NAME: ClassVar[str] = EMBED_STAGE
+    FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "embed", "INPUT...", "--out", RUN)
+
+    embedder: str
+    model: str
+    dim: int
+    dtype: str
+    engine: str
+    count: int
+    shards: list[dict[str, Any]]
+    regrow: list[list[str]] | None = None
+
+    @property
+    def embedder_config(self) -> dict[str, Any]:
+        """Everything that made the vectors: the embedder's ``config()`` as recorded."""
+        return dict(self.config["embedder"])
+
+    @property
+    def shard_size(self) -> int:
+        return int(self.config["shard_size"])
+
+    def shard_files(self) -> list[str]:
+        """The shard files (run-relative), in document order."""
+        return [str(s["file"]) for s in self.shards]
+
+
+def _embed_shards(run: RunDir, verify: bool) -> tuple[EmbedRecord, list[tuple[Path, int]]]:
+    rec = EmbedRecord.require(run, verify=verify)
+    shards = [(run.path(s["file"]), int(s["rows"])) for s in rec.shards]
+    if sum(r for _, r in shards) != rec.count:
+        raise ClusterClipError(f"{run.record_path(EMBED_STAGE)}: shard rows do not add up to count; re-run `embed`")
+    return rec, shards
+
+
+def _load_shard(path: Path, rows: int, dim: int, mmap: bool) -> np.ndarray:
+    arr = load_npy(path, mmap=mmap)
+    if arr.shape != (rows, dim):
+        raise ClusterClipError(f"{path}: shape {arr.shape}, expected {(rows, dim)}; re-run `embed`")
+    return arr
+
+
+def load_embeddings(run: RunDir, dtype: Any = np.float32, verify: bool = True) -> np.ndarray:
+    """All embeddings as one ``[count, dim]`` array (float32 by default), artifacts verified first."""
+    rec, shards = _embed_shards(run, verify)
+    out = np.empty((rec.count, rec.dim), dtype=dtype)
+    pos = 0
+    for path, rows in shards:
+        out[pos:pos + rows] = _load_shard(path, rows, rec.dim, mmap=True)
+        pos += rows
+    return out
+
+
+def gather_embeddings(run: RunDir, rows: np.ndarray, verify: bool = True) -> np.ndarray:
+    """Float32 embeddings of the documents ``rows`` (sorted indices), read from memory-mapped shards."""
+    rec, shards = _embed_shards(run, verify)
+    out = np.empty((len(rows), rec.dim), dtype=np.float32)
+    start = 0
+    for path, n in shards:
+        lo, hi = np.searchsorted(rows, [start, start + n])
+        if hi > lo:
+            out[lo:hi] = _load_shard(path, n, rec.dim, mmap=True)[rows[lo:hi] - start]
+        start += n
+    return out
+
+
+def iter_embeddings(run: RunDir, batch_rows: int = 65536, verify: bool = True) -> Iterator[np.ndarray]:
+    """Yield float32 blocks of ``batch_rows`` rows (the last one fewer) in document order.
+
+    Shards are memory-mapped, so memory stays bounded by one block whatever the corpus size.
+    """
+    if batch_rows < 1:
+        raise ClusterClipError(f"batch_rows must be >= 1, got {batch_rows}")
+    rec, shards = _embed_shards(run, verify)
+    pending: list[np.ndarray] = []
+    have = 0
+    for path, rows in shards:
+        arr = _load_shard(path, rows, rec.dim, mmap=True)
+        pos = 0
+        while pos < rows:
+            take = min(batch_rows - have, rows - pos)
+            pending.append(np.asarray(arr[pos:pos + take], dtype=np.float32))
+            have += take
+            pos += take
+            if have == batch_rows:
+                yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+                pending, have = [], 0
+    if have:
+        yield pending[0] if len(pending) == 1 else np.concatenate(pending)

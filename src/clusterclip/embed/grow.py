@@ -1,0 +1,47 @@
+"""How the embed stage grows when ``clusterclip add`` appends documents: the new documents are embedded with
+the recorded embedder into shards after the existing ones, and the record rewritten."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, embed_shard
+from clusterclip.embed.load import run_embedder
+from clusterclip.embed.stage import encode_shards
+from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_bar
+from clusterclip.stages import grow_stage
+from clusterclip.stages.growth import Growth
+from clusterclip.store import RunDir, save_npy
+from clusterclip.store.lineage import REGROW
+
+
+def embed_new(run: RunDir, base: EmbedRecord, new_parts: Sequence[str], n_new: int,
+              progress: bool) -> list[dict[str, Any]]:
+    """Embed the new documents (the corpus parts ``new_parts``) into shards after the existing ones, with the
+    recorded embedder; returns the new shards' entries."""
+    emb = run_embedder(run)
+    if emb.config() != base.embedder_config:
+        raise ClusterClipError(f"{run.root}: cannot rebuild the embed stage's embedder ({emb.name}) with the "
+                               "recorded options; embed the whole corpus again instead of adding to it")
+    first = len(base.shards)
+    shards = []
+    with progress_bar(f"add: embed ({emb.name})", "doc", n_new, progress) as bar:
+        blocks = encode_shards(emb, [run.path(p) for p in new_parts], 0, base.shard_size, n_new, bar)
+        for i, shard in enumerate(blocks):
+            rel = embed_shard(first + i)
+            save_npy(run.path(rel), shard)
+            shards.append({"file": rel, "rows": len(shard)})
+    return shards
+
+
+def grow_embed_record(run: RunDir, growth: Growth) -> EmbedRecord:
+    """Rewrite the embed record for the new shards, built from the grown corpus (its ``regrow`` lists the add's
+    command)."""
+    base, shards = growth.base[EMBED_STAGE], growth.shards
+    assert isinstance(base, EmbedRecord)
+    return grow_stage(run, base, run.output_hash(CORPUS_STAGE), [*base.artifacts, *(s["file"] for s in shards)],
+                      0.0, dict(base.artifacts), (CORPUS_STAGE,), count=growth.count, shards=[*base.shards, *shards],
+                      **{REGROW: [*(base.regrow or []), list(growth.journal["command"])]})

@@ -1,0 +1,21 @@
+"""The report stage's contract: its files and record. ``report/report.html`` and its PNG charts are written
+into the run directory by ``clusterclip report``; ``report.json`` records the output hash of every stage the
+page was built from, so rebuilding any of them makes the report stale."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from clusterclip.store.record import StageRecord
+
+REPORT_STAGE = "report"
+REPORT_DIR = "report"
+REPORT_HTML = "report.html"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportRecord(StageRecord):
+    """``report.json``: the page and its charts (``artifacts``) and the stages they show (``upstream``)."""
+
+    NAME: ClassVar[str] = REPORT_STAGE

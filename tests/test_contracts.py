@@ -1,0 +1,160 @@
+"""The contract between stages: typed records that refuse what they do not declare, one table of stages that
+every reader agrees with, extension points that are classes, and a trainer side that imports light."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from clusterclip.cluster.config import ClusterConfig
+from clusterclip.cluster.contract import ClusterRecord
+from clusterclip.cluster.stage import cluster_stage
+from clusterclip.contracts import GROWN, PIPELINE, STAGES, contract_of, finished_stages
+from clusterclip.corpus.contract import CorpusRecord
+from clusterclip.corpus.stage import corpus_stage
+from clusterclip.embed import registry
+from clusterclip.embed.base import EmbedderBase
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.contract import EmbedRecord, load_embeddings
+from clusterclip.embed.load import run_embedder
+from clusterclip.embed.stage import embed_stage
+from clusterclip.plan.config import PlanConfig
+from clusterclip.plan.contract import PlanRecord
+from clusterclip.plan.stage import plan_stage
+from clusterclip.stage_table import TABLE
+from clusterclip.store import RunDir
+from clusterclip.store.record import RecordError
+from clusterclip.summary import format_summary, summarize
+from tests.test_cli import make_corpus
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("contracts")
+    corpus = make_corpus(root / "c.jsonl", {"cooking": 40, "astronomy": 20, "finance": 10})
+    run = RunDir(root / "run")
+    with run.lock():
+        corpus_stage(run, [corpus], progress=False)
+        embed_stage(run, EmbedConfig(embedder="hashing", shard_size=32, extra={"dim": 16}), progress=False)
+        cluster_stage(run, ClusterConfig(k=3), progress=False)
+        plan_stage(run, PlanConfig())
+    return run
+
+
+def test_the_table_follows_the_contracts_in_order():
+    assert tuple(entry.contract for entry in TABLE) == STAGES
+    assert set(PIPELINE) <= set(STAGES) and set(GROWN) <= set(STAGES)
+    assert [e.name for e in TABLE if e.grow is not None][: len(GROWN)] == [c.NAME for c in GROWN]
+    assert contract_of("plans/x/plan") is PlanRecord and contract_of("corpus") is CorpusRecord
+
+
+@pytest.mark.parametrize("contract", [CorpusRecord, EmbedRecord, ClusterRecord, PlanRecord])
+def test_a_record_reads_back_as_written_and_refuses_what_it_does_not_declare(small_run, contract):
+    stage = contract.instances(small_run)[0]
+    raw = json.loads(small_run.record_path(stage).read_text())
+    rec = contract.from_json(raw)
+    assert rec.to_json() == raw  # nothing lost, nothing added
+    with pytest.raises(RecordError, match=r"unknown field\(s\) surprise") as err:
+        contract.from_json({**raw, "surprise": 1})
+    assert len(str(err.value).splitlines()) == 1
+    required = next(f.name for f in dataclasses.fields(contract) if f.name in contract.own_fields()
+                    and f.default is dataclasses.MISSING)
+    with pytest.raises(RecordError, match=rf"missing field\(s\) {required}"):
+        contract.from_json({k: v for k, v in raw.items() if k != required})
+    with pytest.raises(RecordError, match="format_version 3"):
+        contract.from_json({**raw, "format_version": 3})
+    with pytest.raises(RecordError, match="field 'config_hash' is int"):
+        contract.from_json({**raw, "config_hash": 7})
+
+
+def test_a_malformed_record_is_one_line_naming_its_rebuild(small_run, tmp_path):
+    raw = json.loads(small_run.record_path("cluster").read_text())
+    raw["k"] = "three"
+    small_run.record_path("cluster").write_text(json.dumps(raw))
+    try:
+        with pytest.raises(RecordError, match=r"cluster\.json: field 'k' is str 'three', not int; rebuild it: .clusterclip cluster"):
+            ClusterRecord.require(small_run, verify=False)
+    finally:
+        raw["k"] = 3
+        small_run.record_path("cluster").write_text(json.dumps(raw))
+
+
+def test_status_lists_every_stage_of_the_table_including_dedup(small_run):
+    from clusterclip.dedup.stage import dedup_stage
+
+    assert finished_stages(small_run)[:3] == ["corpus", "embed", "cluster"]
+    with small_run.lock():
+        dedup_stage(small_run)
+    assert "dedup" in finished_stages(small_run)
+    summary = summarize(small_run)
+    assert summary["dedup"]["documents"] == 70 and "problems" not in summary
+    assert "dedup:" in format_summary(summary)
+
+
+class Reversed(EmbedderBase):
+    """A toy embedder: characters of the reversed text, hashed into a few buckets (what a new embedder needs:
+    its name, a summary, the options that rebuild it, ``config`` and ``_encode_batches``)."""
+
+    name = "toy-reversed"
+    SUMMARY = "a test's toy embedder"
+    REBUILD_OPTIONS = ("dim",)
+
+    def __init__(self, *, dim: int = 8, batch_size: int = 64, progress: bool = False) -> None:
+        super().__init__(batch_size, progress)
+        self.dim = dim
+
+    def config(self) -> dict[str, object]:
+        return {"name": self.name, "dim": self.dim}
+
+    def _encode_batches(self, texts):
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, t in enumerate(texts):
+            np.add.at(out[i], [ord(c) % self.dim for c in t[::-1]], 1.0)
+        yield slice(0, len(texts)), out
+
+
+def test_a_new_embedder_is_a_class_plus_one_registry_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(registry.EMBEDDERS, Reversed.name, Reversed)
+    run = RunDir(tmp_path / "run")
+    corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 12, "sailing": 8})
+    with run.lock():
+        corpus_stage(run, [corpus], progress=False)
+        emb = registry.get_embedder("toy-reversed", dim=4)  # built by name, as --embedder builds it
+        rec = embed_stage(run, EmbedConfig(shard_size=8), embedder=emb, progress=False)
+    assert rec.embedder == "toy-reversed" and rec.dim == 4 and load_embeddings(run).shape == (20, 4)
+    rebuilt = run_embedder(run)  # what `clusterclip add` embeds new documents with, from the record
+    assert isinstance(rebuilt, Reversed) and rebuilt.config() == rec.embedder_config
+
+
+IMPORT_PROBE = """
+import json, sys, time
+t = time.perf_counter()
+{statement}
+print(json.dumps({{"seconds": time.perf_counter() - t,
+                  "modules": sorted(m for m in sys.modules if m.startswith("clusterclip"))}}))
+"""
+
+
+def _loaded(statement: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", IMPORT_PROBE.format(statement=statement)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["modules"]
+
+
+def test_the_trainer_side_and_the_planner_settings_import_light():
+    """What a training job imports loads no reader, embedder, dedup, engine or build module (the module counts
+    and times before and after are in benchmarks/RESULTS.md, ``bench_imports.py``)."""
+    heavy = ("corpus.", "embed.", "dedup.", "engines", "cluster.stage", "cluster.kmeans", "export.stage",
+             "export.stream", ".stage")
+    sampler = _loaded("import clusterclip.torch")
+    assert not [m for m in sampler if any(h in m.removeprefix("clusterclip.") for h in heavy)
+                and not m.endswith(".contract")], sampler
+    assert len(sampler) <= 30, sampler
+    settings = _loaded("from clusterclip.plan import PlanConfig")
+    assert set(settings) == {"clusterclip", "clusterclip.errors", "clusterclip.plan", "clusterclip.plan.config",
+                             "clusterclip.settings"}, settings
