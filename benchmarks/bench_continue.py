@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.plan import PlanConfig, build_plan, identity, identity_of
+from clusterclip.plan import PlanConfig, build_plan, identity
+from clusterclip.plan.contract import identity_of
 from clusterclip.plan.prior import prior_counts
 
 

@@ -123,7 +123,7 @@ ASSIGN = """
 import sys, time, numpy as np
 sys.path.insert(0, {here!r})
 from memwatch import AnonPeak
-from clusterclip.cluster import assign, compact_labels
+from clusterclip.cluster.kmeans import assign, compact_labels
 w = AnonPeak(0.05)
 rng = np.random.default_rng(0)
 cents = rng.normal(size=(1000, 16)).astype(np.float32)

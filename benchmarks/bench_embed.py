@@ -124,13 +124,11 @@ def corpus_rows(path: Path, subset: int, seed: int, seeds: list[int], skip_minil
     corpus, as the embed stage does (``fit_s``: for ``static-vocab`` the distillation, or the cache lookup
     when its vocabulary was distilled before); ``a+b`` concatenates the two unit vectors (weights 1:1) and
     is L2-normalised again."""
-    from clusterclip.embed import (
-        HashingEmbedder,
-        LsaEmbedder,
-        MiniLMEmbedder,
-        StaticEmbedder,
-        StaticVocabEmbedder,
-    )
+    from clusterclip.embed.hashing import HashingEmbedder
+    from clusterclip.embed.lsa import LsaEmbedder
+    from clusterclip.embed.minilm import MiniLMEmbedder
+    from clusterclip.embed.static import StaticEmbedder
+    from clusterclip.embed.static_vocab import StaticVocabEmbedder
 
     wanted = [e for e in (only or ALL_CORPUS_EMBEDDERS) if not (e == "minilm" and skip_minilm)]
     texts, labels, names = load_minipile(path)
@@ -190,7 +188,7 @@ def end_to_end(path: Path, embedder: str) -> float:
 def encode_rates(paths: list[Path], names: list[str], docs: int, repeats: int, seed: int) -> None:
     """``--rate``: encode docs/s alone (models fitted or distilled first), best of ``repeats`` alternating
     passes over the first ``docs`` documents of each corpus, so the embedders share the machine's load."""
-    from clusterclip.embed import get_embedder
+    from clusterclip.embed.registry import get_embedder
 
     print("| corpus | docs | " + " | ".join(f"{n} docs/s" for n in names) + " |")
     print("|---|---|" + "---|" * len(names))
@@ -263,7 +261,10 @@ def main() -> None:
         multi_corpus(args)
         return
 
-    from clusterclip.embed import HashingEmbedder, MiniLMEmbedder, StaticEmbedder, distill_static_model
+    from clusterclip.embed.distill import distill_static_model
+    from clusterclip.embed.hashing import HashingEmbedder
+    from clusterclip.embed.minilm import MiniLMEmbedder
+    from clusterclip.embed.static import StaticEmbedder
 
     texts, labels, names = load_minipile(args.data)
     sub = stratified_subset(labels, args.subset, args.seed)

@@ -23,7 +23,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from clusterclip.export import export_plan
+from clusterclip.export.stage import export_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_plan import _write_section

@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.plan import PlanConfig, plan_stage
+from clusterclip.plan import PlanConfig
+from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, atomic_path, save_npy
 
 WORDS = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"])

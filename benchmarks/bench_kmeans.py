@@ -27,16 +27,10 @@ import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans, kmeans_plusplus
 from sklearn.metrics import normalized_mutual_info_score
 
-from clusterclip.cluster import (
-    DEFAULT_POINTS_PER_CENTROID,
-    SEED_POINTS_PER_CENTROID,
-    assign,
-    fit_centroids,
-    greedy_kmeans_pp,
-    sample_rows,
-)
-from clusterclip.corpus import read_column
-from clusterclip.embed import load_embeddings
+from clusterclip.cluster.config import DEFAULT_POINTS_PER_CENTROID
+from clusterclip.cluster.kmeans import SEED_POINTS_PER_CENTROID, assign, fit_centroids, greedy_kmeans_pp, sample_rows
+from clusterclip.corpus.contract import read_column
+from clusterclip.embed.contract import load_embeddings
 from clusterclip.store import RunDir
 
 

@@ -32,7 +32,7 @@ import numpy as np
 CHILD = """
 import json, os, sys, time
 t0 = time.perf_counter()
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 code = main(sys.argv[1:])
 seconds = time.perf_counter() - t0
 io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())

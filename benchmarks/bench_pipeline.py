@@ -17,7 +17,7 @@ import time
 
 WRAPPER = """
 import resource, sys, time
-from clusterclip.cli import main
+from clusterclip.cli.main import main
 t0 = time.perf_counter()
 code = main(sys.argv[1:])
 wall = time.perf_counter() - t0
@@ -45,7 +45,7 @@ def main() -> None:
     if not args.keep:
         shutil.rmtree(args.out, ignore_errors=True)
     if args.embedder == "static":
-        from clusterclip.embed import get_embedder
+        from clusterclip.embed.registry import get_embedder
 
         get_embedder("static").ensure_model()
     t0 = time.perf_counter()

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from clusterclip.mixture import PREDICTORS, Swarm, make_predictor, read_regmix
+from clusterclip.mixture.predictors import PREDICTORS, make_predictor
+from clusterclip.mixture.swarm import Swarm, read_regmix
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Mixture predictors on the RegMix swarm: `benchmarks/bench_regmix.py`"

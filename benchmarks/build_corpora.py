@@ -1,30 +1,57 @@
-"""Build benchmark corpora with a ground truth from freely licensed Debian packages (never committed).
+"""Build benchmark corpora with a ground truth: from freely licensed Debian packages, and from files on this machine.
 
-Two corpora, each JSON lines (``id``, ``text``, ``domain``, ``source``) like ``../shared/data/minipile``:
+Every corpus is JSON lines, gzip (``id``, ``text``, ``domain``, ``source``) like ``../shared/data/minipile``:
 
 * ``debdocs``    -- software documentation from seven packages (Perl pods, PostgreSQL and SQLite HTML, git's
   AsciiDoc, the Debian Administrator's Handbook, Tcl man pages, R's info manuals); ``domain`` is the package.
 * ``glossaries`` -- six dictd dictionaries (WordNet, FOLDOC, V.E.R.A., the Jargon File, the Devil's
   Dictionary, the elements); ``domain`` is the dictionary.
+* ``polyglot``   -- a corpus unlike English prose, from files already on this machine (no network): source code
+  (one domain per language: Python stdlib, C headers, JavaScript, Perl, shell, CMake), text in other languages
+  (one domain per language: translated man pages plus the translations of ``.mo`` catalogs), Debian
+  changelogs, and a small domain of symbol-heavy tables (glibc charmaps and locale sources). Domain sizes are
+  skewed on purpose: a few large domains and a long tail of small ones.
+* ``stdlib``     -- clusterclip's default corpus (docstrings of the Python standard library, read by
+  ``clusterclip.corpus.default_corpus.stdlib_documents``); ``domain`` is the module's top-level package.
 
-Packages are fetched with ``apt-get download`` (versions pinned to whatever the archive serves: the README
-written next to the output records them), unpacked with ``dpkg-deb -x``, turned into paragraphs, and cut
-into documents of 120-700 words on paragraph boundaries. Large domains are capped by a seeded sample so
-the mixture stays imbalanced but the corpora hold a few thousand documents. Output is deterministic for a
-given set of package versions and ``--seed``.
+``debdocs`` and ``glossaries``: packages are fetched with ``apt-get download`` (versions pinned to whatever the
+archive serves: the README written next to the output records them), unpacked with ``dpkg-deb -x``, turned into
+paragraphs, and cut into documents of 120-700 words on paragraph boundaries. Large domains are capped by a
+seeded sample so the mixture stays imbalanced but the corpora hold a few thousand documents. Output is
+deterministic for a given set of package versions and ``--seed``.
 
-    python benchmarks/build_corpora.py --out benchmarks/out/corpora
+``polyglot``: code is cut into documents of 50-300 lines on blank-line boundaries (preferring a boundary before
+an unindented line, such as a top-level ``def``), prose into 120-700 "words" (whitespace words, plus one word per
+two CJK/kana/Thai characters, scripts written without spaces) on paragraph boundaries, changelogs and tables
+into 30-200 / 50-300 lines. Identical files are read once, identical documents kept once. Output is
+deterministic for the files installed on the machine and ``--seed``; the README records the owning Debian
+packages and their versions.
+
+``README.md`` in the output folder describes every corpus built there (each build writes ``<name>.meta.json``;
+the README is rebuilt from all of them).
+
+    python benchmarks/build_corpora.py --out benchmarks/out/corpora                       # all
+    python benchmarks/build_corpora.py --corpus polyglot --out benchmarks/out/corpora     # no network
+    python benchmarks/build_corpora.py --corpus stdlib --out benchmarks/out/corpora       # no network
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import glob
 import gzip
+import hashlib
 import html
 import json
+import os
 import re
+import struct
 import subprocess
+import sys
+import sysconfig
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,37 +247,441 @@ def build(name: str, domains: list[Domain], work: Path, out: Path, seed: int) ->
     return stats
 
 
-def write_readme(out: Path, tables: dict[str, list[dict[str, object]]], versions: dict[str, str],
-                 seed: int) -> None:
+# ---------------------------------------------------------------------------------------------------------------
+# polyglot: a corpus unlike English prose, from files already on this machine
+
+
+@dataclass(frozen=True)
+class LocalDomain:
+    """A ``polyglot`` class: absolute globs (``{stdlib}`` is the running interpreter's standard library), each
+    with the reader that turns a matching file into documents, a licence note and a cap on documents."""
+
+    name: str
+    kind: str
+    licence: str
+    sources: tuple[tuple[str, str], ...]
+    cap: int
+
+
+CODE_LINES, CHANGELOG_LINES, TABLE_LINES = (50, 300), (30, 200), (50, 300)
+_MO_MAN_LICENCE = ("licence of each owning package (translations: manpages-l10n GPL-3+, dpkg/apt GPL-2+, "
+                   "coreutils/tar/grep GPL-3+, glib/gtk LGPL-2.1+, ...)")
+# (language directory, cap): a few large languages, a long tail of small ones; four scripts without spaces
+# (ja, zh_CN, th) or with their own alphabet (ru, uk, el, ka, he, ta, hi, ko).
+POLYGLOT_LANGUAGES: tuple[tuple[str, int], ...] = (
+    ("de", 900), ("fr", 900), ("ru", 700), ("ja", 600), ("zh_CN", 500), ("es", 400), ("uk", 300), ("pl", 250),
+    ("it", 200), ("ko", 150), ("tr", 120), ("el", 100), ("ka", 80), ("vi", 70), ("th", 50), ("he", 40),
+    ("ta", 30), ("hi", 25))
+POLYGLOT: list[LocalDomain] = [
+    LocalDomain("code-python", "code", "PSF-2.0 (CPython standard library)", (("{stdlib}/**/*.py", "code"),),
+                3500),
+    LocalDomain("code-c", "code", "licence of each owning package (linux-libc-dev GPL-2 WITH Linux-syscall-note, "
+                "libc6-dev LGPL-2.1+, ...)", (("/usr/include/**/*.h", "code"),), 2500),
+    LocalDomain("changelogs", "changelog", "licence of each package (Debian changelogs)",
+                (("/usr/share/doc/*/changelog.Debian.gz", "changelog"), ("/usr/share/doc/*/changelog.gz", "changelog")),
+                1500),
+    LocalDomain("code-javascript", "code", "npm Artistic-2.0, its bundled modules MIT/ISC/BSD (Debian nodejs)",
+                (("/usr/lib/node_modules/**/*.js", "code"), ("/usr/lib/node_modules/**/*.cjs", "code"),
+                 ("/usr/lib/node_modules/**/*.mjs", "code")), 1200),
+    LocalDomain("code-perl", "code", "GPL-1+ or Artistic (perl), GPL-2+ (dpkg), BSD-2-Clause (debconf)",
+                (("/usr/share/perl/*/**/*.pm", "perl"), ("/usr/share/perl5/**/*.pm", "perl"),
+                 ("/usr/lib/x86_64-linux-gnu/perl*/**/*.pm", "perl")), 500),
+    LocalDomain("code-shell", "code", "licence of each owning package (GPL-2+ mostly)",
+                (("/usr/bin/*", "shell"), ("/usr/sbin/*", "shell"), ("/usr/lib/**/*.sh", "shell"),
+                 ("/usr/share/**/*.sh", "shell"), ("/usr/share/bash-completion/completions/*", "shell")), 250),
+    LocalDomain("code-cmake", "code", "BSD-3-Clause (cmake-data)", (("/usr/share/cmake-*/Modules/**/*.cmake", "code"),),
+                200),
+    *[LocalDomain(f"lang-{lang}", "prose", _MO_MAN_LICENCE,
+                  ((f"/usr/share/man/{lang}/**/*.gz", "man"), (f"/usr/share/locale/{lang}/LC_MESSAGES/*.mo", "mo")),
+                  cap) for lang, cap in POLYGLOT_LANGUAGES],
+    LocalDomain("symbols", "table", "glibc locales: LGPL-2.1+, locale data without copyright claim",
+                (("/usr/share/i18n/charmaps/*.gz", "table"), ("/usr/share/i18n/locales/*", "table")), 120),
+]
+
+_NOSPACE = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def text_units(text: str) -> int:
+    """Length in words: whitespace-separated words plus one per two characters of scripts written without
+    spaces (CJK ideographs, kana, Thai), so Japanese and Chinese documents get sensible lengths too."""
+    return len(text.split()) + len(_NOSPACE.findall(text)) // 2
+
+
+def chunk_units(paragraphs: list[str], lo: int = MIN_WORDS, hi: int = MAX_WORDS, sep: str = "\n\n") -> Iterator[str]:
+    """Documents of ``lo..hi`` :func:`text_units` from consecutive paragraphs (a paragraph over ``hi`` is its own
+    document, cut at ``hi`` whitespace words or, without spaces, at ``2 * hi`` characters)."""
+    cur: list[str] = []
+    n = 0
+    for para in paragraphs:
+        size = text_units(para)
+        if size > hi:
+            if n >= lo:
+                yield sep.join(cur)
+            cur, n = [], 0
+            words = para.split()
+            step_chars = 2 * hi
+            pieces = ([" ".join(words[i:i + hi]) for i in range(0, len(words), hi)] if len(words) > hi // 2
+                      else [para[i:i + step_chars] for i in range(0, len(para), step_chars)])
+            for piece in pieces:
+                if text_units(piece) >= lo:
+                    yield piece
+            continue
+        if n + size > hi:
+            if n >= lo:
+                yield sep.join(cur)
+            cur, n = [], 0
+        cur.append(para)
+        n += size
+    if n >= lo:
+        yield sep.join(cur)
+
+
+def chunk_lines(text: str, lo: int, hi: int) -> Iterator[str]:
+    """Documents of ``lo..hi`` lines from a file, cut at blank lines (runs of blank lines become one), preferring,
+    once a document has ``(lo + hi) / 2`` lines, to cut before a block that starts unindented (a top-level
+    ``def``, ``sub``, function or struct). Blocks longer than ``hi`` are cut every ``hi`` lines; a remainder
+    under ``lo`` lines at the end of the file is dropped."""
+    blocks: list[list[str]] = []
+    block: list[str] = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line.strip():
+            block.append(line[:400])
+        elif block:
+            blocks.append(block)
+            block = []
+    if block:
+        blocks.append(block)
+    soft = (lo + hi) // 2
+    doc: list[str] = []
+    for block in blocks:
+        size = len(doc)
+        if size >= lo and (size + 1 + len(block) > hi or (size >= soft and not block[0][:1].isspace())):
+            yield "\n".join(doc)
+            doc = []
+        doc += ([""] if doc else []) + block
+        while len(doc) > hi:
+            yield "\n".join(doc[:hi])
+            doc = doc[hi:]
+            while doc and not doc[0]:
+                doc = doc[1:]
+    if len(doc) >= lo:
+        yield "\n".join(doc)
+
+
+def _decode(data: bytes) -> str | None:
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError):
+            return None
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+_FONT_MACRO = re.compile(r"^\.(B|I|BR|RB|IR|RI|BI|IB|SM|SB)\s+(.*)$")
+_HEADING_MACRO = re.compile(r"^\.(SH|SS)\s*(.*)$")
+
+
+def nroff_paragraphs(text: str) -> list[str]:
+    """A man page's text like :func:`read_nroff`, but keeping the words of font macros (``.B word``) and
+    headings (``.SH``), and removing more escapes (``\\%``, ``\\:``, ``\\c``, ``\\[..]``, ``\\*(..``)."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith((".\\\"", "'\\\"", '.\\"')):
+            continue
+        heading = _HEADING_MACRO.match(line)
+        font = _FONT_MACRO.match(line)
+        if heading:
+            lines += ["", heading.group(2).replace('"', ""), ""]
+            continue
+        if font:
+            line = font.group(2).replace('"', "")
+        elif line.startswith((".", "'")):
+            lines.append("")
+            continue
+        line = re.sub(r"\\f(\[[^]]*\]|\(..|.)", "", line)
+        line = re.sub(r"\\\*\(..|\\\*\[[^]]*\]|\\\(..|\\\[[^]]*\]|\\\*.|\\[&|^%:c]", "", line)
+        line = line.replace("\\-", "-").replace("\\ ", " ").replace("\\e", "\\")
+        lines.append(line)
+    return _paragraphs("\n".join(lines))
+
+
+def mo_messages(data: bytes) -> list[str]:
+    """The translations in a GNU ``.mo`` catalog, in catalog order: first plural form, decoded with the
+    catalog's charset; untranslated copies (translation == original) and the header are skipped."""
+    if len(data) < 28:
+        return []
+    magic = struct.unpack("<I", data[:4])[0]
+    end = "<" if magic == 0x950412DE else ">" if magic == 0xDE120495 else None
+    if end is None:
+        return []
+    _, count, orig_at, trans_at = struct.unpack(end + "4I", data[4:20])
+    pairs = []
+    for i in range(count):
+        olen, ooff = struct.unpack(end + "2I", data[orig_at + 8 * i:orig_at + 8 * i + 8])
+        tlen, toff = struct.unpack(end + "2I", data[trans_at + 8 * i:trans_at + 8 * i + 8])
+        pairs.append((data[ooff:ooff + olen], data[toff:toff + tlen]))
+    charset = "utf-8"
+    for msgid, msgstr in pairs:
+        if msgid == b"":
+            found = re.search(rb"charset=([-\w]+)", msgstr)
+            if found:
+                charset = found.group(1).decode("ascii")
+    out = []
+    for msgid, msgstr in pairs:
+        if not msgid:
+            continue
+        first = msgstr.split(b"\x00")[0]
+        original = msgid.split(b"\x04")[-1].split(b"\x00")[0]
+        if not first.strip() or first == original:
+            continue
+        try:
+            out.append(first.decode(charset).strip())
+        except (UnicodeDecodeError, LookupError):
+            continue
+    return out
+
+
+_POD = re.compile(r"^=[a-zA-Z].*?(?:^=cut\b.*?$|\Z)", re.M | re.S)
+_SHELL_BANG = re.compile(r"^#!\s*\S*?\b(sh|bash|dash|ksh|zsh)\b")
+
+
+def local_documents(path: Path, reader: str) -> list[str]:
+    """Documents of one file for a ``polyglot`` reader: ``code``, ``perl`` (POD removed), ``shell`` (only sh/bash
+    scripts), ``changelog``, ``table``, ``man`` or ``mo``; an unreadable or non-UTF-8 file gives none."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    if reader == "mo":
+        return list(chunk_units(mo_messages(data), sep="\n"))
+    text = _decode(data)
+    if text is None:
+        return []
+    if reader == "man":
+        return list(chunk_units(nroff_paragraphs(text)))
+    if reader == "shell":
+        shebang = _SHELL_BANG.match(text)
+        if not (shebang or path.suffix == ".sh" or "bash-completion" in path.parts):
+            return []
+        return list(chunk_lines(text, *CODE_LINES))
+    if reader in ("code", "perl"):
+        if max((len(line) for line in text.splitlines()), default=0) > 1000:  # minified or generated
+            return []
+        if reader == "perl":
+            text = _POD.sub("", text)
+        return list(chunk_lines(text, *CODE_LINES))
+    if reader == "changelog":
+        return list(chunk_lines(text, *CHANGELOG_LINES))
+    if reader == "table":
+        return list(chunk_lines(text, *TABLE_LINES))
+    raise ValueError(f"unknown reader {reader!r}")
+
+
+def _expand(pattern: str) -> list[Path]:
+    """Regular files (not symlinks) matching an absolute glob, sorted; ``**`` walks directories without following
+    symlinks (``glob``'s ``**`` follows them, into loops and huge trees); ``{stdlib}`` is the interpreter's
+    standard library. Paths under ``site-packages``, ``__pycache__`` and Perl's generated ``unicore`` are left out."""
+    pattern = pattern.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
+    if "/**/" in pattern:
+        head, tail = pattern.split("/**/", 1)
+        found = []
+        for root in sorted(glob.glob(head)):
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames.sort()
+                found += [os.path.join(dirpath, f) for f in filenames if fnmatch.fnmatchcase(f, tail)]
+    else:
+        found = glob.glob(pattern)
+    skip = {"site-packages", "dist-packages", "unicore", "__pycache__"}
+    paths = [Path(p) for p in sorted(set(found))]
+    return [p for p in paths if not skip.intersection(p.parts) and p.is_file() and not p.is_symlink()]
+
+
+def dpkg_owners() -> tuple[dict[str, str], dict[str, str]]:
+    """Path -> owning Debian package (from ``/var/lib/dpkg/info/*.list``) and package -> installed version."""
+    owners: dict[str, str] = {}
+    for lst in sorted(Path("/var/lib/dpkg/info").glob("*.list")):
+        pkg = lst.name.removesuffix(".list").split(":")[0]
+        for line in lst.read_text(encoding="utf-8", errors="replace").splitlines():
+            owners.setdefault(line, pkg)
+    versions: dict[str, str] = {}
+    status = Path("/var/lib/dpkg/status")
+    if status.is_file():
+        for entry in status.read_text(encoding="utf-8", errors="replace").split("\n\n"):
+            fields = dict(re.findall(r"^(Package|Version): (.*)$", entry, re.M))
+            if "Package" in fields and "Version" in fields:
+                versions[fields["Package"]] = fields["Version"]
+    return owners, versions
+
+
+def _owner(path: Path, owners: dict[str, str]) -> str:
+    if str(path) in owners:
+        return owners[str(path)]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    if str(path).startswith(stdlib):
+        return f"CPython {sys.version.split()[0]} ({stdlib})"
+    return "(not in the dpkg database)"
+
+
+def write_corpus(out: Path, name: str, records: list[dict[str, str]]) -> None:
+    """``out/<name>.jsonl.gz`` with ids ``<name>-NNNNNN`` in record order (gzip without a timestamp)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{name}.jsonl.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        for i, rec in enumerate(records):
+            gz.write((json.dumps({"id": f"{name}-{i:06d}", **rec}, ensure_ascii=False) + "\n").encode())
+
+
+def build_polyglot(out: Path, seed: int, domains: list[LocalDomain] = POLYGLOT) -> list[dict[str, object]]:
+    """Write ``out/polyglot.jsonl.gz`` from files on this machine; returns one row of statistics per domain.
+
+    Files are read in sorted order; a file whose bytes were already read (by any domain) is skipped, a
+    document already kept in the domain is dropped. Domains over their cap keep a seeded sample (the seed
+    mixes ``seed`` with the domain name, so the domains are independent of each other)."""
+    owners, versions = dpkg_owners()
+    seen_files: set[bytes] = set()
+    records: list[dict[str, str]] = []
+    stats: list[dict[str, object]] = []
+    for dom in domains:
+        docs: list[tuple[str, str, str]] = []
+        seen_docs: set[str] = set()
+        files = 0
+        for pattern, reader in dom.sources:
+            for path in _expand(pattern):
+                try:
+                    key = hashlib.sha1(path.read_bytes()).digest()
+                except OSError:
+                    continue
+                if key in seen_files:
+                    continue
+                seen_files.add(key)
+                got = [d for d in local_documents(path, reader) if d not in seen_docs]
+                seen_docs.update(got)
+                files += bool(got)
+                docs.extend((str(path), _owner(path, owners), d) for d in got)
+        total = len(docs)
+        if total > dom.cap:
+            rng = np.random.default_rng([seed, zlib.crc32(dom.name.encode())])
+            docs = [docs[i] for i in np.sort(rng.choice(total, size=dom.cap, replace=False))]
+        records.extend({"domain": dom.name, "source": src, "text": text} for src, _, text in docs)
+        by_pkg: dict[str, int] = {}
+        for _, pkg, _ in docs:
+            by_pkg[pkg] = by_pkg.get(pkg, 0) + 1
+        top = sorted(by_pkg.items(), key=lambda kv: (-kv[1], kv[0]))
+        packages = ", ".join(f"{p} {versions.get(p, '')}".strip() + f" ({n})" for p, n in top[:4])
+        if len(top) > 4:
+            packages += f", {len(top) - 4} more"
+        stats.append({"domain": dom.name, "kind": dom.kind, "sources": " ".join(f"`{g}`" for g, _ in dom.sources),
+                      "packages": packages, "licence": dom.licence, "docs": len(docs), "available": total,
+                      "files": files, "words": sum(text_units(t) for _, _, t in docs)})
+    write_corpus(out, "polyglot", records)
+    return stats
+
+
+def build_stdlib(out: Path) -> list[dict[str, object]]:
+    """Write ``out/stdlib.jsonl.gz``: clusterclip's default corpus (standard-library docstrings), ``domain`` = the
+    top-level package of the module, ``source`` = the docstring's qualified name."""
+    from clusterclip.corpus.default_corpus import stdlib_documents
+
+    records = [{"domain": str(group), "source": doc_id, "text": text} for batch in stdlib_documents()
+               for doc_id, text, group in zip(batch.ids, batch.texts, batch.groups, strict=True)]
+    write_corpus(out, "stdlib", records)
+    counts: dict[str, list[int]] = {}
+    for r in records:
+        c = counts.setdefault(r["domain"], [0, 0])
+        c[0] += 1
+        c[1] += len(r["text"].split())
+    return [{"domain": d, "docs": n, "words": w} for d, (n, w) in sorted(counts.items(), key=lambda kv: (-kv[1][0],
+                                                                                                            kv[0]))]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# README: one section per corpus built in the folder (from the <name>.meta.json files)
+
+APT_INTRO = ("From Debian packages (`apt-get download`). Documents are 120-700 words, paragraph-aligned; `domain` is "
+             "the ground truth (the source package or dictionary); large domains are capped by a seeded sample "
+             "(`available` is the count before the cap).")
+POLYGLOT_INTRO = (
+    "From files already installed on the build machine (no network), so its content depends on that machine: "
+    "`packages` names the owning Debian packages (with the installed version and the documents each gave). "
+    "Code is cut into 50-300 line documents on blank-line boundaries (preferring a cut before an unindented "
+    "line), changelogs into 30-200 lines, the symbol tables into 50-300 lines, prose (man pages rendered from "
+    "nroff; the translated strings of `.mo` catalogs, one per line, untranslated ones dropped) into 120-700 "
+    "words (CJK and Thai characters count half a word). `lang-*` domains are the language of the text (man "
+    "pages and catalogs together). Identical files are read once; `available` is the count before the seeded cap.")
+STDLIB_INTRO = ("clusterclip's default corpus (`clusterclip.corpus.default_corpus.stdlib_documents`: docstrings of at "
+                "least 25 words of the running Python's standard library, PSF-2.0); `domain` is the module's "
+                "top-level package.")
+
+
+def write_meta(out: Path, name: str, command: str, intro: str, columns: list[str], rows: list[dict[str, object]],
+               extra: dict[str, object] | None = None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"name": name, "command": command, "intro": intro, "columns": columns, "rows": rows, **(extra or {})}
+    (out / f"{name}.meta.json").write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_readme(out: Path) -> None:
+    """``out/README.md`` from every ``<name>.meta.json`` in ``out`` (corpora built there at any time)."""
     lines = ["# Benchmark corpora built by `benchmarks/build_corpora.py`", "",
-             f"Built with `python benchmarks/build_corpora.py --out {out} --seed {seed}` from Debian packages "
-             "(`apt-get download`). Documents are 120-700 words, paragraph-aligned; `domain` is the ground truth "
-             "(the source package or dictionary); large domains are capped by a seeded sample (`available` is "
-             "the count before the cap). Not to be committed: rebuild them with the command above.", ""]
-    for name, rows in tables.items():
-        lines += [f"## {name}", "", "| domain | package | version | licence | docs | available | words |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['domain']} | {r['package']} | {versions.get(str(r['package']), '?')} | {r['licence']} | "
-                  f"{r['docs']} | {r['available']} | {r['words']:,} |" for r in rows]
-        lines += [f"| **total** | | | | {sum(int(r['docs']) for r in rows)} | | "
-                  f"{sum(int(r['words']) for r in rows):,} |", ""]
+             "Not to be committed: rebuild them with the commands below. Every file is JSON lines, gzip, with "
+             "`id`, `text`, `domain` (the ground truth) and `source`.", ""]
+    for meta_path in sorted(out.glob("*.meta.json")):
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        cols: list[str] = meta["columns"]
+        rows: list[dict[str, object]] = meta["rows"]
+        lines += [f"## {meta['name']}", "", f"Built with `{meta['command']}`. {meta['intro']}", "",
+                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in rows:
+            lines.append("| " + " | ".join(f"{r[c]:,}" if isinstance(r.get(c), int) else str(r.get(c, ""))
+                                           for c in cols) + " |")
+        total = {c: sum(int(r[c]) for r in rows) for c in cols if c in ("docs", "words", "available", "files")}
+        lines.append("| **total** (" + f"{len(rows)} domains) | " + " | ".join(
+            f"{total[c]:,}" if c in total else "" for c in cols[1:]) + " |")
+        lines.append("")
     (out / "README.md").write_text("\n".join(lines), encoding="utf-8")
+
+
+APT_COLUMNS = ["domain", "package", "version", "licence", "docs", "available", "words"]
+POLYGLOT_COLUMNS = ["domain", "kind", "docs", "available", "files", "words", "sources", "packages", "licence"]
+LOCAL_CORPORA = ("polyglot", "stdlib")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/corpora"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--corpus", choices=sorted(CORPORA), action="append", help="default: all")
+    ap.add_argument("--corpus", choices=sorted([*CORPORA, *LOCAL_CORPORA]), action="append", help="default: all")
     args = ap.parse_args()
-    names = args.corpus or sorted(CORPORA)
-    packages = sorted({d.package for n in names for d in CORPORA[n]})
-    with tempfile.TemporaryDirectory(prefix="clusterclip-corpora-") as tmp:
-        versions = unpack(packages, Path(tmp))
-        tables = {n: build(n, CORPORA[n], Path(tmp), args.out, args.seed) for n in names}
-    write_readme(args.out, tables, versions, args.seed)
-    for n, rows in tables.items():
-        print(n, {str(r["domain"]): r["docs"] for r in rows})
+    names = args.corpus or sorted([*CORPORA, *LOCAL_CORPORA])
+    command = lambda n: f"python benchmarks/build_corpora.py --corpus {n} --out {args.out} --seed {args.seed}"  # noqa: E731
+    apt_names = [n for n in names if n in CORPORA]
+    counts: dict[str, dict[str, object]] = {}
+    if apt_names:
+        packages = sorted({d.package for n in apt_names for d in CORPORA[n]})
+        with tempfile.TemporaryDirectory(prefix="clusterclip-corpora-") as tmp:
+            versions = unpack(packages, Path(tmp))
+            for n in apt_names:
+                rows = build(n, CORPORA[n], Path(tmp), args.out, args.seed)
+                for r in rows:
+                    r["version"] = versions.get(str(r["package"]), "?")
+                write_meta(args.out, n, command(n), APT_INTRO, APT_COLUMNS, rows)
+                counts[n] = {str(r["domain"]): r["docs"] for r in rows}
+    if "polyglot" in names:
+        rows = build_polyglot(args.out, args.seed)
+        write_meta(args.out, "polyglot", command("polyglot"), POLYGLOT_INTRO, POLYGLOT_COLUMNS, rows)
+        counts["polyglot"] = {str(r["domain"]): r["docs"] for r in rows}
+    if "stdlib" in names:
+        rows = build_stdlib(args.out)
+        write_meta(args.out, "stdlib", command("stdlib"), STDLIB_INTRO, ["domain", "docs", "words"], rows)
+        counts["stdlib"] = {"domains": len(rows), "docs": sum(int(r["docs"]) for r in rows)}
+    write_readme(args.out)
+    for n, c in counts.items():
+        print(n, c)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from clusterclip.corpus import ReadOptions, ReadStats, expand_inputs, iter_documents
+from clusterclip.corpus.inputs import expand_inputs
+from clusterclip.corpus.reading import iter_documents
+from clusterclip.corpus.records import ReadOptions, ReadStats
 from clusterclip.errors import ClusterClipError
 
 

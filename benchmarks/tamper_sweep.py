@@ -75,7 +75,7 @@ def _corpus(path: Path, seed: int = 0) -> Path:
 
 def _cli(argv: list[str]) -> tuple[int | None, str, str, BaseException | None]:
     """Run the CLI in this process: (exit status, stdout, stderr, unexpected exception)."""
-    from clusterclip.cli import main
+    from clusterclip.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
