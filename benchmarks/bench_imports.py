@@ -13,7 +13,8 @@ import statistics
 import subprocess
 import sys
 
-STATEMENTS = ("import clusterclip.torch", "from clusterclip.plan import PlanConfig")
+STATEMENTS = ("import torch", "import clusterclip.torch", "from clusterclip.plan import PlanConfig")
+"""``import torch`` alone is the baseline: what the trainer side costs beyond it is clusterclip's."""
 PROBE = """
 import sys, time
 t = time.perf_counter()
@@ -31,7 +32,7 @@ def measure(statement: str, repeat: int) -> dict[str, object]:
         out = subprocess.run([sys.executable, "-c", PROBE.format(statement=statement)], check=True,
                              capture_output=True, text=True).stdout
         runs.append(json.loads(out))
-    runs = runs[1:]
+    runs = runs[1:]  # the first warms the file cache
     packages = sorted({m.split(".")[1] for m in runs[0]["ours"] if "." in m})
     return {"statement": statement, "clusterclip_modules": len(runs[0]["ours"]), "all_modules": runs[0]["all"],
             "seconds": statistics.median(r["seconds"] for r in runs), "packages": packages}

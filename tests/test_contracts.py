@@ -11,11 +11,18 @@ import sys
 import numpy as np
 import pytest
 
+from clusterclip.cli import main as cli
+from clusterclip.cli import options as cli_options
+from clusterclip.cli.options import plan_configs
 from clusterclip.cluster.config import ClusterConfig
 from clusterclip.cluster.contract import ClusterRecord
 from clusterclip.cluster.stage import cluster_stage
 from clusterclip.contracts import GROWN, PIPELINE, STAGES, contract_of, finished_stages
-from clusterclip.corpus.contract import CorpusRecord
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.contract import CorpusRecord, read_column
+from clusterclip.corpus.format_base import RowFormat
+from clusterclip.corpus.formats import FORMATS
+from clusterclip.corpus.inputs import format_of
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.embed import registry
 from clusterclip.embed.base import EmbedderBase
@@ -23,9 +30,13 @@ from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.contract import EmbedRecord, load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.stage import embed_stage
-from clusterclip.plan.config import PlanConfig
+from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.plan import strategies
+from clusterclip.plan.build import build_plan
+from clusterclip.plan.config import PlanConfig, PlanConfigError
 from clusterclip.plan.contract import PlanRecord
 from clusterclip.plan.stage import plan_stage
+from clusterclip.plan.strategies import Strategy
 from clusterclip.stage_table import TABLE
 from clusterclip.store import RunDir
 from clusterclip.store.record import RecordError
@@ -77,7 +88,8 @@ def test_a_malformed_record_is_one_line_naming_its_rebuild(small_run, tmp_path):
     raw["k"] = "three"
     small_run.record_path("cluster").write_text(json.dumps(raw))
     try:
-        with pytest.raises(RecordError, match=r"cluster\.json: field 'k' is str 'three', not int; rebuild it: .clusterclip cluster"):
+        with pytest.raises(RecordError,
+                           match=r"cluster\.json: field 'k' is str 'three', not int; rebuild it: .clusterclip cluster"):
             ClusterRecord.require(small_run, verify=False)
     finally:
         raw["k"] = 3
@@ -157,4 +169,82 @@ def test_the_trainer_side_and_the_planner_settings_import_light():
     assert len(sampler) <= 30, sampler
     settings = _loaded("from clusterclip.plan import PlanConfig")
     assert set(settings) == {"clusterclip", "clusterclip.errors", "clusterclip.plan", "clusterclip.plan.config",
-                             "clusterclip.settings"}, settings
+                             "clusterclip.plan.strategies", "clusterclip.settings"}, settings
+
+
+class Tsv(RowFormat):
+    """A toy reader format: ``id<TAB>text`` lines (what a new format needs: its name, suffixes, records and the
+    document of one record; the bad-record policy, batching and work units come with the base class)."""
+
+    name = "tsv"
+    SUFFIXES = (".tsv",)
+    EXPECTED = ".tsv"
+
+    @classmethod
+    def records(cls, unit, opts):
+        with open(unit.path, "rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if raw.strip():
+                    yield str(unit.path), lineno, raw
+
+    @staticmethod
+    def document(line, opts, source, loc):
+        doc_id, tab, text = line.decode("utf-8").rstrip("\n").partition("\t")
+        if not tab or not text.strip():
+            raise BadRecordError(source, loc, "expected id<TAB>text")
+        return doc_id, text, None
+
+
+def test_a_new_reader_format_is_a_class_plus_one_registry_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(FORMATS, Tsv.name, Tsv)
+    data = tmp_path / "in" / "docs.tsv"
+    data.parent.mkdir()
+    data.write_text("a1\tthe first document\nno tab here\n\na2\tthe second document\n")
+    (tmp_path / "in" / "notes.md").write_text("not an input")
+    with pytest.raises(ClusterClipError, match=r"notes\.md: unknown input format; expected .* or \.tsv$"):
+        format_of(tmp_path / "in" / "notes.md")
+    strict = RunDir(tmp_path / "strict")
+    with strict.lock(), pytest.raises(BadRecordError, match=r"docs\.tsv:2: expected id<TAB>text"):
+        corpus_stage(strict, [data], CorpusConfig(id_field="id"), progress=False)
+    run = RunDir(tmp_path / "run")
+    with run.lock():  # a folder's .tsv files are found by the registry too
+        rec = corpus_stage(run, [tmp_path / "in"], CorpusConfig(id_field="id", on_bad_record="skip"), progress=False)
+    assert rec.count == 2 and rec.skipped == 1 and "docs.tsv:2: expected id<TAB>text" in rec.skipped_examples[0]
+    assert [e["format"] for e in rec.inputs] == ["tsv"]
+    assert read_column(run, "id") == ["a1", "a2"]
+    assert read_column(run, "text") == ["the first document", "the second document"]
+
+
+class Inverse(Strategy):
+    """A toy strategy: cluster weights ``1 / n_c`` under a default cap of 2 (what a new strategy needs: its name,
+    help, default cap and weights; quotas, passes and order come from the planner)."""
+
+    name = "inverse"
+    SUMMARY = "cluster weights 1/n_c"
+    DEFAULT_MAX_REPEAT = 2
+
+    @classmethod
+    def weights(cls, sizes, options):
+        w = np.zeros(sizes.shape[0])
+        w[sizes > 0] = 1.0 / sizes[sizes > 0]
+        return w
+
+
+def test_a_new_strategy_is_a_class_plus_one_registry_line(monkeypatch):
+    monkeypatch.setitem(strategies.STRATEGIES, Inverse.name, Inverse)
+    config = PlanConfig(strategy="inverse", budget=60)
+    assert config.effective_max_repeat == 2 and config.name() == "inverse-R2-docs-B60-s0"
+    assert config.to_json()["tau"] is None and config.to_json()["weights"] is None
+    labels = np.repeat(np.arange(3, dtype=np.int32), [60, 20, 5])
+    plan = build_plan(labels, config)
+    draws = np.bincount(labels[plan.order], minlength=3)
+    assert np.bincount(plan.order).max() <= 2, "the strategy's default cap holds"
+    assert draws[2] == 10 and draws.sum() == 60 and abs(int(draws[1]) - 3 * int(draws[0])) <= 2, draws
+    assert plan.stats["strategy"] == "inverse" and plan.stats["max_repeat"] == 2
+    args = cli.build_parser().parse_args(["plan", "RUN", "--strategy", "inverse", "--weights", "w.json"])
+    monkeypatch.setattr(cli_options, "load_weights", lambda path: ((0, 1.0),))
+    assert plan_configs(args, [args.strategy]) == [PlanConfig(strategy="inverse")], "no weights: it takes none"
+    with pytest.raises(PlanConfigError, match="weights are only used by strategy 'weights', not 'inverse'"):
+        PlanConfig(strategy="inverse", weights=((0, 1.0),))
+    with pytest.raises(PlanConfigError, match=r"strategy must be one of clusterclip, .*, weights, inverse, got 'zipf'"):
+        PlanConfig(strategy="zipf")

@@ -1,5 +1,6 @@
-"""Tests of the training experiment: data layout and packing, metrics, model, config, and the whole
-path on a small generated corpus (``--quick``)."""
+"""Tests of the training experiment: data layout, batches read through ``ClusterClipSampler`` (the same as
+the former packing of the plan), metrics, model, config, and the whole path on a small generated corpus
+(``--quick``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ pytest.importorskip("tokenizers")
 from clusterclip.cli.experiment import add_experiment_parser
 from clusterclip.cli.options import experiment_config, experiment_flag
 from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.batches import PlanBatches
 from clusterclip.experiment.config import (
     RUNTIME_FIELDS,
     ExperimentConfig,
@@ -30,7 +33,6 @@ from clusterclip.experiment.data import (
     encode_docs,
     eval_windows,
     gather_stream,
-    pack,
     stratified_split,
     train_tokenizer,
 )
@@ -45,6 +47,8 @@ from clusterclip.experiment.evaluate import (
 from clusterclip.experiment.model import GPT, ModelConfig, token_losses
 from clusterclip.experiment.proxy_runs import run_experiment
 from clusterclip.experiment.train import TrainConfig, lr_at, train_model
+from clusterclip.plan.build import build_plan
+from clusterclip.plan.config import PlanConfig
 from clusterclip.settings import SettingsError
 
 MINIPILE_1K = Path(__file__).resolve().parents[2] / "shared" / "data" / "minipile-1k.jsonl"
@@ -91,18 +95,95 @@ def test_stratified_split_holds_out_the_fraction_of_every_stratum() -> None:
         stratified_split(strata, 1.0, 0)
 
 
-def test_gather_and_pack_follow_the_plan_order() -> None:
+@dataclass
+class _Packed:
+    """The former packing's result (test-only reference): ``inputs``/``targets`` ``[n_seq, context]``."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    stream_tokens: int
+    wrapped_tokens: int
+
+
+def _reference_pack(docs: TokenizedDocs, order: np.ndarray, n_seq: int, context: int) -> _Packed:
+    """How the experiment packed a plan before it read it through ``ClusterClipSampler``: the plan's token
+    stream cut into ``n_seq`` consecutive sequences, continued from its start when too short."""
+    stream = gather_stream(docs, order)
+    need = n_seq * context + 1
+    wrapped = max(0, need - stream.size)
+    if wrapped:
+        stream = np.resize(stream, need)
+    inputs = stream[: n_seq * context].reshape(n_seq, context)
+    targets = stream[1:need].reshape(n_seq, context)
+    return _Packed(inputs, targets, int(min(stream.size, need)), int(wrapped))
+
+
+def _reference_batches(packed: _Packed, steps: int, batch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The former training loop's batches: slices of the whole packed plan as one int64 tensor."""
+    inputs = torch.from_numpy(packed.inputs[: steps * batch].astype(np.int64))
+    targets = torch.from_numpy(packed.targets[: steps * batch].astype(np.int64))
+    return [(inputs[lo:lo + batch], targets[lo:lo + batch]) for lo in range(0, steps * batch, batch)]
+
+
+def _reference_used(docs: TokenizedDocs, order: np.ndarray, packed: _Packed) -> np.ndarray:
+    return order[: np.searchsorted(np.cumsum(docs.lengths[order]), packed.stream_tokens) + 1]
+
+
+def test_batches_follow_the_plan_order_through_the_sampler() -> None:
     d = _docs([3, 5, 2, 4])
     order = np.array([2, 0, 2, 3, 1])
     expected = np.concatenate([_doc(d, i) for i in order])
     assert np.array_equal(gather_stream(d, order), expected)
-    p = pack(d, order, n_seq=3, context=4)
-    assert p.wrapped_tokens == 0
-    assert np.array_equal(p.inputs.ravel(), expected[:12])
-    assert np.array_equal(p.targets.ravel(), expected[1:13])
-    short = pack(d, np.array([0]), n_seq=2, context=4)
-    assert short.wrapped_tokens == 9 - 3
-    assert np.array_equal(short.inputs.ravel(), np.resize(_doc(d, 0), 8))
+    batches = PlanBatches(d, order, batch_size=3, context=4)
+    x, y = next(iter(batches))
+    assert x.dtype == torch.int64 and x.shape == (3, 4)
+    assert np.array_equal(x.numpy().ravel(), expected[:12]) and np.array_equal(y.numpy().ravel(), expected[1:13])
+    assert batches.wrapped_tokens == 0 and batches.consumed == [2, 0, 2, 3, 1]  # the 13th token is document 1's
+    assert batches.state()["epoch"] == 0 and batches.state()["consumed"] == order.size  # the whole plan
+    few = PlanBatches(d, order, batch_size=1, context=4)
+    firsts = [x.numpy().ravel().tolist() for _, (x, _) in zip(range(2), few, strict=False)]
+    assert firsts == [expected[:4].tolist(), expected[4:8].tolist()]
+    assert few.consumed == [2, 0, 2, 3] and few.state()["consumed"] == 4  # only what the two batches needed
+    short = PlanBatches(d, np.array([0]), batch_size=2, context=4)
+    x, y = next(iter(short))
+    assert short.wrapped_tokens == 9 - 3 and short.consumed == [0, 0, 0]
+    assert np.array_equal(x.numpy().ravel(), np.resize(_doc(d, 0), 8))
+    assert short.state()["epoch"] == 2 and short.state()["consumed"] == 1
+    with pytest.raises(ClusterClipError):
+        PlanBatches(d, np.array([7]), batch_size=2, context=4)
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_proxy_training_through_the_sampler_equals_the_former_packing(wrap: bool) -> None:
+    """A tiny proxy trained on the batches ``ClusterClipSampler`` delivers sees the plan's documents in plan
+    order and the former packing's tokens, and ends with the same losses and weights, bit for bit."""
+    lengths = np.random.default_rng(5).integers(3, 30, size=40)
+    d = _docs(lengths.tolist(), seed=5)
+    labels = np.arange(40) % 4
+    budget = 150 if wrap else 600
+    plan = build_plan(labels, PlanConfig(strategy="clusterclip", budget=budget, budget_unit="tokens", max_repeat=3,
+                                                 seed=2),
+                      tokens=d.lengths, n_clusters=4)
+    order = np.asarray(plan.order, dtype=np.int64)
+    model_cfg = ModelConfig(vocab_size=50, context=8, n_layer=1, n_head=2, d_model=16)
+    cfg = TrainConfig(batch_size=4, lr=1e-2, warmup_steps=3, curve_points=3)
+    steps = 14
+    ref = _reference_pack(d, order, steps * cfg.batch_size, model_cfg.context)
+    assert (ref.wrapped_tokens > 0) == wrap
+    old_model, old_curve = train_model(model_cfg, cfg, _reference_batches(ref, steps, cfg.batch_size), steps, seed=3)
+    batches = PlanBatches(d, plan, cfg.batch_size, model_cfg.context)
+    new_model, new_curve = train_model(model_cfg, cfg, batches, steps, seed=3)
+    assert [p["train_loss"] for p in new_curve] == [p["train_loss"] for p in old_curve]
+    for a, b in zip(old_model.state_dict().values(), new_model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    reads = np.asarray(batches.consumed)
+    assert np.array_equal(reads, np.resize(order, reads.size))  # the loop consumed the plan, in plan order
+    assert np.array_equal(batches.used(), _reference_used(d, order, ref))
+    assert batches.wrapped_tokens == ref.wrapped_tokens and batches.batches == steps
+    state = batches.state()
+    assert state["plan_identity"] == plan.identity and state["plan_length"] == order.size
+    assert state["epoch"] * order.size + state["consumed"] == reads.size
+    assert (state["epoch"] > 0) == wrap  # a wrapped plan was consumed whole, then replayed from its start
 
 
 def test_eval_windows_score_every_token_once_after_an_eos() -> None:
@@ -183,11 +264,12 @@ def test_training_learns_a_repeated_sequence_and_masks_padding() -> None:
     seq = np.tile(np.arange(1, 18), 40)[: 40 * 17]
     inputs = np.stack([seq[i:i + 16] for i in range(0, 600, 15)][:40])
     targets = np.stack([seq[i + 1:i + 17] for i in range(0, 600, 15)][:40])
-    from clusterclip.experiment.data import Packed
-
-    packed = Packed(inputs.astype(np.int32), targets.astype(np.int32), 0, 0)
+    batches = [(torch.from_numpy(inputs[lo:lo + 4].astype(np.int64)),
+                torch.from_numpy(targets[lo:lo + 4].astype(np.int64))) for lo in range(0, 40, 4)]
     model, curve = train_model(cfg, TrainConfig(batch_size=4, lr=1e-2, warmup_steps=5, curve_points=2),
-                               packed, steps=10, seed=0)
+                               batches, steps=10, seed=0)
+    with pytest.raises(ValueError, match="ran out after 10 of 11 steps"):
+        train_model(cfg, TrainConfig(batch_size=4, curve_points=2), batches, steps=11, seed=0)
     assert len(curve) == 2 and curve[-1]["train_loss"] < curve[0]["train_loss"] < np.log(20) + 0.5
     t = torch.from_numpy(targets[:1].astype(np.int64)).clone()
     t[0, 8:] = -1
@@ -387,6 +469,9 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path: Path) -> None:
     assert shares.max() < 1.2 * shares.min()
     assert uni["effective_clusters"] > rnd["effective_clusters"]
     assert saved["runs"]["clusterclip-R5/0"]["repeats"]["max"] <= 5
+    for r in saved["runs"].values():  # each proxy read its plan through ClusterClipSampler, in one pass
+        assert r["sampler"]["epoch"] == 0 and 0 < r["sampler"]["consumed"] <= r["sampler"]["plan_length"]
+        assert r["sampler"]["consumed"] >= r["repeats"]["unique_docs"] and r["wrapped_tokens"] == 0
     assert "| clusterclip-R5 | 1 |" in (out / "experiment" / "results.md").read_text()
     assert res["summary"]["uniform"]["heldout_macro_cluster_minus_random"] == pytest.approx(
         uni["heldout_macro_cluster"] - rnd["heldout_macro_cluster"], abs=1e-4)

@@ -24,6 +24,7 @@ from clusterclip.engines import EngineConfig
 from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.stage import plan_stage
 from clusterclip.settings import command_flags
+from clusterclip.stages import writing
 from clusterclip.store import RunDir, save_json
 from clusterclip.store import layout as A
 from clusterclip.store.lineage import check_record_files
@@ -74,9 +75,8 @@ def run_pipeline(  # noqa: PLR0913 -- one argument per settings section, as the 
     engine = engine or EngineConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
-    with run.lock(), engine.session():
+    with writing(run), engine.session():
         check_record_files(record_paths(run))
-        run.clean_temp_files()
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress, engine=engine.engine)
         cluster_stage(run, cluster, force=force, progress=progress, engine=engine.engine)
         for cfg in plan_configs:

@@ -11,6 +11,7 @@ error (:func:`clusterclip.add.new_docs.check_new_ids`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -31,7 +32,8 @@ from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
 from clusterclip.store.record import StageRecord
 
-READ_FIELDS = ("text_field", "id_field", "group_field", "on_bad_record", "split")
+READ_FIELDS = tuple(f.name for f in dataclasses.fields(ReadOptions))
+"""The reader options an add reads new inputs with (default: the corpus record's), every one of ReadOptions."""
 
 
 def text_hashes(texts: Sequence[str]) -> np.ndarray:

@@ -8,12 +8,13 @@ from typing import Any
 from clusterclip.add.drift import format_drift
 from clusterclip.add.lineage import abort_add
 from clusterclip.add.workflow import READ_FIELDS, AddConfig, add_documents
-from clusterclip.cli.options import add_common, add_engine, command, writing
+from clusterclip.cli.options import add_common, add_engine, command
 from clusterclip.contracts import record_paths
 from clusterclip.corpus.contract import CorpusRecord
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import add_arguments, from_args
+from clusterclip.stages import writing
 from clusterclip.store import RunDir
 from clusterclip.store.lineage import check_record_files
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterclip.cli.options import add_common, add_inputs, command, corpus_config, embed_config, engine_config, writing
+from clusterclip.cli.options import add_common, add_inputs, command, corpus_config, embed_config, engine_config
 from clusterclip.pipeline import embed_corpus
+from clusterclip.stages import writing
 from clusterclip.store import RunDir
 
 

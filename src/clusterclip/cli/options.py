@@ -4,9 +4,8 @@ configs built back from them."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -18,8 +17,8 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.pipeline import DEFAULT_STRATEGIES
 from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
+from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
-from clusterclip.store import RunDir
 
 EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
 SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
@@ -96,14 +95,14 @@ def add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
 
 
 def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
-    """The plan options; ``multi`` takes a comma-separated list of strategies."""
+    """The plan options (every setting of :data:`~clusterclip.plan.config.PLAN_FIELDS`, then ``--weights``, the
+    file behind the ``weights`` setting); ``multi`` takes a comma-separated list of strategies."""
     g = p.add_argument_group("sampling plan")
     several = {"default": ",".join(DEFAULT_STRATEGIES), "choices": None,
                "help": f"comma-separated strategies to plan: {', '.join(STRATEGIES)}"}
-    add_arguments(g, PlanConfig, PLAN_FIELDS[:5], overrides={"strategy": several} if multi else None)
+    add_arguments(g, PlanConfig, PLAN_FIELDS, overrides={"strategy": several} if multi else None)
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
-    add_arguments(g, PlanConfig, PLAN_FIELDS[5:])
 
 
 def corpus_config(a: argparse.Namespace) -> CorpusConfig:
@@ -123,19 +122,13 @@ def cluster_config(a: argparse.Namespace) -> ClusterConfig:
 
 
 def plan_configs(a: argparse.Namespace, strategies: Sequence[str]) -> list[PlanConfig]:
-    """One plan per strategy; ``random`` always takes the default order (it has no clusters to spread)."""
+    """One plan per strategy; the weights go to the strategies that take them, and one without clusters
+    (``random``) always takes the default order (it has no clusters to spread)."""
     weights = load_weights(a.weights) if a.weights else None
-    return [from_args(PlanConfig, a, PLAN_FIELDS, strategy=s, weights=weights if s == "weights" else None,
-                      order=DEFAULT_ORDER if s == "random" else a.order) for s in strategies]
-
-
-@contextlib.contextmanager
-def writing(run: RunDir) -> Iterator[RunDir]:
-    """The run's writer lock around a command's stages, after removing the temp files a killed command left
-    behind (e.g. a plan killed mid-write by a full disk)."""
-    with run.lock():
-        run.clean_temp_files()
-        yield run
+    kinds = {s: STRATEGY_CLASSES.get(s) for s in strategies}
+    return [from_args(PlanConfig, a, PLAN_FIELDS, strategy=s,
+                      weights=weights if kinds[s] is not None and kinds[s].USES_WEIGHTS else None,
+                      order=a.order if kinds[s] is None or kinds[s].CLUSTERED else DEFAULT_ORDER) for s in strategies]
 
 
 # ------------------------------------------------------------------------------ experiment and tune

@@ -6,10 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from clusterclip.cli.options import add_common, add_plan, command, plan_configs, writing
+from clusterclip.cli.options import add_common, add_plan, command, plan_configs
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan.stage import continuation, plan_stage
+from clusterclip.stages import writing
 from clusterclip.store import RunDir
 from clusterclip.store.lineage import check_record_files
 from clusterclip.summary import format_summary

@@ -1,9 +1,10 @@
-"""Data side of the experiment: subset and cut documents, stratified split, BPE tokenizer, packing.
+"""Data side of the experiment: subset and cut documents, stratified split, BPE tokenizer, token streams.
 
 Token arrays use one layout throughout: ``flat`` holds every document's tokens followed by the
-end-of-text id, back to back, and ``offsets[i]:offsets[i+1]`` is document ``i`` (EOS included). Packing
-a plan and cutting held-out documents into evaluation windows are pure numpy index arithmetic on that
-layout, so no Python loop ever runs per token.
+end-of-text id, back to back, and ``offsets[i]:offsets[i+1]`` is document ``i`` (EOS included). Gathering
+documents and cutting held-out documents into evaluation windows are pure numpy index arithmetic on that
+layout, so no Python loop ever runs per token. Training batches are packed as the plan is read through the
+sampler (``clusterclip.experiment.batches``).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def encode_docs(tokenizer: object, texts: Sequence[str], batch: int = 1024) -> T
     return TokenizedDocs(flat_all, offsets, int(eos))
 
 
-# ------------------------------------------------------------------------------------------- packing
+# ------------------------------------------------------------------------------------------- streams
 
 
 def gather_stream(docs: TokenizedDocs, order: np.ndarray) -> np.ndarray:
@@ -149,35 +150,6 @@ def select_docs(docs: TokenizedDocs, ids: np.ndarray) -> TokenizedDocs:
     lengths = docs.lengths[ids]
     return TokenizedDocs(gather_stream(docs, ids), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
                          docs.eos)
-
-
-@dataclass
-class Packed:
-    """Training sequences in plan order: ``inputs``/``targets`` ``[n_seq, context]``."""
-
-    inputs: np.ndarray
-    targets: np.ndarray
-    stream_tokens: int
-    wrapped_tokens: int
-
-
-def pack(docs: TokenizedDocs, order: np.ndarray, n_seq: int, context: int) -> Packed:
-    """Cut the plan's token stream into ``n_seq`` consecutive sequences of ``context`` tokens.
-
-    Sequence ``j`` predicts stream tokens ``j*context+1 .. (j+1)*context`` from the ones before, so
-    batches follow the plan order exactly. A stream shorter than needed (token plans end on a
-    document boundary) is continued from its start; ``wrapped_tokens`` counts those tokens.
-    """
-    stream = gather_stream(docs, order)
-    need = n_seq * context + 1
-    wrapped = max(0, need - stream.size)
-    if stream.size == 0:
-        raise ClusterClipError("empty plan: nothing to train on")
-    if wrapped:
-        stream = np.resize(stream, need)
-    inputs = stream[: n_seq * context].reshape(n_seq, context)
-    targets = stream[1:need].reshape(n_seq, context)
-    return Packed(inputs, targets, int(min(stream.size, need)), int(wrapped))
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """One proxy run as its steps, on a prepared held-out split: plan the strategy over the training split,
-train a fresh model on the plan in order, evaluate it, and write the run's record.
+train a fresh model on the plan in order (read through ``ClusterClipSampler``, as a training job reads it),
+evaluate it, and write the run's record.
 
 :func:`set_up` fixes what every proxy run of a split shares (budget, steps, evaluators, the unigram
 floor); :func:`proxy_run` is the whole run of one (strategy, seed).
@@ -18,8 +19,9 @@ import numpy as np
 import torch
 
 from clusterclip.dedup.contract import load_groups
+from clusterclip.experiment.batches import PlanBatches
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.experiment.data import Packed, TokenizedDocs, pack, select_docs
+from clusterclip.experiment.data import TokenizedDocs, select_docs
 from clusterclip.experiment.evaluate import (
     Evaluator,
     mixture,
@@ -75,22 +77,25 @@ class SplitData:
 
 @dataclass(frozen=True)
 class PlannedProxy:
-    """One (strategy, seed): its plan and the packed training sequences; ``used`` is the part trained on."""
+    """One (strategy, seed): its plan, as the sampler replays it (the ``Plan``, or its draws permuted)."""
 
     name: str
     seed: int
     plan_config: PlanConfig
     plan_stats: dict[str, Any]
-    used: np.ndarray
-    packed: Packed
+    plan: Plan | np.ndarray
 
 
 @dataclass(frozen=True)
 class TrainedProxy:
-    """The trained model and its loss curve."""
+    """The trained model, its loss curve, the plan's documents it read (``used``, first pass), the tokens
+    taken from a second pass, and the sampler's state after training."""
 
     model: GPT
     curve: list[dict[str, Any]]
+    used: np.ndarray
+    wrapped_tokens: int
+    sampler_state: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,8 @@ def proxy_run(d: SplitData, spec: dict[str, Any], seed: int, device: str = "cpu"
     """Plan, train and evaluate one (strategy, seed) on a prepared split; its record for ``results["runs"]``."""
     t0 = time.perf_counter()
     planned = plan_proxy(spec, seed, d.prep, d.tok, d.setup)
-    trained = train_proxy(planned, d.setup, device)
-    metrics = evaluate_proxy(planned, trained, d.prep, d.tok, d.setup)
+    trained = train_proxy(planned, d.tok, d.setup, device)
+    metrics = evaluate_proxy(trained, d.prep, d.tok, d.setup)
     return {**proxy_record(planned, trained, metrics, seconds_before + time.perf_counter() - t0), "split": d.split}
 
 
@@ -154,17 +159,14 @@ def set_up(prep: Prepared, tok: Tokenized, cfg: ExperimentConfig) -> Setup:
 
 
 def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> PlannedProxy:
-    """The strategy's plan over the training split for the token budget, packed into training sequences
-    (the diagnostic ``shuffle`` permutes the plan's draws first)."""
+    """The strategy's plan over the training split for the token budget (the diagnostic ``shuffle`` permutes
+    the plan's draws)."""
     plan = _plan(spec, seed, prep, tok, setup)
-    plan_cfg = plan.config
-    order = np.asarray(plan.order, dtype=np.int64)
+    replayed: Plan | np.ndarray = plan
     if spec.get("shuffle"):
-        order = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(order)
-    packed = pack(tok.train, order, setup.steps * setup.train.batch_size, setup.model.context)
-    used = order[: np.searchsorted(np.cumsum(tok.train.lengths[order]), packed.stream_tokens) + 1]
+        replayed = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(np.asarray(plan.order, dtype=np.int64))
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
-    return PlannedProxy(spec["name"], seed, plan_cfg, stats, used, packed)
+    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed)
 
 
 def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
@@ -182,9 +184,10 @@ def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup
     return build_grouped_plan(prep.labels, cfg, group, kept, tokens=lengths, n_clusters=k)
 
 
-def train_proxy(planned: PlannedProxy, setup: Setup, device: str = "cpu") -> TrainedProxy:
-    """A fresh model seeded with the run's seed, trained on the packed plan in order; the loss curve
-    also scores the fixed held-out subset at every point."""
+def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str = "cpu") -> TrainedProxy:
+    """A fresh model seeded with the run's seed, trained on the plan in order: ``ClusterClipSampler`` replays
+    it into a ``DataLoader`` over the training documents, packed into sequences as they come
+    (:class:`PlanBatches`). The loss curve also scores the fixed held-out subset at every point."""
     t0 = time.perf_counter()
     key = f"{planned.name}/{planned.seed}"
 
@@ -197,29 +200,29 @@ def train_proxy(planned: PlannedProxy, setup: Setup, device: str = "cpu") -> Tra
         log.info("experiment: %s: step %d/%d, train loss %.3f, %.0fs", key, step, setup.steps, loss,
                  time.perf_counter() - t0)
 
-    model, curve = train_model(setup.model, setup.train, planned.packed, setup.steps, planned.seed, device,
+    batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context)
+    model, curve = train_model(setup.model, setup.train, batches, setup.steps, planned.seed, device,
                                on_curve, report)
-    return TrainedProxy(model, curve)
+    return TrainedProxy(model, curve, batches.used(), batches.wrapped_tokens, batches.state())
 
 
-def evaluate_proxy(planned: PlannedProxy, trained: TrainedProxy, prep: Prepared, tok: Tokenized,
-                   setup: Setup) -> ProxyMetrics:
+def evaluate_proxy(trained: TrainedProxy, prep: Prepared, tok: Tokenized, setup: Setup) -> ProxyMetrics:
     """Held-out losses of the trained model, its losses on the smallest clusters (held-out and
     training documents), and what the trained part of the plan held (mixtures, repeats)."""
     sums, counts = setup.heldout.losses(trained.model)
     small_ho = float(sums[setup.small_heldout].sum() / max(counts[setup.small_heldout].sum(), 1))
     s_sums, s_counts = setup.small_train.losses(trained.model)
     novel = ~prep.heldout_near_train
-    lengths = tok.train.lengths
+    lengths, used = tok.train.lengths, trained.used
     return ProxyMetrics(
         heldout=summarize_losses(sums, counts, prep.heldout_labels, prep.heldout_domains),
         small_heldout=small_ho,
         small_train=float(s_sums.sum() / max(s_counts.sum(), 1)),
         heldout_novel=float(sums[novel].sum() / counts[novel].sum()) if counts[novel].sum() else None,
-        cluster_mixture=mixture(planned.used, lengths, prep.labels),
-        domain_mixture=None if prep.train_domains is None else mixture(planned.used, lengths, prep.train_domains),
-        repeats=repeats(planned.used, len(tok.train)),
-        small_shares=small_shares(planned.used, lengths, np.isin(prep.labels, setup.small_clusters)),
+        cluster_mixture=mixture(used, lengths, prep.labels),
+        domain_mixture=None if prep.train_domains is None else mixture(used, lengths, prep.train_domains),
+        repeats=repeats(used, len(tok.train)),
+        small_shares=small_shares(used, lengths, np.isin(prep.labels, setup.small_clusters)),
     )
 
 
@@ -240,7 +243,8 @@ def proxy_record(planned: PlannedProxy, trained: TrainedProxy, metrics: ProxyMet
         "cluster_mixture": mix_c, "domain_mixture": mix_d,
         "effective_clusters": mix_c["effective"], "effective_domains": mix_d["effective"] if mix_d else None,
         "repeats": metrics.repeats, **metrics.small_shares,
-        "wrapped_tokens": planned.packed.wrapped_tokens,
+        "wrapped_tokens": trained.wrapped_tokens,
+        "sampler": {k: trained.sampler_state[k] for k in ("epoch", "consumed", "plan_length")},
         "curve": trained.curve, "seconds": round(seconds, 1),
     }
 

@@ -1,23 +1,23 @@
-"""One training run: a fresh model trained on packed sequences, in order, with a fixed recipe.
+"""One training run: a fresh model trained on batches of packed sequences, in order, with a fixed recipe.
 
 Everything except the sequences (the sampling plan) is identical across strategies: model shape,
 initialisation seed, AdamW with linear warm-up and cosine decay, gradient clipping, batch size and
-number of steps. Batches are consecutive sequences of the packed plan, never reshuffled: the plan's
-order *is* the training order.
+number of steps. The batches come as the caller's iterable yields them (the experiment's:
+:class:`~clusterclip.experiment.batches.PlanBatches`, the plan read through ``ClusterClipSampler``), never
+reshuffled: the plan's order *is* the training order.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
 from clusterclip.experiment.config import ModelConfig, TrainConfig
-from clusterclip.experiment.data import Packed
 from clusterclip.experiment.model import GPT, token_losses
 
 __all__ = ["TrainConfig", "lr_at", "train_model"]
@@ -43,21 +43,19 @@ def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
 def train_model(
     model_cfg: ModelConfig,
     cfg: TrainConfig,
-    packed: Packed,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     steps: int,
     seed: int,
     device: str = "cpu",
     on_curve: Callable[[GPT], dict[str, Any]] | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> tuple[GPT, list[dict[str, Any]]]:
-    """Train a model seeded with ``seed`` for ``steps`` batches of consecutive packed sequences.
+    """Train a model seeded with ``seed`` on the first ``steps`` of ``batches`` (``(inputs, targets)``, int64
+    ``[batch, context]``); no batch beyond them is requested.
 
     Returns the model and its loss curve: at ``curve_points`` evenly spaced steps, the mean training
     loss since the previous point plus whatever ``on_curve(model)`` measures (held-out losses).
     """
-    need = steps * cfg.batch_size
-    if packed.inputs.shape[0] < need:
-        raise ValueError(f"{packed.inputs.shape[0]} packed sequences, {need} needed for {steps} steps")
     torch.manual_seed(seed)
     model = GPT(model_cfg).to(device)
     model.train()
@@ -66,15 +64,16 @@ def train_model(
     curve: list[dict[str, Any]] = []
     if on_curve is not None:
         curve.append({"step": 0, "tokens": 0, **on_curve(model)})
-    inputs = torch.from_numpy(packed.inputs[:need].astype(np.int64)).to(device)
-    targets = torch.from_numpy(packed.targets[:need].astype(np.int64)).to(device)
+    feed = iter(batches)
     running = torch.zeros((), dtype=torch.float64, device=device)
     since = 0
     t0 = time.perf_counter()
     tokens_per_step = cfg.batch_size * model_cfg.context
     for step in range(steps):
-        lo = step * cfg.batch_size
-        x, y = inputs[lo:lo + cfg.batch_size], targets[lo:lo + cfg.batch_size]
+        batch = next(feed, None)
+        if batch is None:
+            raise ValueError(f"the batches ran out after {step} of {steps} steps")
+        x, y = batch[0].to(device), batch[1].to(device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, cfg)
         loss = token_losses(model, x, y).mean()

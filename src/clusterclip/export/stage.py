@@ -50,8 +50,7 @@ class ExportConfig(Settings):
     """How ``clusterclip export`` writes a plan (``--format``, ``--tokenizer`` ...)."""
 
     fmt: str = setting("jsonl", choices=FORMATS, flag="--format",
-                       help="output format: jsonl, parquet, hf (datasets.save_to_disk), litdata, megatron (.bin/.idx), "
-                            "mds (MosaicML Streaming)")
+                       help="output format: " + ", ".join(f"{n} ({w.SUMMARY})" for n, w in WRITERS.items()))
     shard_size: int = setting(100_000, check=at_least(1),
                               help="rows (documents, or samples with --seq-len) per shard or batch")
     memory_mb: int = setting(4096, check=at_least(1),
@@ -76,17 +75,19 @@ class ExportConfig(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        writer = WRITERS[self.fmt]
         needs = {"blend": self.blend, "append_eos": self.append_eos, "seq_len": self.seq_len is not None,
-                 "fmt": self.fmt == "megatron"}
+                 "fmt": writer.TOKENS_ONLY}
         for name, used in needs.items():
             if used and self.tokenizer is None:
                 raise self.error_class(name, "needs {tokenizer} (token ids)", type(self))
         if self.blend:
-            refused = {"fmt": f"writes Megatron .bin/.idx sources: use {{fmt}} megatron, not {self.fmt}",
+            sources = ", ".join(n for n, w in WRITERS.items() if w.BLEND_SOURCES)
+            refused = {"fmt": f"writes Megatron .bin/.idx sources: use {{fmt}} {sources}, not {self.fmt}",
                        "seq_len": "writes whole documents, which {seq_len} would cut into samples: drop {seq_len} "
                                   "(Megatron and OLMo-core cut sequences themselves)",
                        "pad_to_multiple": "writes no stream to pad: drop {pad_to_multiple}"}
-            used = {"fmt": self.fmt != "megatron", "seq_len": self.seq_len is not None,
+            used = {"fmt": not writer.BLEND_SOURCES, "seq_len": self.seq_len is not None,
                     "pad_to_multiple": self.pad_to_multiple is not None}
             for name, problem in refused.items():
                 if used[name]:
@@ -97,7 +98,7 @@ class ExportConfig(Settings):
         if self.seq_len is not None:
             return ["tokens"]
         first = "tokens" if self.tokenizer is not None else "text"
-        return [first] if self.fmt == "megatron" else [first, "id", "index", "cluster"]
+        return [first] if WRITERS[self.fmt].FIRST_COLUMN_ONLY else [first, "id", "index", "cluster"]
 
 
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],

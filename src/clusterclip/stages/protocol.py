@@ -27,9 +27,10 @@ stages may hold it around all of them) and records the command line that rebuild
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -76,6 +77,17 @@ class Stage:
     """The command line that rebuilds this stage (see :func:`clusterclip.settings.command_flags`)."""
     record: type[StageRecord] | None = None
     """The stage's record class (its contract): the record is returned as one, checked field by field."""
+
+
+@contextlib.contextmanager
+def writing(run: RunDir) -> Iterator[RunDir]:
+    """The run's writer lock around a command that runs several stages as one step (``run``, ``add``, a refit,
+    an experiment's split), after removing the temp files a killed command left behind (e.g. a plan killed
+    mid-write by a full disk). The one place such commands take the lock; :func:`run_stage` takes it again
+    (re-entrant) around each stage."""
+    with run.lock():
+        run.clean_temp_files()
+        yield run
 
 
 def run_stage(run: RunDir, stage: Stage, force: bool = False) -> Any:

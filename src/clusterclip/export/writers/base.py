@@ -12,7 +12,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -66,7 +66,20 @@ def add_json_key(path: Path, key: str, value: Any) -> None:
 
 
 class Writer(ABC):
-    """Writes the batches of one export into ``folder``; ``close`` finishes the library's files."""
+    """Writes the batches of one export into ``folder``; ``close`` finishes the library's files.
+
+    A subclass is a format of the registry (:data:`clusterclip.export.writers.registry.WRITERS`) and says what
+    the export needs to know of it: its ``name`` (``--format``), a one-line ``SUMMARY`` for the help, whether it
+    holds token ids only (``TOKENS_ONLY``: a tokenizer is required) and only the stream's first column
+    (``FIRST_COLUMN_ONLY``: no id, index or cluster), and whether ``--blend`` can write its sources
+    (``BLEND_SOURCES``).
+    """
+
+    name: ClassVar[str]
+    SUMMARY: ClassVar[str] = ""
+    TOKENS_ONLY: ClassVar[bool] = False
+    FIRST_COLUMN_ONLY: ClassVar[bool] = False
+    BLEND_SOURCES: ClassVar[bool] = False
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         self.folder = folder

@@ -20,6 +20,9 @@ class HfWriter(Writer):
     """A ``datasets.Dataset`` saved with ``save_to_disk``: batches go to one Arrow stream file (memory-mapped
     by ``Dataset.from_file``, so memory stays bounded), which ``save_to_disk`` then shards."""
 
+    name = "hf"
+    SUMMARY = "datasets.save_to_disk"
+
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         super().__init__(folder, token_dtype, meta)
         try:

@@ -15,6 +15,9 @@ from clusterclip.export.writers.base import Writer, add_json_key, missing, plain
 class LitdataWriter(Writer):
     """litdata chunks (``chunk-0-0.bin`` ...) and ``index.json``, written by ``litdata``'s ``BinaryWriter``."""
 
+    name = "litdata"
+    SUMMARY = "litdata chunks"
+
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         super().__init__(folder, token_dtype, meta)
         try:

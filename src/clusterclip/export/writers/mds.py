@@ -62,6 +62,9 @@ def encode_array(ids: np.ndarray, dtype: np.dtype) -> bytes:
 class MdsWriter(Writer):
     """``shard.00000.mds`` ... and ``index.json`` in MosaicML Streaming's MDS format, written directly."""
 
+    name = "mds"
+    SUMMARY = "MosaicML Streaming"
+
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None,
                  size_limit: int | None = None) -> None:
         super().__init__(folder, token_dtype, meta)

@@ -16,6 +16,12 @@ class MegatronWriter(Writer):
     document, or a packed sample with ``--seq-len``), in stream order. Token ids only. ``prefix`` names the
     pair (``--blend`` writes one per cluster)."""
 
+    name = "megatron"
+    SUMMARY = "Megatron .bin/.idx"
+    TOKENS_ONLY = True
+    FIRST_COLUMN_ONLY = True
+    BLEND_SOURCES = True
+
     PREFIX = "data"
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None,

@@ -14,6 +14,9 @@ from clusterclip.export.writers.base import ShardWriter, create
 class ParquetWriter(ShardWriter):
     """``part-00000.parquet``: one file per batch (a shard)."""
 
+    name = "parquet"
+    SUMMARY = "Parquet shards"
+
     def write(self, batch: pa.Table) -> None:
         if self.meta:
             batch = batch.replace_schema_metadata({**(batch.schema.metadata or {}),

@@ -1,4 +1,4 @@
-"""The export formats (``--format``) and their writers."""
+"""The export formats (``--format``), one line each: a writer class carries its own name and facts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from clusterclip.export.writers.mds import MdsWriter
 from clusterclip.export.writers.megatron import MegatronWriter
 from clusterclip.export.writers.parquet import ParquetWriter
 
-WRITERS: dict[str, type[Writer]] = {"jsonl": JsonlWriter, "parquet": ParquetWriter, "hf": HfWriter,
-                                    "litdata": LitdataWriter, "megatron": MegatronWriter, "mds": MdsWriter}
-"""Export formats and their writers (``--format``)."""
+WRITERS: dict[str, type[Writer]] = {cls.name: cls for cls in (
+    JsonlWriter,
+    ParquetWriter,
+    HfWriter,
+    LitdataWriter,
+    MegatronWriter,
+    MdsWriter,
+)}
+"""Export formats and their writers (``--format``), in the order ``--help`` lists them."""
 FORMATS = tuple(WRITERS)
