@@ -40,6 +40,7 @@ from clusterclip.experiment.data import (
     train_tokenizer,
 )
 from clusterclip.settings import SettingsError
+from clusterclip.stages import writing
 from clusterclip.store import RunDir, atomic_write, config_hash, load_npy
 
 NO_DOMAIN = "(none)"
@@ -169,7 +170,7 @@ def _train_pipeline(run: RunDir, train_file: Path, cfg: ExperimentConfig, progre
     pipeline_stages(run, [train_file], CorpusConfig(id_field="id", group_field="domain"), progress, cfg.embedder,
                     ClusterConfig(k=cfg.k, seed=cfg.split_seed))
     if cfg.uses_groups():
-        with run.lock():
+        with writing(run):
             dedup_stage(run)
     return load_npy(run.path(CENTROIDS))
 
@@ -178,8 +179,7 @@ def pipeline_stages(run: RunDir, inputs: Sequence[str | os.PathLike[str]], corpu
                     embedder: str | None = None, cluster: ClusterConfig | None = None) -> None:
     """The corpus stage into ``run``, then the embed stage (with ``embedder``) and the cluster stage (with
     ``cluster``) when given; under the run's lock, after removing the temp files a killed run left."""
-    with run.lock():
-        run.clean_temp_files()
+    with writing(run):
         corpus_stage(run, inputs, corpus, progress=progress)
         if embedder is not None:
             embed_stage(run, EmbedConfig(embedder=embedder), progress=progress)
