@@ -1,4 +1,4 @@
-"""The Hugging Face datasets reader: a folder ``save_to_disk`` wrote, read in column batches by row number."""
+"""The Hugging Face datasets format: a folder ``save_to_disk`` wrote, read in column batches by row number."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from clusterclip.corpus import limits
+from clusterclip.corpus.format_base import ColumnFormat, Folder, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError, ClusterClipError
 
@@ -67,3 +68,27 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
             row += len(cols[opts.text_field])
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(str(path), row + 1, f"corrupt Hugging Face dataset data ({exc})") from None
+
+
+class HfDataset(ColumnFormat):
+    """A folder ``datasets`` wrote with ``save_to_disk`` (a Dataset, or a DatasetDict read at ``--split``); a
+    null is an absent field in every column."""
+
+    name = "hf"
+    FOLDER = True
+    EXPECTED = "a Hugging Face dataset folder (save_to_disk)"
+
+    @classmethod
+    def reads_folder(cls, folder: Folder) -> bool:
+        return is_hf_dataset_dir(folder.path)
+
+    @classmethod
+    def folder_problem(cls, folder: Folder) -> str | None:
+        if has_hf_metadata(folder.path):
+            return (f"{folder.path}: looks like a Hugging Face dataset folder (save_to_disk metadata) but holds no "
+                    ".arrow data files; save it again with save_to_disk")
+        return None
+
+    @classmethod
+    def batches(cls, unit: WorkUnit, opts: ReadOptions) -> Iterator[ColumnBatch]:
+        return hf_batches(unit.path, opts)

@@ -1,7 +1,8 @@
-"""The JSON-lines reader (plain, ``.gz``, ``.zst``): one JSON object per line, located by its line number.
+"""The JSON-lines formats (plain, ``.gz``, ``.zst``): one JSON object per line, located by its line number.
 
 Only how to read a file lives here: the located lines (of a whole file, or of the lines starting in a byte
-range of a plain file) and the document of one line; :mod:`clusterclip.corpus.records` applies the rest.
+range of a plain file) and the document of one line; :mod:`clusterclip.corpus.records` applies the rest. A
+plain file splits into byte ranges that workers read on their own; a compressed one is read whole.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
+from clusterclip.corpus import limits
 from clusterclip.corpus.compressed import open_binary
+from clusterclip.corpus.format_base import RowFormat, WorkUnit
 from clusterclip.corpus.records import (
     Document,
     Located,
@@ -24,7 +28,9 @@ from clusterclip.corpus.records import (
     record_document,
     unreadable,
 )
-from clusterclip.errors import BadRecordError
+from clusterclip.errors import BadRecordError, ClusterClipError
+
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 
 def jsonl_records(path: Path, fmt: str, byte_range: tuple[int, int] | None = None,
@@ -130,3 +136,58 @@ def count_newlines(path: str | os.PathLike[str], start: int, stop: int, chunk: i
             n += data.count(b"\n")
             left -= len(data)
     return n
+
+
+class JsonLines(RowFormat):
+    """What the JSON-lines formats share: their located lines and the document of one line."""
+
+    document = staticmethod(json_document)
+
+    @classmethod
+    def records(cls, unit: WorkUnit, opts: ReadOptions) -> Iterator[Located]:
+        return jsonl_records(unit.path, unit.fmt, unit.byte_range, unit.lines_before)
+
+
+class Jsonl(JsonLines):
+    """Plain JSON lines; with ``split``, a file of more than ``limits.JSONL_BYTES_PER_UNIT`` bytes is one unit per
+    byte range of that size (whose ``lines_before`` :func:`clusterclip.corpus.inputs.number_lines` fills in)."""
+
+    name = "jsonl"
+    SUFFIXES = JSONL_SUFFIXES
+    EXPECTED = ".jsonl[.gz|.zst]"
+
+    @classmethod
+    def units(cls, path: Path, split: bool) -> list[WorkUnit]:
+        per = limits.JSONL_BYTES_PER_UNIT
+        if split and (size := path.stat().st_size) > per:
+            return [WorkUnit(path, cls.name, byte_range=(a, min(a + per, size))) for a in range(0, size, per)]
+        return [WorkUnit(path, cls.name)]
+
+
+class CompressedJsonl(JsonLines):
+    """JSON lines compressed with the codec of ``CODEC_SUFFIXES``, read whole (a stream cannot seek); a
+    compressed file of anything but JSON lines is refused."""
+
+    CODEC_SUFFIXES: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def reads_file(cls, path: Path) -> bool:
+        name = path.name.lower()
+        if name.endswith(cls.SUFFIXES):
+            return True
+        for suffix in cls.CODEC_SUFFIXES:
+            if name.endswith(suffix):
+                raise ClusterClipError(f"{path}: compressed input must be JSON lines (.jsonl{suffix})")
+        return False
+
+
+class JsonlGzip(CompressedJsonl):
+    name = "jsonl+gzip"
+    CODEC_SUFFIXES = (".gz",)
+    SUFFIXES = tuple(s + ".gz" for s in JSONL_SUFFIXES)
+
+
+class JsonlZstd(CompressedJsonl):
+    name = "jsonl+zstd"
+    CODEC_SUFFIXES = (".zst", ".zstd")
+    SUFFIXES = tuple(s + c for c in CODEC_SUFFIXES for s in JSONL_SUFFIXES)

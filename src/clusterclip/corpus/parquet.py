@@ -1,4 +1,4 @@
-"""The Parquet reader: the text, id and group columns of a file in batches, located by row number.
+"""The Parquet format: the text, id and group columns of a file in batches, located by row number.
 
 Also how a large file splits into runs of row groups that workers read on their own.
 """
@@ -6,13 +6,14 @@ Also how a large file splits into runs of row groups that workers read on their 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
+from clusterclip.corpus.format_base import ColumnFormat, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError
 
@@ -82,3 +83,27 @@ def row_group_runs(path: Path, rows_per_run: int) -> list[tuple[int, int] | None
     if first < md.num_row_groups:
         runs.append((first, md.num_row_groups))
     return runs
+
+
+class Parquet(ColumnFormat):
+    """Parquet files; with ``split``, a file of more than ``limits.PARQUET_ROWS_PER_UNIT`` rows is one unit per
+    run of row groups holding about that many (its footer read here; a file whose footer cannot be read stays
+    whole, for the reader to report). A null is an absent field only in the text column."""
+
+    name = "parquet"
+    SUFFIXES = (".parquet",)
+    EXPECTED = ".parquet"
+
+    @classmethod
+    def units(cls, path: Path, split: bool) -> list[WorkUnit]:
+        if not split:
+            return [WorkUnit(path, cls.name)]
+        return [WorkUnit(path, cls.name, row_groups=r) for r in row_group_runs(path, limits.PARQUET_ROWS_PER_UNIT)]
+
+    @classmethod
+    def batches(cls, unit: WorkUnit, opts: ReadOptions) -> Iterator[ColumnBatch]:
+        return parquet_batches(unit.path, opts, unit.row_groups)
+
+    @classmethod
+    def null_absent(cls, opts: ReadOptions) -> Container[str] | None:
+        return (opts.text_field,)

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 from clusterclip.corpus import limits
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.contract import CORPUS_ID_SPILL, corpus_part, corpus_staging_part
+from clusterclip.corpus.format_base import WorkUnit
 from clusterclip.corpus.id_spill import UNIT_SHIFT, IdSpill
-from clusterclip.corpus.inputs import WorkUnit, number_lines, work_units
+from clusterclip.corpus.inputs import number_lines, work_units
 from clusterclip.corpus.jsonl import count_newlines
 from clusterclip.corpus.parts import PartWriter, WrittenParts, concat, write_part
 from clusterclip.corpus.reading import read_unit

@@ -1,9 +1,10 @@
 """ClusterClip Sampling as pure steps: settings, quotas, passes, order and statistics.
 
 ``build_plan(labels, PlanConfig(...))`` returns the ordered plan; it and the names below are the planner's
-public API, loaded on first use (``from clusterclip.plan import PlanConfig`` loads the settings alone). The
-plan stage is :mod:`clusterclip.plan.stage`; what other stages and trainers read of a plan (its files, record
-and readers) is :mod:`clusterclip.plan.contract`. The method and its guarantees are in ``docs/sampling.md``.
+public API, loaded on first use (``from clusterclip.plan import PlanConfig`` loads the settings and the strategy
+registry alone). The plan stage is :mod:`clusterclip.plan.stage`; what other stages and trainers read of a plan
+(its files, record and readers) is :mod:`clusterclip.plan.contract`. The method and its guarantees are in
+``docs/sampling.md``; the strategies are classes in :mod:`clusterclip.plan.strategies`.
 """
 
 from __future__ import annotations

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterclip.settings import Settings, SettingsError, at_least, finite, optional, setting
+from clusterclip.plan import strategies
+from clusterclip.plan.strategies import Strategy
+from clusterclip.settings import Settings, SettingsError, at_least, finite, one_of, optional, setting
 from clusterclip.settings import is_int as is_int
 
-STRATEGIES = ("clusterclip", "uniform", "random", "temperature", "weights")
+STRATEGIES = tuple(strategies.STRATEGIES)
+"""The names of the sampling strategies (``--strategy``) when this module was imported; the registry itself is
+:data:`clusterclip.plan.strategies.STRATEGIES`, which validation reads."""
 BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
 DUPLICATES = ("none", "drop", "group-cap")
@@ -26,13 +30,23 @@ DUPLICATES = ("none", "drop", "group-cap")
 cap each group's draws together (``plan.duplicates``)."""
 DEFAULT_ORDER = "equal-rate"
 DEFAULT_TAU = 0.5
-DEFAULT_MAX_REPEAT = 4
 MAX_BUDGET = 1 << 53
 PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window", "duplicates")
 """The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
 accepts 0 (an empty order); the plan stage refuses it."""
+
+
+def _strategy(x: Any) -> str | None:
+    """A registered strategy (read at validation, so a strategy registered after import is accepted)."""
+    return one_of(strategies.STRATEGIES)(x)
+
+
+def _default_caps() -> str:
+    caps = [f"{cls.DEFAULT_MAX_REPEAT} for {name}" for name, cls in strategies.STRATEGIES.items()
+            if cls.DEFAULT_MAX_REPEAT is not None]
+    return ", ".join([*caps, "none otherwise"])
 
 
 def _budget(x: Any) -> str | None:
@@ -57,15 +71,13 @@ class PlanConfig(Settings):
 
     error_class = PlanConfigError
 
-    strategy: str = setting("clusterclip", choices=STRATEGIES,
-                            help="clusterclip: balanced + repetition cap; uniform: balanced; random: epochs of "
-                                 "permutations; temperature: cluster weights n_c**tau; weights: per-cluster weights")
+    strategy: str = setting("clusterclip", check=_strategy,
+                            help="; ".join(f"{name}: {cls.SUMMARY}" for name, cls in strategies.STRATEGIES.items()))
     budget: int | None = setting(None, check=_budget,
                                  help="draws (docs) or tokens to plan (default: one epoch: N documents or all tokens)")
     budget_unit: str = setting("docs", choices=BUDGET_UNITS, help="unit of the budget")
     max_repeat: int | None = setting(None, check=optional(at_least(1)),
-                                     help=f"cap on how often one document may appear (default: {DEFAULT_MAX_REPEAT} "
-                                          "for clusterclip, none otherwise)")
+                                     help=f"cap on how often one document may appear (default: {_default_caps()})")
     tau: float = setting(DEFAULT_TAU, check=finite(),
                          help="temperature: cluster weight n_c**tau (1: natural, 0: uniform)")
     weights: tuple[tuple[int, float], ...] | None = setting(
@@ -83,27 +95,34 @@ class PlanConfig(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.order != DEFAULT_ORDER and self.strategy == "random":
+        kind = self.strategy_class
+        if self.order != DEFAULT_ORDER and not kind.CLUSTERED:
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
-                                  "'random' (which is epochs of permutations)", type(self))
+                                  f"{self.strategy!r} (which is {kind.SUMMARY})", type(self))
         if self.duplicates == "group-cap" and self.budget_unit != "docs":
             raise PlanConfigError("duplicates", "'group-cap' needs {budget_unit} 'docs' (members differ in tokens)",
                                   type(self))
-        if self.strategy == "weights":
+        if kind.USES_WEIGHTS:
             if self.weights is None:
-                raise PlanConfigError("weights", "must be given: {strategy} 'weights' needs per-cluster weights "
-                                      "(see load_weights)", type(self))
+                raise PlanConfigError("weights", f"must be given: {{strategy}} {self.strategy!r} needs per-cluster "
+                                      "weights (see load_weights)", type(self))
             object.__setattr__(self, "weights", _normalise_weights(self.weights))
         elif self.weights is not None:
-            raise PlanConfigError("weights", f"are only used by {{strategy}} 'weights', not {self.strategy!r}",
+            users = " or ".join(repr(n) for n, c in strategies.STRATEGIES.items() if c.USES_WEIGHTS)
+            raise PlanConfigError("weights", f"are only used by {{strategy}} {users}, not {self.strategy!r}",
                                   type(self))
 
     @property
+    def strategy_class(self) -> type[Strategy]:
+        """The class of the strategy (:data:`clusterclip.plan.strategies.STRATEGIES`)."""
+        return strategies.STRATEGIES[self.strategy]
+
+    @property
     def effective_max_repeat(self) -> int | None:
-        """The cap in force: ``max_repeat``, or 4 for clusterclip and no cap otherwise."""
+        """The cap in force: ``max_repeat``, or the strategy's default (4 for clusterclip, no cap otherwise)."""
         if self.max_repeat is not None:
             return int(self.max_repeat)
-        return DEFAULT_MAX_REPEAT if self.strategy == "clusterclip" else None
+        return self.strategy_class.DEFAULT_MAX_REPEAT
 
     def to_json(self) -> dict[str, Any]:
         """Normalised options: equal plans have equal JSON (defaults resolved, unused options None)."""
@@ -113,7 +132,7 @@ class PlanConfig(Settings):
             "budget": None if self.budget is None else int(self.budget),
             "budget_unit": self.budget_unit,
             "max_repeat": self.effective_max_repeat,
-            "tau": float(self.tau) if self.strategy == "temperature" else None,
+            "tau": float(self.tau) if self.strategy_class.USES_TAU else None,
             "weights": [[c, w] for c, w in self.weights] if self.weights is not None else None,
             "seed": int(self.seed),
             "window": None if self.window is None else int(self.window),
@@ -124,7 +143,7 @@ class PlanConfig(Settings):
     def name(self) -> str:
         """Stable, filesystem-safe folder name, unique per option set."""
         parts = [self.strategy]
-        if self.strategy == "temperature":
+        if self.strategy_class.USES_TAU:
             parts.append(f"t{float(self.tau):g}")
         if self.weights is not None:
             digest = hashlib.sha256(json.dumps(self.to_json()["weights"]).encode()).hexdigest()[:10]

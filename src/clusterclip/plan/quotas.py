@@ -54,8 +54,9 @@ def _check_tokens(tokens: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def sampling_groups(corpus: Corpus, config: PlanConfig) -> Groups:
-    """The clusters, or one pseudo-cluster of all documents for ``random`` (epochs of permutations)."""
-    pseudo = config.strategy == "random"
+    """The clusters, or one pseudo-cluster of all documents for a strategy that samples no clusters (``random``:
+    epochs of permutations)."""
+    pseudo = not config.strategy_class.CLUSTERED
     labels = np.zeros(corpus.n, np.int32) if pseudo else corpus.labels
     k = 1 if pseudo else corpus.k
     sizes = np.array([corpus.n], np.int64) if pseudo else corpus.sizes
@@ -93,9 +94,8 @@ def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | No
     elif cap is not None:
         active = int(groups.unit_sizes[weights > 0].sum())
         if budget > cap * active:
-            what = {"random": "all documents", "weights": "the clusters with positive weight"}
             raise_infeasible(budget, cap, active, "tokens" if config.budget_unit == "tokens" else "documents",
-                             what.get(config.strategy, "all clusters"))
+                             config.strategy_class.DRAWS_FROM)
     if log_weights is None:
         q_real, level = water_fill(weights, caps, budget)
     else:

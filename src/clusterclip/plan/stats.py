@@ -142,7 +142,7 @@ def summary(config: PlanConfig, corpus: Corpus, quotas: Quotas, per: dict[str, n
     return {
         "strategy": config.strategy, "name": config.name(), "budget_unit": config.budget_unit,
         "budget": quotas.budget, "max_repeat": quotas.cap,
-        "tau": float(config.tau) if config.strategy == "temperature" else None,
+        "tau": float(config.tau) if config.strategy_class.USES_TAU else None,
         "order": config.order, "seed": int(config.seed),
         "length": length,
         "tokens": int(per["tokens"].sum()) if "tokens" in per else None,

@@ -12,6 +12,7 @@ import numpy as np
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan.config import PlanConfig, PlanConfigError
 from clusterclip.plan.groups import Groups
+from clusterclip.plan.strategies import STRATEGIES
 
 _LOG_SAFE = 300.0
 """Weights within ``e^+-300`` of 1 are used as given; beyond, they are handled in log space."""
@@ -20,26 +21,19 @@ _W_FLOOR = 1e-280
 
 
 def group_weights(config: PlanConfig, groups: Groups) -> tuple[np.ndarray, np.ndarray | None]:
-    """Target share of each group: equal (clusterclip, uniform), ``n_c ** tau``, user weights, or size.
+    """Target share of each group, as the strategy (:data:`~clusterclip.plan.strategies.STRATEGIES`) weighs
+    it: equal (clusterclip, uniform), ``n_c ** tau``, user weights, or size.
 
     Returns ``(weights, log_weights)``. ``log_weights`` is None for weights in a safe float range (then
-    ``weights`` are as given, e.g. ``n_c ** tau``); otherwise (``tau = -1000``, a weight of 1e308) the
-    weights would over- or underflow, so quotas are water-filled from ``log_weights`` (``-inf``: weight 0)
-    and ``weights`` are relative to the largest (at least ``1e-280`` where positive), for the order.
+    ``weights`` are as the strategy gives them, e.g. ``n_c ** tau``); otherwise (``tau = -1000``, a weight of
+    1e308) the weights would over- or underflow, so quotas are water-filled from ``log_weights`` (``-inf``:
+    weight 0) and ``weights`` are relative to the largest (at least ``1e-280`` where positive), for the order.
     """
-    present = groups.unit_sizes > 0
-    s = config.strategy
-    logw = np.full(groups.k, -np.inf)
+    strategy = STRATEGIES[config.strategy]
+    if strategy.USES_WEIGHTS:
+        _check_cluster_ids(config, groups.k)
     with np.errstate(divide="ignore"):
-        if s == "random":
-            logw[present] = np.log(groups.unit_sizes[present].astype(np.float64))
-        elif s in ("clusterclip", "uniform"):
-            logw[present] = 0.0
-        elif s == "temperature":
-            logw[present] = float(config.tau) * np.log(groups.unit_sizes[present].astype(np.float64))
-        else:
-            logw = np.log(_user_weights(config, groups.k))
-            logw[~present] = -np.inf
+        logw = strategy.log_weights(groups.unit_sizes, config)
     finite = logw[np.isfinite(logw)]
     if finite.size == 0:
         raise PlanConfigError("weights", "give every cluster with documents weight 0: nothing to sample; give at "
@@ -48,28 +42,14 @@ def group_weights(config: PlanConfig, groups: Groups) -> tuple[np.ndarray, np.nd
         w = np.exp(logw - finite.max())
         w[np.isfinite(logw)] = np.maximum(w[np.isfinite(logw)], _W_FLOOR)
         return w, logw
-    if s == "random":
-        w = groups.unit_sizes.astype(np.float64)
-    elif s in ("clusterclip", "uniform"):
-        w = present.astype(np.float64)
-    elif s == "temperature":
-        w = np.zeros(groups.k)
-        w[present] = groups.unit_sizes[present].astype(np.float64) ** float(config.tau)
-    else:
-        w = _user_weights(config, groups.k)
-        w[~present] = 0.0
-    return w, None
+    return strategy.weights(groups.unit_sizes, config), None
 
 
-def _user_weights(config: PlanConfig, k: int) -> np.ndarray:
-    w = np.ones(k)
-    pairs = config.weights or ()
-    ids = np.array([c for c, _ in pairs], dtype=np.int64)
-    if ids.size and int(ids.max()) >= k:
-        bad = [c for c, _ in pairs if c >= k]
+def _check_cluster_ids(config: PlanConfig, k: int) -> None:
+    """Refuse per-cluster weights that name a cluster beyond the ``k`` there are."""
+    bad = [c for c, _ in config.weights or () if c >= k]
+    if bad:
         raise PlanConfigError("weights", f"name unknown cluster(s) {bad[:5]}; valid cluster ids are 0..{k - 1}")
-    w[ids] = [v for _, v in pairs]
-    return w
 
 
 def water_fill_log(log_weights: np.ndarray, caps: np.ndarray, budget: float) -> tuple[np.ndarray, float]:
