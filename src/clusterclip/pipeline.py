@@ -33,6 +33,10 @@ from clusterclip.summary import summarize
 log = logging.getLogger(__name__)
 
 DEFAULT_STRATEGIES = ("clusterclip", "uniform", "random")
+DEFAULT_EPOCHS = 2
+"""The budget of ``clusterclip run``'s plans when none is given: two passes over the corpus, so that the cap can
+act (at one epoch a balanced plan rarely asks any cluster for more than ``max_repeat`` passes, and ClusterClip's
+plan is then uniform's); each plan says whether its cap bound (``docs/sampling.md``)."""
 
 
 DEFAULT_RUN_DIR = "clusterclip-run"
@@ -68,13 +72,14 @@ def run_pipeline(  # noqa: PLR0913 -- one argument per settings section, as the 
     """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
 
     ``plans`` is a sequence of :class:`clusterclip.plan.PlanConfig`; by default ClusterClip plus the
-    uniform and random baselines, each with a budget of one epoch. With ``engine.engine == "ray"``,
+    uniform and random baselines, each with a budget of :data:`DEFAULT_EPOCHS` epochs. With ``engine.engine == "ray"``,
     embedding and assignment run on Ray Data (a local instance, or the cluster at ``engine.ray_address``).
     """
     corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedConfig(), cluster or ClusterConfig()
     engine = engine or EngineConfig()
     run = RunDir(out)
-    plan_configs = list(plans) if plans is not None else [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
+    plan_configs = list(plans) if plans is not None else \
+        [PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS) for s in DEFAULT_STRATEGIES]
     with writing(run), engine.session():
         check_record_files(record_paths(run))
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress, engine=engine.engine)

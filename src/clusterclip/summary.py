@@ -15,7 +15,15 @@ from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
 from clusterclip.embed.contract import EmbedRecord
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan.contract import PLAN_RECORD, PlanRecord, list_plans, orphan_plans, plan_path, plan_stage_name
+from clusterclip.plan.contract import (
+    PLAN_RECORD,
+    PlanRecord,
+    clip_note,
+    list_plans,
+    orphan_plans,
+    plan_path,
+    plan_stage_name,
+)
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store.record import StageRecord
 
@@ -158,6 +166,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                 "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
         stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
         lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
+        if note := clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))):
+            lines.append(f"          {note}")
     for add in summary.get("lineage", {}).get("additions", []):
         lines.append(f"added:    {add['count']:,} documents from {' '.join(add['inputs'])}"
                      + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))

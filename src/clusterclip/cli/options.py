@@ -15,7 +15,7 @@ from clusterclip.embed.config import EmbedConfig
 from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
-from clusterclip.pipeline import DEFAULT_STRATEGIES
+from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
 from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
@@ -100,7 +100,9 @@ def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
     g = p.add_argument_group("sampling plan")
     several = {"default": ",".join(DEFAULT_STRATEGIES), "choices": None,
                "help": f"comma-separated strategies to plan: {', '.join(STRATEGIES)}"}
-    add_arguments(g, PlanConfig, PLAN_FIELDS, overrides={"strategy": several} if multi else None)
+    epochs = {"help": f"the budget in passes over the corpus when --budget is not given (default: {DEFAULT_EPOCHS}, "
+                      "so that the cap can act; `clusterclip plan` defaults to 1)"}
+    add_arguments(g, PlanConfig, PLAN_FIELDS, overrides={"strategy": several, "epochs": epochs} if multi else None)
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
 

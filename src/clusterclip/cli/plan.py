@@ -9,6 +9,7 @@ from typing import Any
 from clusterclip.cli.options import add_common, add_plan, command, plan_configs
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.contract import clip_note
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.stages import writing
 from clusterclip.store import RunDir
@@ -52,5 +53,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     elif not a.quiet:
         stats = {k: v for k, v in rec.stats.items() if v is not None}
         summary = format_summary({"run_dir": str(run.root), "plans": {rec.name: stats}})
-        print(f"{summary.splitlines()[-1].removeprefix('plan:').strip()} ({path})")
+        print(f"{summary.splitlines()[1].removeprefix('plan:').strip()} ({path})")
+        if note := clip_note(rec.stats, cfg.budget_unit):
+            print(f"  {note}")
     return 0

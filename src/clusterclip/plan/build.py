@@ -32,6 +32,7 @@ import numpy as np
 
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
 from clusterclip.plan import identity
+from clusterclip.plan.clip import clip_stats
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
 from clusterclip.plan.integrity import BlockChecksums
 from clusterclip.plan.order import emit, virtual_scale
@@ -150,6 +151,9 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, p.corpus, p.quotas, per, hist, window, stream.mixture.shape[0],
                     time.perf_counter() - t0)
+    if p.prior is None:
+        stats.update(clip_stats(p.quotas.cap, p.quotas.weights, p.groups.unit_sizes, p.quotas.budget,
+                                per["exhausted_at"], hist))
     return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
                 identity=digest.hexdigest(), checksums=blocks.finish())
 

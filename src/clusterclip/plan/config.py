@@ -31,7 +31,8 @@ cap each group's draws together (``plan.duplicates``)."""
 DEFAULT_ORDER = "equal-rate"
 DEFAULT_TAU = 0.5
 MAX_BUDGET = 1 << 53
-PLAN_FIELDS = ("strategy", "budget", "budget_unit", "max_repeat", "tau", "order", "seed", "window", "duplicates")
+PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
+               "duplicates")
 """The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
@@ -75,6 +76,9 @@ class PlanConfig(Settings):
                             help="; ".join(f"{name}: {cls.SUMMARY}" for name, cls in strategies.STRATEGIES.items()))
     budget: int | None = setting(None, check=_budget,
                                  help="draws (docs) or tokens to plan (default: one epoch: N documents or all tokens)")
+    epochs: int | None = setting(None, check=optional(at_least(1)),
+                                 help="the budget in passes over the corpus (N documents, or all tokens, each) when "
+                                      "--budget is not given (default: 1)")
     budget_unit: str = setting("docs", choices=BUDGET_UNITS, help="unit of the budget")
     max_repeat: int | None = setting(None, check=optional(at_least(1)),
                                      help=f"cap on how often one document may appear (default: {_default_caps()})")
@@ -95,6 +99,10 @@ class PlanConfig(Settings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.epochs is not None and self.budget is not None:
+            raise PlanConfigError("epochs", "and {budget} are two budgets: give one", type(self))
+        if self.epochs == 1:
+            object.__setattr__(self, "epochs", None)  # one epoch is the default: the same plan
         kind = self.strategy_class
         if self.order != DEFAULT_ORDER and not kind.CLUSTERED:
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
@@ -117,6 +125,10 @@ class PlanConfig(Settings):
         """The class of the strategy (:data:`clusterclip.plan.strategies.STRATEGIES`)."""
         return strategies.STRATEGIES[self.strategy]
 
+    def budget_for(self, total: int) -> int:
+        """The budget in force for a corpus of ``total`` documents or tokens: ``budget``, else ``epochs`` x it."""
+        return int(self.budget) if self.budget is not None else total * (self.epochs or 1)
+
     @property
     def effective_max_repeat(self) -> int | None:
         """The cap in force: ``max_repeat``, or the strategy's default (4 for clusterclip, no cap otherwise)."""
@@ -127,6 +139,7 @@ class PlanConfig(Settings):
     def to_json(self) -> dict[str, Any]:
         """Normalised options: equal plans have equal JSON (defaults resolved, unused options None)."""
         dup = {} if self.duplicates == "none" else {"duplicates": self.duplicates}
+        epochs = {} if self.epochs is None else {"epochs": int(self.epochs)}
         return {
             "strategy": self.strategy,
             "budget": None if self.budget is None else int(self.budget),
@@ -137,6 +150,7 @@ class PlanConfig(Settings):
             "seed": int(self.seed),
             "window": None if self.window is None else int(self.window),
             "order": self.order,
+            **epochs,
             **dup,
         }
 
@@ -151,7 +165,8 @@ class PlanConfig(Settings):
         cap = self.effective_max_repeat
         parts.append(f"R{cap}" if cap is not None else "Rinf")
         parts.append(self.budget_unit)
-        parts.append("Bepoch" if self.budget is None else f"B{int(self.budget)}")
+        epochs = "Bepoch" if self.epochs is None else f"B{int(self.epochs)}epochs"
+        parts.append(epochs if self.budget is None else f"B{int(self.budget)}")
         parts.append(f"s{int(self.seed)}")
         if self.window is not None:
             parts.append(f"win{int(self.window)}")
@@ -169,7 +184,7 @@ class PlanConfig(Settings):
                    tau=DEFAULT_TAU if obj.get("tau") is None else obj["tau"],
                    weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
                    seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", DEFAULT_ORDER),
-                   duplicates=obj.get("duplicates", "none"))
+                   duplicates=obj.get("duplicates", "none"), epochs=obj.get("epochs"))
 
 
 def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:

@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
+from clusterclip.plan.clip import clip_note
 from clusterclip.plan.config import PLAN_FIELDS, PlanConfig
 from clusterclip.plan.files import (
     PLAN_BLOCKS,
@@ -67,6 +68,7 @@ __all__ = [
     "PlanReader",
     "PlanRecord",
     "block_checksums",
+    "clip_note",
     "identity_of",
     "list_plans",
     "open_plan",

@@ -77,7 +77,7 @@ def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | No
     already used part of the cap.
     """
     total = int(groups.unit_sizes.sum())
-    budget = total if config.budget is None else int(config.budget)
+    budget = config.budget_for(total)
     cap = config.effective_max_repeat
     u = np.random.default_rng([config.seed, _SALT_JITTER]).random(groups.k)
     rank = np.argsort(u, kind="stable")

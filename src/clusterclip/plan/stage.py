@@ -147,8 +147,9 @@ def _ancestors(run: RunDir, continues: Mapping[str, Any]) -> list[dict[str, Any]
 def _check_windows(config: PlanConfig, n_docs: int | None) -> None:
     """Refuse a ``--window`` that would cut a plan of documents (``n_docs``: one epoch, when known) into more
     than :data:`MAX_WINDOWS` windows, before anything is written."""
-    draws = config.budget if config.budget is not None else n_docs
-    if config.window is None or config.budget_unit != "docs" or not isinstance(draws, int):
+    draws = config.budget if config.budget is not None else \
+        config.budget_for(n_docs) if isinstance(n_docs, int) else None
+    if config.window is None or config.budget_unit != "docs" or draws is None:
         return
     if -(-draws // config.window) > MAX_WINDOWS:
         raise PlanConfigError("window", f"{config.window} cuts {draws:,} draws into more than {MAX_WINDOWS:,} "
@@ -208,6 +209,9 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
     length = rec.length
     if not 0 <= consumed <= length:
         raise PlanConfigError("consumed", f"must be in 0..{length} (the length of plan {parent!r}), got {consumed}")
+    if config.epochs is not None:
+        raise PlanConfigError("epochs", "does not apply to --continue: a continuation's budget is what remains of its "
+                              "parent, or --budget", type(config))
     if config.budget is None:
         config = dataclasses.replace(config, budget=length - consumed)
     ident = rec.order_identity()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.contracts import PIPELINE
-from clusterclip.plan.contract import PLAN_FIELDS
+from clusterclip.plan.contract import PLAN_FIELDS, clip_note
 from clusterclip.report import charts
 from clusterclip.report.centroid_map import plot_centroid_map
 from clusterclip.report.clusters import ClusterTable, GroundTruth, cluster_table, ground_truth, majority_groups
@@ -41,7 +41,8 @@ OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeat
 
 PLAN_OPTIONS = (*PLAN_FIELDS, "weights")
 """The options shown for each plan: every plan setting (``PlanConfig``), in the command line's order."""
-NOT_IN_PLAN_TABLE = ("name", "clusters_exhausted", "n_windows")
+NOT_IN_PLAN_TABLE = ("name", "clusters_exhausted", "n_windows", "exhausted_clusters", "cap_binds", "bind_budget",
+                     "bind_cap")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class PlanSection:
     facts: tuple[tuple[str, object], ...]
     mixture_chart: str | None
     repeats_chart: str | None
+    clip: str | None = None
+    """What the repetition cap did (documents clipped, clusters exhausted), or why it never bound."""
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec 
         facts=tuple(facts),
         mixture_chart=mixture.file if mixture else None,
         repeats_chart=repeats.file if repeats else None,
+        clip=clip_note(plan.stats, str(plan.config.get("budget_unit", "docs"))),
     )
 
 

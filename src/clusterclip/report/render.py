@@ -208,7 +208,9 @@ def _plans(plans: tuple[PlanSection, ...]) -> str:
         "Options first, then the statistics recorded by the planner."
     )
     table = h.table([h.Column("")] + [h.Column(p.name) for p in plans], rows, "plan-table")
-    return h.section("plans", title, f'<div class="scroll">{table}</div>', intro)
+    clips = "".join(f"<li><b>{h.esc(p.name)}</b>: {h.esc(p.clip)}</li>" for p in plans if p.clip)
+    clip = f'<p>What the repetition cap did:</p><ul class="clip">{clips}</ul>' if clips else ""
+    return h.section("plans", title, f'<div class="scroll">{table}</div>{clip}', intro)
 
 
 def _charts_section(section_id: str, title: str, figs: list[str], missing: str, intro: str, grid: bool = False) -> str:
