@@ -40,8 +40,8 @@ DOLLAR = "$\\frac{1}{$"
 TEMP = "temperature-t0.3-Rinf-docs-Bepoch-s0"
 CLIP = "clusterclip-R4-docs-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
-RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategy", "clusterclip,temperature", "--tau", "0.3", "--epochs", "1",
-            "-q"]
+RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategy", "clusterclip,temperature", "--tau", "0.3",
+            "--epochs", "1", "-q"]
 
 
 @pytest.fixture(scope="module")
