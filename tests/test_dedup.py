@@ -154,11 +154,36 @@ def test_stage_artifacts_record_and_reuse(run_dir):
     pairs = set(zip(table["removed_id"], table["kept_id"], strict=True))
     assert {(f"d{j}", f"copy{j}") for j in range(0, 20, 2)} <= pairs  # the longer copy is kept
     assert rec["removed"] == len(table["removed_id"]) >= 10 and not rec["reused_pairwise"]
+    assert min(table["word_jaccard"]) >= np.float32(DedupConfig().confirm)  # every removed document is confirmed
+    assert {"word_signatures.npy", "shingle_count.npy", "text_key.npy"} <= {p.name for p in (path / "dedup").iterdir()}
+    assert rec["semantic_edges"] >= rec["unconfirmed_semantic"] >= 0 and rec["split_off"] >= 0
+    assert rec["largest_groups"][0]["size"] == rec["largest_group"] >= 2
     assert dedup_stage(run, DedupConfig()).to_json()["finished_at"] == rec["finished_at"]  # fresh: skipped
     again = dedup_stage(run, DedupConfig(eps=0.2, jaccard=0.9)).to_json()
     assert again["reused_pairwise"] and again["config"]["eps"] == 0.2
+    checks = dedup_stage(run, DedupConfig(confirm=0.3, verify=0.8, min_shingles=3)).to_json()
+    assert checks["reused_pairwise"] and checks["config"]["verify"] == 0.8  # the checks only change the derivation
+    strict = pq.read_table(path / "dedup" / "removed.parquet").column("word_jaccard").to_numpy()
+    assert strict.size == 0 or strict.min() >= np.float32(0.8)  # the star check's bar
     assert main(["dedup", str(path), "--eps", "0.05", "-q"]) == 0
     assert json.loads((path / "dedup.json").read_text())["command"][:3] == ["clusterclip", "dedup", "{run}"]
+
+
+def test_command_prints_the_largest_groups_with_a_sample_pair(run_dir, tmp_path, capsys):
+    """`clusterclip dedup` prints the largest groups: kept document and least similar member, with their ids,
+    word-set Jaccard, cosine and the start of each text, so that a bad merge shows."""
+    path = tmp_path / "run"
+    shutil.copytree(run_dir[0], path)
+    capsys.readouterr()
+    assert main(["dedup", str(path), "--verify", "0.7", "-q"]) == 0
+    out = capsys.readouterr().out
+    rec = json.loads((path / "dedup.json").read_text())
+    first = rec["largest_groups"][0]
+    texts = dict(zip(read_column(RunDir(path), "id"), read_column(RunDir(path), "text"), strict=True))
+    assert "largest groups" in out and "refused" in out and "split off" in out
+    assert f"kept   #{first['kept']} {first['kept_id']}: '{texts[first['kept_id']][:40]}" in out
+    assert f"member #{first['member']} {first['member_id']} (word-set Jaccard {first['jaccard']:.2f}" in out
+    assert rec["command"][3:] == ["--verify", "0.7"]  # the rebuild command names the new setting
 
 
 def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
@@ -206,6 +231,10 @@ def _partition(group: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(first))[inverse]
 
 
+EXTENDED = ("signatures.npy", "word_signatures.npy", "shingle_count.npy", "text_key.npy", "lexical_pairs.npy")
+"""Arrays ``clusterclip add`` extends that do not depend on the order of the semantic pass."""
+
+
 def test_add_extends_the_groups_to_the_new_documents(run_dir, tmp_path):
     """`clusterclip add` assigns new near-copies to their originals' groups (hashing only the new texts), keeps
     the older documents' groups, and leaves the stage current: plans with --duplicates need no re-run."""
@@ -232,8 +261,12 @@ def test_add_extends_the_groups_to_the_new_documents(run_dir, tmp_path):
     assert json.loads((copy / "drift.json").read_text())["dedup"]["extended"]
     assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", "group-cap",
                  "-q"]) == 0
+    grown = {name: (copy / "dedup" / name).read_bytes() for name in EXTENDED}
     assert main(["dedup", str(copy), "--force", "-q"]) == 0  # a full recompute finds the same groups here
     assert np.array_equal(_partition(load_groups(run)[0]), _partition(group))
+    for name in EXTENDED:  # the add hashed only the new texts, to the arrays a full pass computes
+        assert (copy / "dedup" / name).read_bytes() == grown[name], name
+    assert load_npy(copy / "dedup" / "word_signatures.npy").shape == (n + len(new), DedupConfig().word_perm)
 
 
 def test_add_leaves_groups_without_signatures_stale(run_dir, tmp_path):
@@ -351,6 +384,10 @@ def test_report_shows_duplicates_per_cluster_with_example_groups(run_dir, tmp_pa
     assert f"<b>#{first} kept</b>: {' '.join(texts[first].split())[:100]}" in html
     other = int(next(i for i in np.flatnonzero(group == largest) if i != first))
     assert f"<b>#{other} removed</b>" in html
+    least = pq.read_table(path / "dedup" / "removed.parquet").to_pandas().query("kept_index == @first")
+    pair = least.sort_values(["word_jaccard", "removed_index"]).iloc[0]
+    assert f"(least similar member: word-set Jaccard {pair.word_jaccard:.2f}, cosine {pair.cosine:.3f})" in html
+    assert "semantic edges refused (unconfirmed)" in html
     assert main(["cluster", str(path), "--k", "4", "-q"]) == 0  # the groups are now stale
     assert "predate the current corpus or clusters" in build_report(path, progress=False).read_text()
 

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from clusterclip.settings import Settings, SettingsError, at_least, between, setting
 
-INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed")
-"""Settings the pairwise work depends on (besides the inputs)."""
+INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm")
+"""Settings the pairwise work depends on (besides the inputs); the others only change the derivation of the
+groups from it, so changing them reuses the stored work."""
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,21 @@ class DedupConfig(Settings):
     jaccard: float = setting(0.7, check=between(0.0, 1.0, closed=True),
                              help="lexical threshold on the MinHash Jaccard estimate of word shingles "
                                   "(1: identical signatures only)")
+    confirm: float = setting(0.6, check=between(0.0, 1.0, closed=True),
+                             help="a semantic edge counts only when the pair's word-set MinHash Jaccard estimate "
+                                  "is >= this (0: every semantic edge counts)")
+    verify: float = setting(0.6, check=between(0.0, 1.0, closed=True),
+                            help="star check: a group member whose word-set Jaccard estimate to the group's kept "
+                                 "document is below this (or below --confirm) is split off and regrouped")
+    min_shingles: int = setting(10, check=at_least(0),
+                                help="a document with fewer distinct word shingles joins only documents with the "
+                                     "same normalised text (0: no such guard)")
     num_perm: int = setting(128, check=at_least(8), help="MinHash permutations (signature length)")
     bands: int = setting(16, check=at_least(1), help="LSH bands (num_perm must be a multiple)")
     shingle: int = setting(3, check=at_least(1), help="words per shingle")
     lexical_seed: int = setting(0, check=at_least(0), help="MinHash seed")
+    word_perm: int = setting(64, check=at_least(8),
+                             help="MinHash permutations of the word-set signatures that confirm edges")
 
     def __post_init__(self) -> None:
         super().__post_init__()

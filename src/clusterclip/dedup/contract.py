@@ -1,7 +1,8 @@
 """The dedup stage's contract: its name and files, its record, and the reader of its groups.
 
 The dedup stage stores the pairwise work (the semantic neighbour of each document, the MinHash LSH candidate
-pairs and the signatures) and the groups derived from it: ``dedup/group.npy`` (int64 group id per document,
+pairs and the signatures, and per document its word-set signature, distinct shingle count and normalised-text
+key, which confirm the edges) and the groups derived from it: ``dedup/group.npy`` (int64 group id per document,
 ids in the order of their representatives' indices), ``dedup/kept.npy`` (int64, the representative of each
 group, ascending) and the removed -> kept map ``dedup/removed.parquet``. Plans read the groups through
 :func:`load_groups`.
@@ -34,10 +35,20 @@ GROUP = "dedup/group.npy"
 KEPT = "dedup/kept.npy"
 """int64 [G]: the representative (kept document) of each group, ascending."""
 REMOVED = "dedup/removed.parquet"
-"""One row per removed document: removed/kept index and id, cosine to the kept one, and the detector."""
+"""One row per removed document: removed/kept index and id, its cosine and word-set Jaccard estimate
+(``word_jaccard``) to the kept one, and the detector whose accepted edges touch it."""
 SIGNATURES = "dedup/signatures.npy"
 """uint32 [N, num_perm]: MinHash signatures (kept so that ``clusterclip add`` hashes only the new texts)."""
-INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES)
+WORD_SIGNATURES = "dedup/word_signatures.npy"
+"""uint32 [N, word_perm]: MinHash signatures of each document's set of words (word 1-shingles), the second
+signal that confirms a semantic edge and checks each group member against its kept document."""
+SHINGLE_COUNT = "dedup/shingle_count.npy"
+"""int32 [N]: distinct word shingles of each document (fewer than ``min_shingles``: a low-information
+document, which joins only documents with the same ``TEXT_KEY``)."""
+TEXT_KEY = "dedup/text_key.npy"
+"""uint64 [N]: a hash of each document's lower-cased text with whitespace runs collapsed (symbols kept)."""
+INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES, WORD_SIGNATURES,
+                   SHINGLE_COUNT, TEXT_KEY)
 """The pairwise work, reused when only the thresholds change."""
 READS = ("cluster", "embed", "corpus")
 """The stages whose outputs the groups are built from (their output hashes make its inputs hash)."""
@@ -46,7 +57,15 @@ READS = ("cluster", "embed", "corpus")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DedupRecord(StageRecord):
     """``dedup.json``: the thresholds (``config``), the settings the pairwise work depends on (``index``) and
-    counts of what was found; ``appended_from`` when ``clusterclip add`` extended the groups from there."""
+    counts of what was found; ``appended_from`` when ``clusterclip add`` extended the groups from there.
+
+    The derivation's counts (optional: records of older versions lack them): ``semantic_edges`` (documents
+    whose semantic neighbour is within ``eps``), ``unconfirmed_semantic`` (those edges refused: word-set
+    Jaccard below ``confirm``, or a low-information pair), ``refused_lexical`` (lexical edges at ``jaccard``
+    refused as low-information pairs), ``split_off`` (members the first star check moved out of their
+    component) and ``largest_groups``: the few largest groups, each ``size``, ``kept`` / ``kept_id``, its least
+    similar ``member`` / ``member_id`` with their word-set ``jaccard`` and ``cosine``, and ``mean_cosine`` (the
+    members' mean cosine to the kept document)."""
 
     NAME: ClassVar[str] = DEDUP_STAGE
 
@@ -61,6 +80,11 @@ class DedupRecord(StageRecord):
     pairwise_seconds: float
     engine: str
     appended_from: int | None = None
+    semantic_edges: int | None = None
+    unconfirmed_semantic: int | None = None
+    refused_lexical: int | None = None
+    split_off: int | None = None
+    largest_groups: list[dict[str, Any]] | None = None
 
 
 def inputs_of(records: Mapping[str, Mapping[str, Any]]) -> str:

@@ -1,9 +1,14 @@
-"""Duplicate groups from the stored pairwise work: connected components of the duplicate edges.
+"""Duplicate groups from the stored pairwise work: plain connected components of the duplicate edges.
 
 A document's edges are its semantic edge (to its most similar earlier member of its cluster, when the
 cosine is ``>= 1 - eps``) and its lexical edges (candidate pairs whose Jaccard estimate is ``>= jaccard``).
 Each component is a group; its kept representative is the longest member (``n_tokens``), ties by lowest
 index. Group ids are numbered in the order of their representatives' indices.
+
+Components chain (one wrong edge joins two groups): the stage derives its groups with
+:func:`clusterclip.dedup.checked.derive_checked_groups`, which confirms the edges and checks every group; with
+``confirm = verify = min_shingles = 0`` it gives these components. :func:`derive_groups` stays as that
+reference and for benchmarks of the raw edges.
 """
 
 from __future__ import annotations
@@ -60,7 +65,3 @@ def detector_names(linked: np.ndarray) -> np.ndarray:
     """``semantic``, ``lexical`` or ``both`` for link codes 1, 2, 3 (``""`` for 0)."""
     return np.array(["", SEMANTIC, LEXICAL, BOTH], dtype=object)[linked]
 
-
-def group_sizes(group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Members per group."""
-    return np.bincount(group, minlength=n_groups).astype(np.int64)

@@ -1,10 +1,12 @@
 """``clusterclip add`` extends the duplicate groups to the documents it appends, instead of leaving them stale.
 
 The stored pairwise work of the older documents is kept; each new document gets its most similar member of
-its cluster (older documents and the new ones before it) and its MinHash signature (only the new texts are
-read), and the LSH candidates are drawn again from all signatures. The groups are then derived as the stage
-always derives them: a new document joins the group of any member it duplicates, may join two groups into
-one, and becomes the kept document when it is the longest member (the kept rule). ``clusterclip dedup RUN
+its cluster (older documents and the new ones before it) and its text hashes: MinHash signature, word-set
+signature, distinct shingle count and normalised-text key (only the new texts are read, in one pass; they
+equal what a full run computes), and the LSH candidates are drawn again from all signatures. The groups are
+then derived as the stage always derives them (confirmed edges, the low-information guard, the star check:
+:mod:`clusterclip.dedup.checked`): a new document joins the group of any member it duplicates, may join two
+groups into one, and becomes the kept document when it is the longest member (the kept rule). ``clusterclip dedup RUN
 --force`` recomputes everything; it can differ slightly, because the older documents' neighbours are taken
 in the kept rule's order and the new ones' in index order.
 """

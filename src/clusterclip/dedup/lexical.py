@@ -8,11 +8,18 @@ object per document, about an order of magnitude faster than ``datasketch``'s pe
 Banding is NumPy: per band one sort of 64-bit keys of (cluster, band); every member of a bucket is paired
 with the bucket's first member, so pairs stay inside a cluster as the semantic ones do. Memory: the
 signatures, ``N * num_perm * 4`` bytes, plus one batch of text.
+
+:func:`hash_texts` is the stage's one pass over the texts: besides the shingle signatures it gives, from the
+same word hashes, what the derivation of groups checks edges with (:mod:`clusterclip.dedup.checked`): the
+MinHash signatures of each document's *set of words* (word 1-shingles), its number of distinct shingles and
+a key of its normalised text (lower-cased, ASCII whitespace runs collapsed to one space, trimmed; symbols
+kept), so that documents with almost no words can still be told apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +31,8 @@ _MULT = np.uint64(0x9E3779B97F4A7C15)
 _EMPTY_SALT = np.uint64(0xE3B7)
 _WORD = np.zeros(256, bool)
 _WORD[[*range(48, 58), *range(97, 123), *range(128, 256)]] = True
+_SPACE = np.zeros(256, bool)
+_SPACE[[9, 10, 11, 12, 13, 32]] = True
 
 
 def mix(x: np.ndarray) -> np.ndarray:
@@ -38,29 +47,61 @@ def mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def shingle_hashes(texts: pa.Array, shingle: int, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Flat uint64 shingle hashes of ``texts`` and their row offsets (uint64 [n + 1]).
+@dataclass(frozen=True)
+class _Lowered:
+    """One batch of texts, lower-cased: the bytes (``data``), the row offsets into them (int64 [n + 1], from 0)
+    and the polynomial prefix sums of the bytes (``prefix[i]``: sum of ``data[j] * P^j`` for ``j < i``)."""
 
-    A document with fewer than ``shingle`` words has its words as tokens; one with no word a token of
-    its own (``first`` + row, so empty documents do not match each other)."""
+    data: np.ndarray
+    offsets: np.ndarray
+    prefix: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.offsets.size - 1
+
+
+def _lowered(texts: pa.Array) -> _Lowered:
     arr = pc.utf8_lower(pa.chunked_array([texts]).combine_chunks().cast(pa.large_string()))
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int64, n + 1, arr.offset * 8)
     data = np.frombuffer(arr.buffers()[2], np.uint8)[offsets[0]:offsets[-1]] if n else np.zeros(0, np.uint8)
-    offsets = offsets - offsets[0]
+    return _Lowered(data, offsets - offsets[0], _prefix(data))
+
+
+def _prefix(data: np.ndarray) -> np.ndarray:
+    """``[0, d0, d0 + d1 P, ...]``: prefix sums of ``data[j] * P^j`` (mod 2^64)."""
+    with np.errstate(over="ignore"):
+        power = np.full(data.size, _P, np.uint64)
+        power[:1] = 1
+        power = np.cumprod(power, dtype=np.uint64)
+        return np.concatenate((np.zeros(1, np.uint64), np.cumsum(data.astype(np.uint64) * power, dtype=np.uint64)))
+
+
+def _span_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Hashes of the byte spans ``[starts[i], ends[i])`` that depend only on their bytes, not on where they are."""
+    with np.errstate(over="ignore"):
+        return mix((prefix[ends] - prefix[starts]) * _inverse_powers(starts) + (ends - starts).astype(np.uint64))
+
+
+def _words(low: _Lowered) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of the words of a batch, in order, and the row of each."""
+    data, offsets = low.data, low.offsets
     word = _WORD[data]
     at_start = np.zeros(data.size, bool)
     at_start[offsets[:-1][offsets[:-1] < data.size]] = True
     starts = np.flatnonzero(word & (at_start | ~np.concatenate(([False], word[:-1]))))
     ends = np.flatnonzero(word & (np.concatenate((at_start[1:], [True])) | ~np.concatenate((word[1:], [False])))) + 1
-    with np.errstate(over="ignore"):
-        power = np.full(data.size, _P, np.uint64)
-        power[:1] = 1
-        power = np.cumprod(power, dtype=np.uint64)
-        prefix = np.concatenate((np.zeros(1, np.uint64), np.cumsum(data.astype(np.uint64) * power, dtype=np.uint64)))
-        words = mix((prefix[ends] - prefix[starts]) * _inverse_powers(starts) + (ends - starts).astype(np.uint64))
-    doc = np.searchsorted(offsets, starts, side="right") - 1
-    return _shingles(words, doc, n, shingle, first)
+    return _span_hashes(low.prefix, starts, ends), np.searchsorted(offsets, starts, side="right") - 1
+
+
+def shingle_hashes(texts: pa.Array, shingle: int, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Flat uint64 shingle hashes of ``texts`` and their row offsets (uint64 [n + 1]).
+
+    A document with fewer than ``shingle`` words has its words as tokens; one with no word a token of
+    its own (``first`` + row, so empty documents do not match each other)."""
+    low = _lowered(texts)
+    return _shingles(*_words(low), low.n, shingle, first)
 
 
 def _inverse_powers(starts: np.ndarray) -> np.ndarray:
@@ -100,20 +141,109 @@ def _shingles(words: np.ndarray, doc: np.ndarray, n: int, k: int, first: int) ->
     return tokens[order], rows
 
 
+def _digest(tokens: np.ndarray, rows: np.ndarray, num_perm: int, seed: int) -> np.ndarray:
+    """MinHash signatures (uint32 [n, num_perm]) of the flat token hashes of ``n`` documents (rensa)."""
+    from rensa import RMinHash
+
+    n = rows.size - 1
+    digest = RMinHash.digest_matrix_from_flat_token_hashes(tokens, rows, num_perm, seed)
+    return np.asarray(digest.to_rows(), np.uint32).reshape(n, num_perm)
+
+
 def signatures(batches: Iterable[pa.Array], n: int, num_perm: int, shingle: int, seed: int,
                first: int = 0) -> np.ndarray:
     """MinHash signatures (uint32 [n, num_perm]) of the texts in ``batches`` (rensa's ``RMinHash``), documents
     ``first..first+n-1`` of the corpus (the index only tells empty documents apart)."""
-    from rensa import RMinHash
-
     sig = np.empty((n, num_perm), np.uint32)
     pos = 0
     for texts in batches:
-        tokens, rows = shingle_hashes(texts, shingle, first + pos)
-        digest = RMinHash.digest_matrix_from_flat_token_hashes(tokens, rows, num_perm, seed)
-        sig[pos:pos + len(texts)] = np.asarray(digest.to_rows(), np.uint32).reshape(len(texts), num_perm)
+        sig[pos:pos + len(texts)] = _digest(*shingle_hashes(texts, shingle, first + pos), num_perm, seed)
         pos += len(texts)
     return sig
+
+
+@dataclass(frozen=True)
+class Hashing:
+    """What the texts are hashed with: shingle signatures of ``num_perm`` permutations of ``shingle``-word
+    shingles, word-set signatures of ``word_perm`` permutations, both with MinHash seed ``seed``."""
+
+    num_perm: int
+    shingle: int
+    seed: int
+    word_perm: int
+
+
+@dataclass(frozen=True)
+class TextHashes:
+    """Per document: ``signatures`` (uint32 [n, num_perm], of its shingles), ``word_signatures`` (uint32
+    [n, word_perm], of its set of words), ``shingle_count`` (int32 [n], its distinct shingles) and ``text_key``
+    (uint64 [n], of its normalised text)."""
+
+    signatures: np.ndarray
+    word_signatures: np.ndarray
+    shingle_count: np.ndarray
+    text_key: np.ndarray
+
+    @staticmethod
+    def concat(parts: Iterable[TextHashes], hashing: Hashing) -> TextHashes:
+        """The hashes of consecutive documents, in order (no part: zero documents)."""
+        parts = list(parts)
+        empty = TextHashes(np.zeros((0, hashing.num_perm), np.uint32), np.zeros((0, hashing.word_perm), np.uint32),
+                           np.zeros(0, np.int32), np.zeros(0, np.uint64))
+        return TextHashes(*(np.concatenate([getattr(p, f) for p in (empty, *parts)])
+                            for f in ("signatures", "word_signatures", "shingle_count", "text_key")))
+
+
+def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0) -> TextHashes:
+    """:class:`TextHashes` of the texts in ``batches`` (documents ``first``, ``first + 1``, ... of the corpus):
+    each batch is lower-cased and its words hashed once, for the shingle signatures, the word-set signatures,
+    the shingle counts and the text keys."""
+    parts, pos = [], first
+    for texts in batches:
+        low = _lowered(texts)
+        words, doc = _words(low)
+        tokens, rows = _shingles(words, doc, low.n, hashing.shingle, pos)
+        word_tokens, word_rows = _shingles(words, doc, low.n, 1, pos)
+        parts.append(TextHashes(_digest(tokens, rows, hashing.num_perm, hashing.seed),
+                                _digest(word_tokens, word_rows, hashing.word_perm, hashing.seed),
+                                _distinct(tokens, rows), _text_keys(low)))
+        pos += low.n
+    return TextHashes.concat(parts, hashing)
+
+
+def _distinct(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """int32 [n]: distinct tokens per document (``tokens`` grouped by document, ``rows`` their offsets). One
+    sort of 64-bit keys: the document in the high bits, the token hash's low bits below it (a collision inside
+    one document at 50+ bits is negligible)."""
+    n = rows.size - 1
+    shift = np.uint64(64 - max(1, n.bit_length()))
+    owner = np.repeat(np.arange(n, dtype=np.uint64), np.diff(rows).astype(np.int64))
+    keys = np.sort((owner << shift) | (tokens & ((np.uint64(1) << shift) - np.uint64(1))))
+    new = np.concatenate(([True], keys[1:] != keys[:-1])) if keys.size else np.zeros(0, bool)
+    return np.bincount((keys[new] >> shift).astype(np.int64), minlength=n).astype(np.int32)
+
+
+def _text_keys(low: _Lowered) -> np.ndarray:
+    """uint64 [n]: a hash of each lower-cased text with its ASCII whitespace runs made one space and trimmed
+    (equal texts after that normalisation get equal keys; symbols count, unlike in the words). Byte-wide
+    operations only: the normalised bytes of the batch, each row's span of them, one prefix sum."""
+    data, offsets, n = low.data, low.offsets, low.n
+    space = _SPACE[data]
+    keep = ~space
+    keep[1:] |= space[1:] & ~space[:-1]  # the first byte of each whitespace run stands for the run
+    keep[:1] |= space[:1]
+    norm = data[keep]
+    norm[_SPACE[norm]] = 32
+    counts = np.zeros(n, np.int64)
+    filled = np.flatnonzero(np.diff(offsets) > 0)
+    if filled.size:  # a row's segment runs to the next filled row's start (empty rows hold no bytes)
+        counts[filled] = np.add.reduceat(keep.view(np.uint8), offsets[filled], dtype=np.int64)
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    last = max(norm.size - 1, 0)
+    starts += (counts > 0) & (norm[np.minimum(starts, last)] == 32) if norm.size else 0  # trim one space
+    ends -= (ends > starts) & (norm[np.maximum(ends - 1, 0)] == 32) if norm.size else 0
+    return _span_hashes(_prefix(norm), starts, ends)
 
 
 def lsh_pairs(sig: np.ndarray, bands: int, labels: np.ndarray | None = None,

@@ -1,9 +1,10 @@
-"""The ``dedup`` stage: near-duplicate groups inside the clusters (semantic) and across them (lexical).
+"""The ``dedup`` stage: near-duplicate groups inside the clusters, from semantic and lexical edges.
 
 Reads the embeddings, the cluster labels, the token counts and the texts; writes the pairwise work
-(``INDEX_ARTIFACTS``: kept again when only ``eps`` or ``jaccard`` change, so a new threshold costs one
-connected-components pass) and the groups: ``dedup/group.npy``, ``dedup/kept.npy`` and the removed ->
-kept map ``dedup/removed.parquet``.
+(``INDEX_ARTIFACTS``: kept again when only the thresholds change, ``eps``, ``jaccard``, ``confirm``,
+``verify`` or ``min_shingles``, so a new threshold costs one derivation, :mod:`clusterclip.dedup.checked`)
+and the groups: ``dedup/group.npy``, ``dedup/kept.npy`` and the removed -> kept map
+``dedup/removed.parquet``. The record holds the largest groups with their least similar member.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import time
 from dataclasses import asdict
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +21,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_parts, iter_corpus, open_part, read_column
+from clusterclip.dedup.checked import CheckedGroups, PairwiseWork, derive_checked_groups
 from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.contract import (
     DEDUP_DIR,
@@ -30,13 +33,16 @@ from clusterclip.dedup.contract import (
     LEXICAL_PAIRS,
     NEIGHBOUR,
     REMOVED,
+    SHINGLE_COUNT,
     SIGNATURES,
     SIMILARITY,
+    TEXT_KEY,
+    WORD_SIGNATURES,
     DedupRecord,
     dedup_inputs,
 )
-from clusterclip.dedup.groups import DuplicateGroups, derive_groups, detector_names, group_sizes
-from clusterclip.dedup.lexical import lsh_pairs, signatures
+from clusterclip.dedup.groups import detector_names
+from clusterclip.dedup.lexical import Hashing, TextHashes, hash_texts, lsh_pairs
 from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
 from clusterclip.embed.contract import EMBED_STAGE, gather_embeddings
 from clusterclip.engines import ray_tasks
@@ -49,6 +55,7 @@ log = logging.getLogger(__name__)
 TEXT_BATCH = 2048
 RAY_TASK_DOCS = 50_000
 COSINE_BATCH = 65_536
+LARGEST_SHOWN = 3
 
 
 def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False,
@@ -75,7 +82,7 @@ def _index_reusable(run: RunDir, previous: DedupRecord | None, inputs: str, conf
     """Whether the previous run's pairwise work was built from these inputs and index settings, intact."""
     if previous is None or previous.inputs_hash != inputs or previous.index != config.index_settings():
         return False
-    return not run.problems(DEDUP_STAGE, previous.to_json(), only=INDEX_ARTIFACTS)
+    return previous.lists(INDEX_ARTIFACTS) and not run.problems(DEDUP_STAGE, previous.to_json(), only=INDEX_ARTIFACTS)
 
 
 def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended: int | None) -> Built:
@@ -90,60 +97,77 @@ def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended:
     else:
         _pairwise(run, config, labels, tokens, engine)
     t_pair = time.perf_counter() - t0
-    found = derive_groups(load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY)),
-                          load_npy(run.path(LEXICAL_PAIRS)), load_npy(run.path(LEXICAL_JACCARD)), tokens,
-                          config.eps, config.jaccard)
+    found = derive_checked_groups(load_work(run, tokens), config, partial(pair_cosines, run))
     save_npy(run.path(GROUP), found.group)
     save_npy(run.path(KEPT), found.kept)
-    write_removed(run, found)
-    sizes = group_sizes(found.group, found.kept.size)
+    ids = pa.array(read_column(run, "id"))
+    write_removed(run, found, ids)
     removed = found.removed
     log.info("dedup: %d documents, %d groups, %d removed (%.1fs)", found.group.size, found.kept.size, removed.size,
              time.perf_counter() - t0)
     return Built([*INDEX_ARTIFACTS, GROUP, KEPT, REMOVED], dict(
         index=config.index_settings(), documents=int(found.group.size), groups=int(found.kept.size),
         removed=int(removed.size), removed_semantic=int(np.isin(found.linked[removed], (1, 3)).sum()),
-        removed_lexical=int(np.isin(found.linked[removed], (2, 3)).sum()), largest_group=int(sizes.max()),
-        reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3), engine=engine,
-        **({} if appended is None else {"appended_from": appended})))
+        removed_lexical=int(np.isin(found.linked[removed], (2, 3)).sum()),
+        largest_group=int(found.size.max(initial=0)), reused_pairwise=reuse, pairwise_seconds=round(t_pair, 3),
+        engine=engine, **({} if appended is None else {"appended_from": appended}),
+        semantic_edges=found.semantic_edges, unconfirmed_semantic=found.semantic_edges - found.semantic_accepted,
+        refused_lexical=found.lexical_edges - found.lexical_accepted, split_off=found.split,
+        largest_groups=largest_groups(found, ids)))
+
+
+def load_work(run: RunDir, tokens: np.ndarray) -> PairwiseWork:
+    """The stored pairwise work of ``run`` (``INDEX_ARTIFACTS``) with the token counts."""
+    arrays = [load_npy(run.path(rel)) for rel in (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD)]
+    return PairwiseWork(*arrays, np.asarray(tokens), load_npy(run.path(WORD_SIGNATURES)),
+                        load_npy(run.path(SHINGLE_COUNT)), load_npy(run.path(TEXT_KEY)))
+
+
+def hashing_of(config: DedupConfig) -> Hashing:
+    """What the texts are hashed with under ``config``."""
+    return Hashing(config.num_perm, config.shingle, config.lexical_seed, config.word_perm)
 
 
 def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray, engine: str) -> None:
-    """Compute and save the semantic neighbours and the lexical candidate pairs."""
+    """Compute and save the semantic neighbours, the text hashes and the lexical candidate pairs."""
     runner = partial(_on_ray, str(run.root)) if engine == "ray" else None
     neighbour, similarity = earlier_neighbours(labels, tokens, lambda rows: fetch_rows(run, rows), runner=runner)
     save_npy(run.path(NEIGHBOUR), neighbour)
     save_npy(run.path(SIMILARITY), similarity)
     if engine == "ray":
-        sig = _signatures_on_ray(run, config, labels.size)
+        hashes = _hashes_on_ray(run, config, labels.size)
     else:
-        texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH))
-        sig = signatures(texts, labels.size, config.num_perm, config.shingle, config.lexical_seed)
-    _lexical(run, config, sig, labels)
+        hashes = hash_texts((b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH)), hashing_of(config))
+    _lexical(run, config, hashes, labels)
 
 
-def _signatures_on_ray(run: RunDir, config: DedupConfig, n: int) -> np.ndarray:
-    """The MinHash signatures as one Ray task per corpus part (each reads its part's texts), in index order."""
+def _hashes_on_ray(run: RunDir, config: DedupConfig, n: int) -> TextHashes:
+    """The text hashes as one Ray task per corpus part (each reads its part's texts), in index order."""
     calls, first = [], 0
     for part in corpus_parts(run):
         rows = open_part(part).metadata.num_rows
-        calls.append((str(part), first, config.num_perm, config.shingle, config.lexical_seed))
+        calls.append((str(part), first, hashing_of(config)))
         first += rows
     if first != n:
         raise ClusterClipError(f"{run.root}: the corpus parts hold {first} documents, the labels {n}")
-    return np.concatenate([np.zeros((0, config.num_perm), np.uint32), *ray_tasks(_part_signatures, calls)])
+    return TextHashes.concat(ray_tasks(_part_hashes, calls), hashing_of(config))
 
 
-def _part_signatures(path: str, first: int, num_perm: int, shingle: int, seed: int) -> np.ndarray:
-    """One Ray task: the signatures of one corpus part's documents (the first is document ``first``)."""
+def _part_hashes(path: str, first: int, hashing: Hashing) -> TextHashes:
+    """One Ray task: the text hashes of one corpus part's documents (the first is document ``first``)."""
     pf = open_part(path)
-    texts = (b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"]))
-    return signatures(texts, pf.metadata.num_rows, num_perm, shingle, seed, first)
+    return hash_texts((b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"])), hashing, first)
 
 
-def _lexical(run: RunDir, config: DedupConfig, sig: np.ndarray, labels: np.ndarray) -> None:
-    pairs, jac = lsh_pairs(sig, config.bands, labels)
-    save_npy(run.path(SIGNATURES), sig)
+def _lexical(run: RunDir, config: DedupConfig, hashes: TextHashes, labels: np.ndarray) -> None:
+    """Save the text hashes, and the LSH candidate pairs of the signatures with their Jaccard estimates."""
+    if hashes.text_key.size != labels.size:
+        raise ClusterClipError(f"{run.root}: the corpus holds {hashes.text_key.size} texts, the labels {labels.size}")
+    pairs, jac = lsh_pairs(hashes.signatures, config.bands, labels)
+    save_npy(run.path(SIGNATURES), hashes.signatures)
+    save_npy(run.path(WORD_SIGNATURES), hashes.word_signatures)
+    save_npy(run.path(SHINGLE_COUNT), hashes.shingle_count)
+    save_npy(run.path(TEXT_KEY), hashes.text_key)
     save_npy(run.path(LEXICAL_PAIRS), pairs)
     save_npy(run.path(LEXICAL_JACCARD), jac)
 
@@ -151,15 +175,16 @@ def _lexical(run: RunDir, config: DedupConfig, sig: np.ndarray, labels: np.ndarr
 def _append_pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, first: int) -> None:
     """The pairwise work of documents ``first..N-1`` (appended by ``clusterclip add``) added to the stored work
     of the older ones, which is read whole before anything is written: semantic neighbours of the new documents
-    only, MinHash signatures of the new texts only, then the LSH candidates of all signatures."""
+    only, text hashes of the new texts only, then the LSH candidates of all signatures."""
     neighbour, similarity = load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY))
-    old_sig = load_npy(run.path(SIGNATURES), mmap=True)
+    old = TextHashes(*(load_npy(run.path(rel), mmap=True)[:first]
+                       for rel in (SIGNATURES, WORD_SIGNATURES, SHINGLE_COUNT, TEXT_KEY)))
     new_nb, new_sim = appended_neighbours(labels, first, lambda rows: fetch_rows(run, rows))
     texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH, first=first))
-    new_sig = signatures(texts, labels.size - first, config.num_perm, config.shingle, config.lexical_seed, first)
+    new = hash_texts(texts, hashing_of(config), first)
     save_npy(run.path(NEIGHBOUR), np.concatenate([neighbour[:first], new_nb]))
     save_npy(run.path(SIMILARITY), np.concatenate([similarity[:first], new_sim]))
-    _lexical(run, config, np.concatenate([old_sig[:first], new_sig]), labels)
+    _lexical(run, config, TextHashes.concat([old, new], hashing_of(config)), labels)
 
 
 def _on_ray(root: str, clusters: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -191,17 +216,30 @@ def fetch_rows(run: RunDir, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def write_removed(run: RunDir, found: DuplicateGroups) -> None:
-    """``dedup/removed.parquet``: removed and kept index and id, cosine to the kept one, detector."""
+def pair_cosines(run: RunDir, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 cosines of the document pairs ``(a[i], b[i])`` from the stored embeddings, in batches."""
+    out = np.empty(a.size, np.float32)
+    for s in range(0, a.size, COSINE_BATCH):
+        x, y = a[s:s + COSINE_BATCH], b[s:s + COSINE_BATCH]
+        out[s:s + x.size] = np.einsum("ij,ij->i", fetch_rows(run, x), fetch_rows(run, y))
+    return out
+
+
+def write_removed(run: RunDir, found: CheckedGroups, ids: pa.Array) -> None:
+    """``dedup/removed.parquet``: removed and kept index and id, the removed document's cosine and word-set
+    Jaccard estimate to the kept one (every one ``>= confirm``), and the detector of its accepted edges."""
     removed = found.removed
     kept = found.kept[found.group[removed]]
-    cosine = np.empty(removed.size, np.float32)
-    for a in range(0, removed.size, COSINE_BATCH):
-        r, k = removed[a:a + COSINE_BATCH], kept[a:a + COSINE_BATCH]
-        cosine[a:a + r.size] = np.einsum("ij,ij->i", fetch_rows(run, r), fetch_rows(run, k))
-    ids = pa.array(read_column(run, "id"))
     table = pa.table({"removed_index": removed, "removed_id": ids.take(pa.array(removed)),
-                      "kept_index": kept, "kept_id": ids.take(pa.array(kept)), "cosine": cosine,
+                      "kept_index": kept, "kept_id": ids.take(pa.array(kept)),
+                      "cosine": found.cosine_to_kept[removed], "word_jaccard": found.jaccard_to_kept[removed],
                       "detector": pa.array(detector_names(found.linked[removed]).tolist(), pa.string())})
     with atomic_path(run.path(REMOVED)) as tmp:
         pq.write_table(table, tmp)
+
+
+def largest_groups(found: CheckedGroups, ids: pa.Array, k: int = LARGEST_SHOWN) -> list[dict[str, Any]]:
+    """The record's ``largest_groups``: the ``k`` largest groups with their least similar member."""
+    return [{"size": s.size, "kept": s.kept, "kept_id": str(ids[s.kept]), "member": s.member,
+             "member_id": str(ids[s.member]), "jaccard": round(s.jaccard, 4), "cosine": round(s.cosine, 4),
+             "mean_cosine": round(s.mean_cosine, 4)} for s in found.largest(k)]
