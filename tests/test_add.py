@@ -322,14 +322,34 @@ def test_a_damaged_add_journal_is_a_one_line_error_naming_it(tmp_path, capsys):
     assert isinstance(caught.value, ValueError)  # callers that treat an unreadable record as stale still do
 
 
-def test_a_vocabulary_embedder_does_not_call_a_low_drift_share_a_fit(tmp_path):
-    from clusterclip.add.drift import format_drift
-    from clusterclip.store import RunDir
+def test_the_drift_check_sees_a_domain_the_vocabulary_never_saw(tmp_path):
+    """With a fitted vocabulary (lsa), new documents of unseen words look familiar by cosine (their unseen words
+    are dropped), so the drift report also counts documents the embedder barely represented: an unseen domain is
+    new, documents like the existing ones are not."""
+    from clusterclip.add.workflow import add_documents
+    from clusterclip.cluster.config import ClusterConfig
+    from clusterclip.cluster.stage import cluster_stage
+    from clusterclip.corpus.config import CorpusConfig
+    from clusterclip.corpus.stage import corpus_stage
 
-    report = {"documents_added": 10, "documents_before": 100, "drift_share": 0.01, "similarity_cut": 0.3,
-              "drift_threshold": 0.1, "cluster_growth": [0.1, 0.0], "cluster_added": [10, 0],
-              "cluster_before": [50, 50], "recommend_refit": False}
-    run = RunDir(tmp_path)
-    assert "no re-clustering needed" in format_drift({**report, "embedder": "hashing"}, run)
-    lsa = format_drift({**report, "embedder": "lsa"}, run)
-    assert "understates new topics" in lsa and "no re-clustering needed" not in lsa
+    rng = np.random.default_rng(0)
+    old = make_corpus(tmp_path / "old.jsonl", {"cooking": 90, "astronomy": 60, "finance": 50})
+    same = make_corpus(tmp_path / "same.jsonl", {"cooking": 30, "astronomy": 20}, seed=1)
+    same.write_text("".join(json.dumps({**r, "id": "new-" + r["id"]}) + "\n"
+                            for r in map(json.loads, same.read_text().splitlines())))
+    foreign = tmp_path / "foreign.jsonl"
+    words = ["".join(rng.choice(list("áéíóúñçãõ"), 6)) for _ in range(80)]  # a language the run never saw
+    foreign.write_text("".join(json.dumps({"id": f"f{i}", "text": " ".join(rng.choice(words, 40))}) + "\n"
+                               for i in range(40)))
+    reports = {}
+    for name, new in (("same", same), ("foreign", foreign)):
+        run = RunDir(tmp_path / name)
+        with run.lock():
+            corpus_stage(run, [old], CorpusConfig(id_field="id"), progress=False)
+            embed_stage(run, EmbedConfig(embedder="lsa", extra={"dim": 8, "sample_size": 200, "min_df": 1}),
+                        progress=False)
+            cluster_stage(run, ClusterConfig(k=3), progress=False)
+            reports[name] = add_documents(run, [new], progress=False)
+    assert reports["foreign"]["below_coverage_cut"] == 40 and reports["foreign"]["drift_share"] == 1.0
+    assert reports["foreign"]["recommend_refit"]
+    assert reports["same"]["drift_share"] < 0.15 and not reports["same"]["recommend_refit"]

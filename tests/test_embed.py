@@ -14,7 +14,7 @@ import pytest
 
 from clusterclip.embed.base import Embedder
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import gather_embeddings, iter_embeddings, load_embeddings
+from clusterclip.embed.contract import gather_embeddings, iter_embeddings, load_confidence, load_embeddings
 from clusterclip.embed.distill import static_cache_dir
 from clusterclip.embed.hashing import HashingEmbedder
 from clusterclip.embed.load import run_embedder
@@ -220,10 +220,13 @@ class Counting:
         return self.inner.config()
 
     def encode(self, texts: Any) -> np.ndarray:
+        return self.encode_with_confidence(texts)[0]
+
+    def encode_with_confidence(self, texts: Any, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
         if self.fail_after is not None and self.calls >= self.fail_after:
             raise KeyboardInterrupt("simulated kill")
         self.calls += 1
-        return self.inner.encode(texts)
+        return self.inner.encode_with_confidence(texts, progress=progress)
 
 
 def _hashing(**kw: Any) -> HashingEmbedder:
@@ -240,10 +243,15 @@ def test_stage_writes_shards_in_document_order(tmp_path: Path) -> None:
     rec = embed_stage(run, EmbedConfig(embedder="hashing", shard_size=10, extra={'dim': 32}), progress=False).to_json()
     assert rec["count"] == 25 and rec["dim"] == 32 and rec["embedder"] == "hashing"
     assert [s["rows"] for s in rec["shards"]] == [10, 10, 5]
-    assert sorted(rec["artifacts"]) == [f"embeddings/shard-0000{i}.npy" for i in range(3)]
+    assert sorted(rec["artifacts"]) == sorted(f"embeddings/{kind}-0000{i}.npy" for i in range(3)
+                                              for kind in ("shard", "confidence"))
     for s in rec["shards"]:
         arr = np.load(run.path(s["file"]), allow_pickle=False)
         assert arr.dtype == np.float16 and arr.shape == (s["rows"], 32)
+        conf = np.load(run.path(s["confidence"]), allow_pickle=False)
+        assert conf.dtype == np.float32 and conf.shape == (s["rows"], 2)
+        assert (conf[:, 0] == 1).all() and (conf[:, 1] > 0).all()  # hashing sees every word; norms before unit
+    assert load_confidence(run).shape == (25, 2) and rec["confidence"]["coverage_median"] == 1.0
     loaded = load_embeddings(run)
     assert loaded.dtype == np.float32
     expected = _hashing().encode(texts).astype(np.float16).astype(np.float32)

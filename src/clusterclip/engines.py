@@ -245,20 +245,23 @@ class _Encoder:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         texts = [str(t) for t in batch["text"]]
-        vecs = np.asarray(self.embedder.encode(texts, progress=False), dtype=np.float32)
-        return {"index": batch["index"], "embedding": vecs.astype(np.float16)}
+        vecs, conf = self.embedder.encode_with_confidence(texts, progress=False)
+        # float16 vectors (as stored) beside float32 confidence, in one float32 row: split by the embed stage
+        rows = np.concatenate([vecs.astype(np.float16).astype(np.float32), conf.astype(np.float32)], axis=1)
+        return {"index": batch["index"], "embedding": rows}
 
 
 def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_size: int, embedder: Any,
                      batch_rows: int = 4096) -> Iterator[np.ndarray]:
-    """Embed documents ``start_row..n_docs`` on Ray Data; yield float16 shards of ``shard_size`` rows in order.
+    """Embed documents ``start_row..n_docs`` on Ray Data; yield shards of ``shard_size`` rows in order, each row
+    the float16-exact vector followed by the document's confidence (float32).
 
     ``start_row`` must be a shard boundary (resume after a kill starts at the first missing shard).
     """
     ray = _ray()
     if start_row % shard_size:
         raise ValueError("start_row must be a multiple of shard_size")
-    wants_gpu = getattr(embedder, "name", "") == "minilm"
+    wants_gpu = bool(getattr(embedder, "USES_GPU", False))
     actors, gpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
     ds = ray.data.read_parquet([str(p) for p in parts]).select_columns(["index", "text"])
     if start_row:
@@ -274,7 +277,7 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
 
 def in_document_order(batches: Iterable[tuple[np.ndarray, np.ndarray]], start_row: int, n_docs: int,
                       shard_size: int) -> Iterator[np.ndarray]:
-    """Float16 shards of ``shard_size`` rows (the last may be shorter) in document order, from batches of
+    """Shards of ``shard_size`` rows (the last may be shorter) in document order, from batches of
     ``(index, embedding)`` in any order: Ray Data's parquet reader can hand a large file's blocks back out of
     order, even with ``preserve_order``. Rows wait until every earlier row arrived (memory: the rows that
     arrived ahead); a row missing or arriving twice is an error."""
@@ -294,7 +297,7 @@ def in_document_order(batches: Iterable[tuple[np.ndarray, np.ndarray]], start_ro
         ready = int(np.argmax(gaps)) if gaps.any() else index_all.size
         take = ready if expected + ready == n_docs else ready - ready % shard_size
         for a in range(0, take, shard_size):
-            yield np.ascontiguousarray(rows_all[a:min(a + shard_size, take)], dtype=np.float16)
+            yield np.ascontiguousarray(rows_all[a:min(a + shard_size, take)])
         expected += take
         held_index, held_rows = index_all[take:], rows_all[take:]
     if expected != n_docs or held_index.size:

@@ -53,7 +53,8 @@ def summarize(run: RunDir) -> dict[str, Any]:
         out["corpus"] = {"documents": corpus.count, "tokens": corpus.tokens, "skipped": corpus.skipped,
                          "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds}
     if embed := read(EmbedRecord):
-        out["embed"] = {"embedder": embed.embedder, "model": embed.model, "dim": embed.dim, "seconds": embed.seconds}
+        out["embed"] = {"embedder": embed.embedder, "model": embed.model, "dim": embed.dim, "seconds": embed.seconds,
+                        **({"confidence": embed.confidence} if embed.confidence else {})}
     try:
         stages = finished_stages(run)
         for stage, found in run.quick_problems(stages).items():
@@ -154,6 +155,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     if e := summary.get("embed"):
         model = f"{e['model']}, " if e["model"] != e["embedder"] else ""
         lines.append(f"embed:    {e['embedder']} ({model}dim {e['dim']}), {e['seconds']:.1f}s")
+        if c := e.get("confidence"):
+            lines.append(f"          it represented a median {c['coverage_median']:.0%} of each document's text; "
+                         f"{c['below_half']:.1%} of the documents less than half (docs/embedders.md)")
     if k := summary.get("cluster"):
         lines.append(f"cluster:  k={k['k']}, sizes min {k['size_min']} / median {k['size_median']:g} / "
                      f"max {k['size_max']}, largest 10% of clusters hold {k['largest_10pct_share']:.0%} "

@@ -13,9 +13,8 @@ from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import npy_rows
 
 DRIFT_PERCENTILE = 5.0
-VOCABULARY_EMBEDDERS = ("lsa",)
-"""Embedders fitted to the run's vocabulary: a new document's unseen words are dropped, so new topics look
-familiar and the drift share understates them (measured: docs/workflows.md)."""
+Coverage = tuple[Callable[[], Iterator[np.ndarray]], np.ndarray]
+"""The old documents' coverage (a function yielding its blocks, for two streamed passes) and the new ones'."""
 
 
 def lower_percentile(path: Path, n: int, q: float) -> float:
@@ -72,24 +71,35 @@ def leave_one_out(scores: Path, labels: Path, n: int, k: int) -> Callable[[], It
 
 
 def drift_report(old_scores: Path, old_labels: Path, n_old: int, new_scores: np.ndarray, new_labels: np.ndarray,
-                 old_sizes: np.ndarray, threshold: float) -> dict[str, Any]:
-    """The drift statistics of an add: the share of new documents whose best cosine to any centroid is
-    below the 5th percentile of the existing documents' cosines to their centroid without them
-    (:func:`leave_one_out`, from ``scores.npy`` and ``labels.npy``), and the growth of every cluster."""
+                 old_sizes: np.ndarray, threshold: float, coverage: Coverage | None = None) -> dict[str, Any]:
+    """The drift statistics of an add: the share of new documents that are *new*, and the growth of every
+    cluster. A new document is new when its best cosine to any centroid is below the 5th percentile of the
+    existing documents' cosines to their centroid without them (:func:`leave_one_out`, from ``scores.npy`` and
+    ``labels.npy``), or, with ``coverage`` (the old documents' confidence shards and the new documents'
+    coverage), when the embedder represented less of it than of all but 5 % of the existing documents: an
+    embedder fitted to the run's vocabulary drops the words it never saw, so a new topic can look familiar by
+    cosine while most of its text went unseen."""
     reference = leave_one_out(old_scores, old_labels, n_old, len(old_sizes))
     cut = streamed_percentile(reference, n_old, DRIFT_PERCENTILE)
-    below = int(np.count_nonzero(new_scores < cut))
-    share = below / max(1, len(new_scores))
+    far = new_scores < cut
+    report: dict[str, Any] = {"similarity_cut": round(cut, 6), "below_cut": int(np.count_nonzero(far))}
+    unseen = np.zeros_like(far)
+    if coverage is not None:
+        old, new = coverage
+        coverage_cut = streamed_percentile(old, n_old, DRIFT_PERCENTILE)
+        unseen = np.asarray(new) < coverage_cut
+        report.update(coverage_cut=round(coverage_cut, 6), below_coverage_cut=int(np.count_nonzero(unseen)))
+    share = int(np.count_nonzero(far | unseen)) / max(1, len(new_scores))
     added = np.bincount(new_labels, minlength=len(old_sizes)).astype(np.int64)
     growth = added / np.maximum(old_sizes, 1)
     return {
         "documents_before": int(n_old), "documents_added": len(new_scores),
-        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", "similarity_cut": round(cut, 6),
-        "below_cut": below,
+        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", **report,
         "drift_share": round(share, 6), "drift_threshold": threshold, "recommend_refit": share > threshold,
         "cluster_before": old_sizes.astype(int).tolist(), "cluster_added": added.tolist(),
         "cluster_growth": [round(float(g), 6) for g in growth],
     }
+
 
 
 def format_drift(report: dict[str, Any], run: RunDir) -> str:
@@ -101,9 +111,12 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
     top = np.argsort(-growth, kind="stable")[:5]
     lines = [
         f"added {report['documents_added']:,} documents to {report['documents_before']:,} in {run.root}",
-        f"drift: {report['drift_share']:.1%} of the new documents are less similar to every centroid than "
-        f"the 5th percentile of the existing ones (cosine {report['similarity_cut']:.4f}); threshold "
-        f"{report['drift_threshold']:.0%}",
+        f"drift: {report['drift_share']:.1%} of the new documents are new: less similar to every centroid than "
+        f"the 5th percentile of the existing ones (cosine {report['similarity_cut']:.4f}: "
+        f"{report['below_cut']:,} documents)" + (
+            f" or less seen by the embedder than the 5th percentile of the existing ones (coverage "
+            f"{report['coverage_cut']:.2f}: {report['below_coverage_cut']:,})" if "coverage_cut" in report else "")
+        + f"; threshold {report['drift_threshold']:.0%}",
         "fastest-growing clusters: " + ", ".join(
             f"{c} (+{report['cluster_added'][c]} on {report['cluster_before'][c]}, {growth[c]:.0%})" for c in top),
     ]
@@ -113,10 +126,6 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
     if report["recommend_refit"]:
         lines.append(f"recommendation: re-cluster with `clusterclip cluster {run.root} --refit` (it refuses while "
                      "plans exist unless --force: continue a running plan with `plan --continue` after it)")
-    elif report.get("embedder") in VOCABULARY_EMBEDDERS:
-        lines.append(f"the drift share is below the threshold, but with the {report['embedder']} embedder it "
-                     "understates new topics (words the run never saw are dropped): judge by the cluster growth, "
-                     "or re-cluster if the new documents are of another kind")
     else:
         lines.append("the existing clusters still fit the new documents; no re-clustering needed")
     dedup = report.get("dedup")

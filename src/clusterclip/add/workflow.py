@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clusterclip.add.drift import drift_report
+from clusterclip.add.drift import Coverage, drift_report
 from clusterclip.add.lineage import READ_FIELDS, add_command, base_records, check_duplicate_inputs, run_text_hashes
 from clusterclip.add.new_docs import read_new_documents
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SCORES, SIZES
@@ -135,7 +135,7 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)
     # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
     report = drift_report(run.path(SCORES), run.path(LABELS), n_old, scores, labels, old_sizes,
-                          config.drift_threshold)
+                          config.drift_threshold, _coverage(run, embed, shards))
     report["embedder"] = embed.embedder_config.get("name")
     growth = Growth(journal, base, n_old, new, shards, scores, sizes, time.perf_counter() - t0)
     grown = {entry.name: entry.grow(run, growth) for entry in TABLE if entry.grow is not None}
@@ -143,6 +143,20 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates})
     run.path(A.ADD_JOURNAL).unlink()
     return load_json(run.path(A.DRIFT_REPORT))
+
+
+def _coverage(run: RunDir, embed: EmbedRecord, shards: list[dict[str, Any]]) -> Coverage | None:
+    """The old documents' coverage (streamed from their confidence shards) and the new ones', for the drift
+    report; None when the run was embedded before confidence was recorded."""
+    if not embed.has_confidence():
+        return None
+
+    def old() -> Iterator[np.ndarray]:
+        for shard in embed.shards:
+            yield np.asarray(load_npy(run.path(shard["confidence"]), mmap=True)[:, 0], np.float32)
+
+    new = np.concatenate([load_npy(run.path(s["confidence"]))[:, 0] for s in shards]) if shards else np.zeros(0)
+    return old, new
 
 
 def _dedup_summary(record: DedupRecord | None, ran: bool) -> dict[str, Any] | None:

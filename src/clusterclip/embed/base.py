@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from clusterclip.store import RunDir
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
+CONFIDENCE_COLUMNS = ("coverage", "norm")
+"""The columns of a document's embedding confidence (:meth:`EmbedderBase.encode_with_confidence`)."""
 
 
 @runtime_checkable
@@ -110,6 +112,8 @@ class EmbedderBase:
     vectors, so the rebuild command names them."""
     FITTED: ClassVar[bool] = False
     """Fitted by the embed stage on a seeded corpus sample; the model is stored in the run directory."""
+    USES_GPU: ClassVar[bool] = False
+    """A model that runs on a GPU when there is one (``--engine ray`` then starts one encoder actor per GPU)."""
 
     @classmethod
     def create(cls, *, batch_size: int | None = None, device: str = "cpu", seed: int = 0, progress: bool = True,
@@ -144,16 +148,31 @@ class EmbedderBase:
 
     def encode(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
         """Embed ``texts`` as float32 ``[len(texts), dim]`` with unit-norm rows, in input order."""
+        return self.encode_with_confidence(texts, progress=progress)[0]
+
+    def encode_with_confidence(self, texts: Sequence[str], *,
+                               progress: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Unit-norm vectors of ``texts`` and, per document, how much of it they represent: float32 ``[n, 2]``
+        of ``coverage`` (the share of the document's text the embedder saw: for a fitted vocabulary, its words in
+        it; for a model, what truncation kept; 1 for a model-free embedder) and ``norm`` (the vector's norm before
+        normalising: for ``lsa``, the share of the document's TF-IDF row that the fitted directions hold).
+        See :data:`CONFIDENCE_COLUMNS` and ``docs/embedders.md``."""
         texts = list(texts)
         show = self.progress if progress is None else progress
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        coverage = np.ones(len(texts), dtype=np.float32)
         with progress_bar(f"embed ({self.name})", "doc", len(texts), show and len(texts) > self.batch_size) as bar:
-            for idx, vecs in self._encode_batches(texts):
+            for idx, vecs, *cov in self._encode_batches(texts):
                 out[idx] = vecs
+                if cov and cov[0] is not None:
+                    coverage[idx] = cov[0]
                 bar.update(len(vecs))
-        return normalise_rows(out)
+        norms = np.linalg.norm(out, axis=1).astype(np.float32) if len(texts) else np.zeros(0, np.float32)
+        return normalise_rows(out), np.stack([np.clip(coverage, 0.0, 1.0), norms], axis=1)
 
-    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, ...]]:
+        """``(rows, vectors)`` or ``(rows, vectors, coverage)`` per batch, rows indexing ``texts``; vectors need not
+        be normalised (their norms are recorded)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -200,3 +219,14 @@ class FittedEmbedder(EmbedderBase):
         if emb.config() != record.embedder_config:
             raise ClusterClipError(f"{run.path(cls.MODEL_DIR)}: fitted model options differ from the embed record")
         return emb
+
+
+def confidence_of(emb: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors and confidence of ``texts`` from any embedder: one with ``encode_with_confidence`` (every
+    :class:`EmbedderBase`) says how much it saw; a foreign one (the :class:`Embedder` protocol only) is taken to
+    see everything, its vectors' norms recorded."""
+    if hasattr(emb, "encode_with_confidence"):
+        return emb.encode_with_confidence(texts, progress=False)
+    vecs = np.asarray(emb.encode(texts), dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if vecs.ndim == 2 else np.zeros(0, np.float32)
+    return vecs, np.stack([np.ones(len(texts), np.float32), norms], axis=1) if norms.size else np.zeros((0, 2))

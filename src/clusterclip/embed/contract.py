@@ -25,11 +25,20 @@ EMBED_DIR = "embeddings"
 EMBED_PROGRESS = "embeddings/progress.json"
 """Finished shards of an interrupted embed stage, with checksums, so a re-run reuses them."""
 EMBED_SHARD_GLOB = "shard-*.npy"
+CONFIDENCE_GLOB = "confidence-*.npy"
+CONFIDENCE_COLUMNS = ("coverage", "norm")
+"""Columns of a confidence shard: the share of each document the embedder represented, and its vector's norm
+before normalising (``docs/embedders.md``)."""
 
 
 def embed_shard(i: int) -> str:
     """The ``i``-th embedding shard (float16, rows in document order)."""
     return f"{EMBED_DIR}/shard-{i:05d}.npy"
+
+
+def confidence_shard(i: int) -> str:
+    """The ``i``-th shard's confidence (float32 ``[rows, 2]``: :data:`CONFIDENCE_COLUMNS`)."""
+    return f"{EMBED_DIR}/confidence-{i:05d}.npy"
 
 
 def model_dir(embedder: str) -> str:
@@ -40,7 +49,8 @@ def model_dir(embedder: str) -> str:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EmbedRecord(StageRecord):
     """``embed.json``. ``config`` holds the embedder's full configuration (``config["embedder"]``, with its
-    ``name``) and the shard size; ``shards`` lists every shard file and its rows, in document order."""
+    ``name``) and the shard size; ``shards`` lists every shard file, its rows and (runs of this version) its
+    ``confidence`` file, in document order; ``confidence`` summarises the documents' coverage."""
 
     NAME: ClassVar[str] = EMBED_STAGE
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "embed", "INPUT...", "--out", RUN)
@@ -53,6 +63,7 @@ class EmbedRecord(StageRecord):
     count: int
     shards: list[dict[str, Any]]
     regrow: list[list[str]] | None = None
+    confidence: dict[str, float] | None = None
 
     @property
     def embedder_config(self) -> dict[str, Any]:
@@ -66,6 +77,10 @@ class EmbedRecord(StageRecord):
     def shard_files(self) -> list[str]:
         """The shard files (run-relative), in document order."""
         return [str(s["file"]) for s in self.shards]
+
+    def has_confidence(self) -> bool:
+        """Whether every shard has its confidence file (runs embedded before it have none)."""
+        return bool(self.shards) and all("confidence" in s for s in self.shards)
 
 
 def _embed_shards(run: RunDir, verify: bool) -> tuple[EmbedRecord, list[tuple[Path, int]]]:
@@ -130,3 +145,61 @@ def iter_embeddings(run: RunDir, batch_rows: int = 65536, verify: bool = True) -
                 pending, have = [], 0
     if have:
         yield pending[0] if len(pending) == 1 else np.concatenate(pending)
+
+
+def load_confidence(run: RunDir, verify: bool = True) -> np.ndarray | None:
+    """Every document's embedding confidence, float32 ``[count, 2]`` (:data:`CONFIDENCE_COLUMNS`), or None for a
+    run embedded before confidence was recorded. 8 bytes a document."""
+    rec = EmbedRecord.require(run, verify=verify)
+    if not rec.has_confidence():
+        return None
+    parts = [load_npy(run.path(s["confidence"])) for s in rec.shards]
+    out = np.concatenate(parts) if parts else np.zeros((0, 2), np.float32)
+    if out.shape != (rec.count, len(CONFIDENCE_COLUMNS)):
+        raise ClusterClipError(f"{run.path(EMBED_DIR)}: confidence of shape {out.shape}, expected "
+                               f"{(rec.count, len(CONFIDENCE_COLUMNS))}; re-run `embed`")
+    return out
+
+
+COVERAGE_BINS = 1000
+"""Coverage is summarised from a histogram of this many bins over [0, 1] (quantiles to 0.001), one shard at a
+time, so the summary costs no memory per document."""
+
+
+def coverage_histogram(confidence: np.ndarray) -> np.ndarray:
+    """Counts of documents per coverage bin (:data:`COVERAGE_BINS` + 1 bins: the last holds coverage 1)."""
+    bins = np.clip((np.asarray(confidence[:, 0], np.float64) * COVERAGE_BINS).astype(np.int64), 0, COVERAGE_BINS)
+    return np.bincount(bins, minlength=COVERAGE_BINS + 1)
+
+
+def confidence_summary(histogram: np.ndarray) -> dict[str, float]:
+    """What the record and ``status`` say of the coverage (from :func:`coverage_histogram` summed over shards):
+    its median and 5th percentile (to 0.001) and the share of documents of which the embedder represented less
+    than half."""
+    n = int(histogram.sum())
+    if not n:
+        return {"coverage_median": 0.0, "coverage_p5": 0.0, "below_half": 0.0}
+    cum = np.cumsum(histogram)
+
+    def quantile(q: float) -> float:
+        return round(min(1.0, int(np.searchsorted(cum, q * (n - 1), side="right")) / COVERAGE_BINS), 4)
+
+    return {"coverage_median": quantile(0.5), "coverage_p5": quantile(0.05),
+            "below_half": round(float(cum[COVERAGE_BINS // 2 - 1]) / n, 4)}
+
+
+def cluster_coverage(run: RunDir, labels: np.ndarray, k: int) -> np.ndarray | None:
+    """Each cluster's mean coverage (:data:`CONFIDENCE_COLUMNS`), read one confidence shard at a time (``labels``
+    may be memory-mapped); None for a run embedded before confidence was recorded or whose labels do not match."""
+    rec = EmbedRecord.require(run, verify=False)
+    if not rec.has_confidence() or len(labels) != rec.count:
+        return None
+    sums, counts, start = np.zeros(k), np.zeros(k), 0
+    for shard in rec.shards:
+        cov = np.asarray(load_npy(run.path(shard["confidence"]), mmap=True)[:, 0], np.float64)
+        lab = np.asarray(labels[start:start + cov.size], np.int64)
+        ok = (lab >= 0) & (lab < k)
+        sums += np.bincount(lab[ok], weights=cov[ok], minlength=k)[:k]
+        counts += np.bincount(lab[ok], minlength=k)[:k]
+        start += cov.size
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)

@@ -6,15 +6,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from clusterclip.corpus.contract import CORPUS_STAGE
-from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, embed_shard
+from clusterclip.embed.contract import (
+    COVERAGE_BINS,
+    EMBED_STAGE,
+    EmbedRecord,
+    confidence_summary,
+    coverage_histogram,
+)
 from clusterclip.embed.load import run_embedder
-from clusterclip.embed.stage import encode_shards
+from clusterclip.embed.stage import encode_shards, write_shard
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.stages import grow_stage
 from clusterclip.stages.growth import Growth
-from clusterclip.store import RunDir, save_npy
+from clusterclip.store import RunDir, load_npy
 from clusterclip.store.lineage import REGROW
 
 
@@ -30,10 +38,9 @@ def embed_new(run: RunDir, base: EmbedRecord, new_parts: Sequence[str], n_new: i
     shards = []
     with progress_bar(f"add: embed ({emb.name})", "doc", n_new, progress) as bar:
         blocks = encode_shards(emb, [run.path(p) for p in new_parts], 0, base.shard_size, n_new, bar)
-        for i, shard in enumerate(blocks):
-            rel = embed_shard(first + i)
-            save_npy(run.path(rel), shard)
-            shards.append({"file": rel, "rows": len(shard)})
+        for i, (shard, conf) in enumerate(blocks):
+            entry = write_shard(run, first + i, shard, conf)
+            shards.append({k: entry[k] for k in ("file", "rows", "confidence")})
     return shards
 
 
@@ -42,6 +49,12 @@ def grow_embed_record(run: RunDir, growth: Growth) -> EmbedRecord:
     command)."""
     base, shards = growth.base[EMBED_STAGE], growth.shards
     assert isinstance(base, EmbedRecord)
-    return grow_stage(run, base, run.output_hash(CORPUS_STAGE), [*base.artifacts, *(s["file"] for s in shards)],
-                      0.0, dict(base.artifacts), (CORPUS_STAGE,), count=growth.count, shards=[*base.shards, *shards],
-                      **{REGROW: [*(base.regrow or []), list(growth.journal["command"])]})
+    files = [f for s in shards for f in (s["file"], s["confidence"])]
+    grown = [*base.shards, *shards]
+    summary = None
+    if all("confidence" in s for s in grown):
+        summary = confidence_summary(sum((coverage_histogram(load_npy(run.path(s["confidence"]))) for s in grown),
+                                         np.zeros(COVERAGE_BINS + 1, np.int64)))
+    return grow_stage(run, base, run.output_hash(CORPUS_STAGE), [*base.artifacts, *files],
+                      0.0, dict(base.artifacts), (CORPUS_STAGE,), count=growth.count, shards=grown,
+                      confidence=summary, **{REGROW: [*(base.regrow or []), list(growth.journal["command"])]})

@@ -52,6 +52,7 @@ class LsaEmbedder(FittedEmbedder):
         self.idf: np.ndarray | None = None
         self.components: np.ndarray | None = None
         self._counter: Any = None
+        self._all_words: Any = None
 
     def config(self) -> dict[str, Any]:
         """Every option of the fit and the transform (the fitted arrays are outputs of the embed stage)."""
@@ -140,7 +141,16 @@ class LsaEmbedder(FittedEmbedder):
                                             dtype=np.float32)
         return self._counter.transform(texts).tocsr()
 
-    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+    def _content_tokens(self, texts: Sequence[str]) -> np.ndarray:
+        """Each text's words that could be in the vocabulary (the token pattern, English stop words out)."""
+        if self._all_words is None:
+            from sklearn.feature_extraction.text import HashingVectorizer
+
+            self._all_words = HashingVectorizer(lowercase=True, token_pattern=self.TOKEN_PATTERN, stop_words="english",
+                                                alternate_sign=False, norm=None, n_features=1 << 18, dtype=np.float32)
+        return np.asarray(self._all_words.transform(texts).sum(axis=1), dtype=np.float64).ravel()
+
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, ...]]:
         if not self.fitted:
             raise ClusterClipError("lsa embedder is not fitted: fit() it on a sample of the corpus, or load a "
                                    "run's model with run_embedder()")
@@ -148,12 +158,15 @@ class LsaEmbedder(FittedEmbedder):
 
         comps_t = np.ascontiguousarray(self.components.T)  # type: ignore[union-attr]
         for start in range(0, len(texts), self.batch_size):
-            x = self._counts(texts[start:start + self.batch_size])
+            batch = texts[start:start + self.batch_size]
+            x = self._counts(batch)
+            known = np.asarray(x.sum(axis=1), dtype=np.float64).ravel()
+            coverage = np.where(known > 0, known / np.maximum(self._content_tokens(batch), known), 0.0)
             np.log(x.data, out=x.data)
             x.data += 1.0
             x.data *= self.idf[x.indices]  # type: ignore[index]
             x = normalize(x, copy=False)
-            yield slice(start, start + x.shape[0]), np.asarray(x @ comps_t, dtype=np.float32)
+            yield slice(start, start + x.shape[0]), np.asarray(x @ comps_t, dtype=np.float32), coverage
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_counter": None}
+        return {**self.__dict__, "_counter": None, "_all_words": None}

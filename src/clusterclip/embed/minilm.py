@@ -25,6 +25,7 @@ class MiniLMEmbedder(EmbedderBase):
     SUMMARY = "all-MiniLM-L6-v2 transformer (~100x slower on CPU)"
     REBUILD_OPTIONS = ("max_seq_length",)
     COMMAND_FLAGS = ("batch_size", "device")
+    USES_GPU = True
     dim = 384
     DEFAULT_BATCH_SIZE = 64
 
@@ -70,11 +71,18 @@ class MiniLMEmbedder(EmbedderBase):
             self._model.max_seq_length = self.max_seq_length
         return self._model
 
-    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, ...]]:
         model = self._load()
         order = np.argsort(-np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), kind="stable")
         for start in range(0, len(texts), self.batch_size):
             idx = order[start:start + self.batch_size]
-            vecs = model.encode([texts[i] for i in idx], batch_size=len(idx), convert_to_numpy=True,
+            batch = [texts[i] for i in idx]
+            vecs = model.encode(batch, batch_size=len(idx), convert_to_numpy=True,
                                 normalize_embeddings=True, show_progress_bar=False)
-            yield idx, np.asarray(vecs, dtype=np.float32)
+            yield idx, np.asarray(vecs, dtype=np.float32), self._kept(model, batch)
+
+    def _kept(self, model: Any, batch: list[str]) -> np.ndarray:
+        """The share of each text's tokens that truncation to ``max_seq_length`` (with [CLS] and [SEP]) keeps."""
+        ids = model.tokenizer(batch, add_special_tokens=False, truncation=False)["input_ids"]
+        lengths = np.fromiter(map(len, ids), dtype=np.float64, count=len(ids))
+        return np.minimum(1.0, (self.max_seq_length - 2) / np.maximum(lengths, 1.0)).astype(np.float32)

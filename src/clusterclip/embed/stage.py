@@ -18,21 +18,27 @@ from clusterclip.corpus.contract import (
     count_rows,
     sample_texts,
 )
-from clusterclip.embed.base import Embedder, EmbedderBase, FittedEmbedder
+from clusterclip.embed.base import Embedder, FittedEmbedder, confidence_of
 from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.contract import (
+    CONFIDENCE_COLUMNS,
+    CONFIDENCE_GLOB,
+    COVERAGE_BINS,
     EMBED_DIR,
     EMBED_PROGRESS,
     EMBED_SHARD_GLOB,
     EMBED_STAGE,
     EmbedRecord,
+    confidence_shard,
+    confidence_summary,
+    coverage_histogram,
     embed_shard,
 )
 from clusterclip.embed.registry import fitted_embedders, get_embedder
 from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.stages import Built, Job, Stage, run_stage
-from clusterclip.store import RunDir, file_digest, load_json, save_json, save_npy
+from clusterclip.store import RunDir, file_digest, load_json, load_npy, save_json, save_npy
 
 CHUNKS_PER_CALL = 16
 """Encoder batches per ``encode`` call: the stage encodes chunks of ``CHUNKS_PER_CALL`` x the batch size."""
@@ -46,13 +52,18 @@ def _reusable_shards(run: RunDir, progress: Any, job: Job, shard_size: int, n_do
         return []
     done: list[dict[str, Any]] = []
     for i, entry in enumerate(progress.get("shards", [])):
-        rel = embed_shard(i)
-        path = run.path(rel)
+        rel, conf = embed_shard(i), confidence_shard(i)
         if entry.get("file") != rel or entry.get("rows") != min(shard_size, n_docs - i * shard_size) \
-                or not path.is_file() or file_digest(path) != entry.get("sha256"):
+                or entry.get("confidence") != conf or not _intact(run, rel, entry.get("sha256")) \
+                or not _intact(run, conf, entry.get("confidence_sha256")):
             break
         done.append(entry)
     return done
+
+
+def _intact(run: RunDir, rel: str, sha256: Any) -> bool:
+    path = run.path(rel)
+    return path.is_file() and file_digest(path) == sha256
 
 
 def _start_progress(run: RunDir, job: Job, shard_size: int, n_docs: int) -> dict[str, Any]:
@@ -77,39 +88,45 @@ def _chunk_rows(emb: Embedder, shard_size: int) -> int:
     return min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
 
 
-def _encode_checked(emb: Embedder, texts: list[str]) -> np.ndarray:
-    """``emb``'s vectors of ``texts``; a wrong shape or a non-finite value (a foreign embedder) is an error."""
-    vecs = np.asarray(emb.encode(texts, progress=False) if isinstance(emb, EmbedderBase) else emb.encode(texts))
-    if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all():
+def _encode_checked(emb: Embedder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``emb``'s vectors and confidence of ``texts``; a wrong shape or a non-finite value (a foreign embedder)
+    is an error."""
+    vecs, conf = confidence_of(emb, texts)
+    if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all() or not np.isfinite(conf).all():
         raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
                                f"values for {len(texts)} texts (expected dim {emb.dim})")
-    return vecs
+    return vecs, conf
+
+
+Shard = tuple[np.ndarray, np.ndarray]
+"""A shard's float16 vectors and its float32 confidence (``[rows, 2]``)."""
 
 
 def encode_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
-                  bar: Any) -> Iterator[np.ndarray]:
-    """Encode the shards from ``first_shard`` on in this process (float16, ``shard_size`` rows but the last)."""
+                  bar: Any) -> Iterator[Shard]:
+    """Encode the shards from ``first_shard`` on in this process (``shard_size`` rows but the last)."""
     chunk_rows = _chunk_rows(emb, shard_size)
     reader = TextReader(parts, first_shard * shard_size)
     for start in range(first_shard * shard_size, n_docs, shard_size):
         rows = min(shard_size, n_docs - start)
         shard = np.empty((rows, emb.dim), dtype=np.float16)
+        conf = np.empty((rows, len(CONFIDENCE_COLUMNS)), dtype=np.float32)
         for off in range(0, rows, chunk_rows):
             texts = reader.take(min(chunk_rows, rows - off))
-            shard[off:off + len(texts)] = _encode_checked(emb, texts)
+            shard[off:off + len(texts)], conf[off:off + len(texts)] = _encode_checked(emb, texts)
             bar.update(len(texts))
-        yield shard
+        yield shard, conf
 
 
 def _ray_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
-                bar: Any) -> Iterator[np.ndarray]:
+                bar: Any) -> Iterator[Shard]:
     """Encode the shards from ``first_shard`` on with Ray Data actors (same bytes as :func:`encode_shards`)."""
     from clusterclip.engines import ray_embed_shards
 
-    for shard in ray_embed_shards(parts, first_shard * shard_size, n_docs, shard_size, emb,
-                                  batch_rows=_chunk_rows(emb, shard_size)):
-        bar.update(len(shard))
-        yield shard
+    for rows in ray_embed_shards(parts, first_shard * shard_size, n_docs, shard_size, emb,
+                                 batch_rows=_chunk_rows(emb, shard_size)):
+        bar.update(len(rows))
+        yield np.ascontiguousarray(rows[:, :emb.dim], dtype=np.float16), np.ascontiguousarray(rows[:, emb.dim:])
 
 
 def embed_stage(
@@ -165,20 +182,32 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
     bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
     shards = (_ray_shards if engine == "ray" else encode_shards)(emb, parts, first, shard_size, n_docs, bar)
     with bar:
-        for s, shard in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
-            rel = embed_shard(s)
-            save_npy(run.path(rel), shard)
-            done.append({"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel))})
+        for s, (shard, conf) in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
+            done.append(write_shard(run, s, shard, conf))
             save_json(run.path(EMBED_PROGRESS), state)
-    files = [d["file"] for d in done]
-    for p in run.path(EMBED_DIR).glob(EMBED_SHARD_GLOB):
-        if f"{EMBED_DIR}/{p.name}" not in files:
-            p.unlink()
+    files = [f for d in done for f in (d["file"], d["confidence"])]
+    for glob in (EMBED_SHARD_GLOB, CONFIDENCE_GLOB):
+        for p in run.path(EMBED_DIR).glob(glob):
+            if f"{EMBED_DIR}/{p.name}" not in files:
+                p.unlink()
     for cls in fitted_embedders():
         if not (model_files and isinstance(emb, cls)):
             shutil.rmtree(run.path(cls.MODEL_DIR), ignore_errors=True)
+    shards = [{k: d[k] for k in ("file", "rows", "confidence")} for d in done]
+    histogram = sum((coverage_histogram(load_npy(run.path(d["confidence"]))) for d in done),
+                    np.zeros(COVERAGE_BINS + 1, np.int64))
+    summary = confidence_summary(histogram) if done else None
     return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
-                             count=n_docs, shards=[{"file": d["file"], "rows": d["rows"]} for d in done]))
+                                           count=n_docs, shards=shards, confidence=summary))
+
+
+def write_shard(run: RunDir, i: int, shard: np.ndarray, conf: np.ndarray) -> dict[str, Any]:
+    """Save shard ``i`` and its confidence; their progress entry (files, rows, checksums)."""
+    rel, crel = embed_shard(i), confidence_shard(i)
+    save_npy(run.path(rel), shard)
+    save_npy(run.path(crel), np.ascontiguousarray(conf, dtype=np.float32))
+    return {"file": rel, "rows": len(shard), "sha256": file_digest(run.path(rel)), "confidence": crel,
+            "confidence_sha256": file_digest(run.path(crel))}
 
 
 def _fit_model(run: RunDir, emb: FittedEmbedder, parts: Sequence[Path], n_docs: int,

@@ -96,13 +96,14 @@ class StaticEmbedder(EmbedderBase):
         self._char_cut = self.max_length * model.median_token_length if self.max_length else None
         self._loaded = True
 
-    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, np.ndarray]]:
+    def _encode_batches(self, texts: list[str]) -> Iterator[tuple[Any, ...]]:
         from scipy.sparse import csr_matrix
 
         self._load()
         n_vocab = self._emb.shape[0]
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start:start + self.batch_size]
+            full = np.fromiter(map(len, batch), dtype=np.float64, count=len(batch))
             if self._char_cut is not None:
                 batch = [t[:self._char_cut] for t in batch]
             ids = [e.ids for e in self._tok.encode_batch_fast(batch, add_special_tokens=False)]
@@ -115,4 +116,8 @@ class StaticEmbedder(EmbedderBase):
             counts = np.bincount(rows, minlength=len(ids)).astype(np.float32)
             weights = 1.0 / np.maximum(counts, 1.0)
             doc_tokens = csr_matrix((weights[rows], (rows, flat)), shape=(len(ids), n_vocab), dtype=np.float32)
-            yield slice(start, start + len(batch)), np.asarray(doc_tokens @ self._emb, dtype=np.float32)
+            # known tokens among those read, times the share of the text read (characters, then tokens, cut)
+            read = np.ones(len(batch)) if self._char_cut is None else \
+                np.minimum(1.0, self._char_cut / np.maximum(full, 1))
+            coverage = counts / np.maximum(lengths, 1) * read
+            yield slice(start, start + len(batch)), np.asarray(doc_tokens @ self._emb, dtype=np.float32), coverage

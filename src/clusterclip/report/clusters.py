@@ -23,6 +23,7 @@ class ClusterRow:
     share: float
     token_share: float | None
     mean_cos: float | None
+    coverage: float | None
     draw_shares: tuple[float, ...]
     majority: tuple[str, float] | None
     keywords: tuple[str, ...]
@@ -38,6 +39,7 @@ class ClusterTable:
     draw_plans: tuple[str, ...]
     with_tokens: bool
     with_cohesion: bool
+    with_coverage: bool
     with_groups: bool
     with_text: bool
 
@@ -88,6 +90,7 @@ def cluster_table(run: RunView, scan: CorpusScan | None) -> ClusterTable | None:
             share=float(sizes[c] / n),
             token_share=None if token_share is None else float(token_share[c]),
             mean_cos=None if mean_cos is None else float(mean_cos[c]),
+            coverage=None if run.coverage is None else float(run.coverage[c]),
             draw_shares=tuple(float(s[c]) for s in draw_shares),
             majority=_majority(contingency[c], scan.groups) if contingency is not None else None,
             keywords=tuple(w for w, _ in scan.keywords[c]) if scan is not None else (),
@@ -101,6 +104,7 @@ def cluster_table(run: RunView, scan: CorpusScan | None) -> ClusterTable | None:
         draw_plans=tuple(p.name for p in drawn),
         with_tokens=token_share is not None,
         with_cohesion=mean_cos is not None,
+        with_coverage=run.coverage is not None,
         with_groups=contingency is not None,
         with_text=scan is not None,
     )

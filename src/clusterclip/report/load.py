@@ -22,7 +22,7 @@ import numpy as np
 from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord, cluster_totals
 from clusterclip.contracts import STAGES
 from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
-from clusterclip.embed.contract import EmbedRecord
+from clusterclip.embed.contract import EmbedRecord, cluster_coverage
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.contract import EXPERIMENT_RESULTS, TUNE_RESULTS
 from clusterclip.plan.contract import (
@@ -89,6 +89,8 @@ class RunView:
     experiment: dict[str, Any] | None
     notes: tuple[str, ...]
     tune: dict[str, Any] | None = None
+    coverage: np.ndarray | None = None
+    """Each cluster's mean embedding coverage (the share of its documents' text the embedder represented)."""
 
     @property
     def corpus(self) -> CorpusRecord | None:
@@ -154,7 +156,20 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         experiment=experiment,
         notes=tuple(notes),
         tune=tune,
+        coverage=_coverage(rd, records, labels, k, notes),
     )
+
+
+def _coverage(rd: RunDir, records: dict[str, StageRecord | None], labels: np.ndarray | None, k: int,
+              notes: list[str]) -> np.ndarray | None:
+    """Each cluster's mean coverage, when the embed stage recorded confidence (None otherwise)."""
+    if records.get(EmbedRecord.NAME) is None or labels is None or not k:
+        return None
+    try:
+        return cluster_coverage(rd, labels, k)
+    except (ClusterClipError, OSError, ValueError) as exc:
+        notes.append(f"embedding confidence left out ({exc})")
+        return None
 
 
 def check_recorded(rd: RunDir) -> dict[str, StageRecord | None]:

@@ -128,6 +128,9 @@ def _cluster_columns(t: ClusterTable) -> list[h.Column]:
         cols.append(h.Column("% tokens", numeric=True, tip="share of the corpus's tokens"))
     if t.with_cohesion:
         cols.append(h.Column("mean cos", numeric=True, tip="mean cosine similarity of the documents to the centroid"))
+    if t.with_coverage:
+        cols.append(h.Column("% seen", numeric=True, tip="mean share of its documents' text the embedder represented "
+                             "(low: words outside its vocabulary, another script, truncated text)"))
     cols += [
         h.Column(f"% draws {name}", numeric=True, tip=f"share of the draws of plan {name}") for name in t.draw_plans
     ]
@@ -147,6 +150,8 @@ def _cluster_row(r: ClusterRow, t: ClusterTable) -> list[object]:
         row.append(_percent(r.token_share))
     if r.mean_cos is not None:
         row.append(h.Cell("–" if math.isnan(r.mean_cos) else f"{r.mean_cos:.3f}", sort=r.mean_cos, numeric=True))
+    if r.coverage is not None:
+        row.append(h.Cell("–" if math.isnan(r.coverage) else f"{100 * r.coverage:.0f}", sort=r.coverage, numeric=True))
     row += [_percent(share) for share in r.draw_shares]
     if t.with_groups:
         group, share = r.majority or (None, 0.0)
