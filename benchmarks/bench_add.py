@@ -3,7 +3,7 @@ the cost of an add against rebuilding the grown run from scratch.
 
     .venv/bin/python benchmarks/bench_add.py --corpus ../shared/data/minipile.jsonl.gz
 
-Two scenarios, each in a temporary folder (``--tmp``), with the ``hashing`` embedder (no model):
+Two scenarios, each in a temporary folder (``--tmp``), with ``--embedder`` (default: the default embedder):
 
 * ``random``: a seeded random ``--new-share`` of the documents is held out; the run is built (corpus,
   embed, cluster) from the rest, then the held-out documents are added. New documents like the old ones
@@ -33,6 +33,7 @@ from clusterclip.cluster.stage import cluster_stage
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.registry import DEFAULT_EMBEDDER
 from clusterclip.embed.stage import embed_stage
 from clusterclip.store import RunDir
 
@@ -47,28 +48,30 @@ def split(corpus: Path, out: Path, held_out: Callable[[int, dict], bool]) -> tup
     return old, new
 
 
-def build(run: RunDir, inputs: list[Path], k: int) -> float:
+def build(run: RunDir, inputs: list[Path], k: int, embedder: str) -> float:
     t0 = time.perf_counter()
     with run.lock():
         corpus_stage(run, inputs, CorpusConfig(id_field="id"), progress=False)
-        embed_stage(run, EmbedConfig(embedder="hashing"), progress=False)
+        embed_stage(run, EmbedConfig(embedder=embedder), progress=False)
         cluster_stage(run, ClusterConfig(k=k), progress=False)
     return time.perf_counter() - t0
 
 
-def scenario(name: str, old: Path, new: Path, root: Path, k: int, rebuild: bool) -> dict:
+def scenario(name: str, old: Path, new: Path, root: Path, k: int, rebuild: bool, embedder: str) -> dict:
     run = RunDir(root / name)
-    build(run, [old], k)
+    build(run, [old], k, embedder)
     t0 = time.perf_counter()
     with run.lock():
         report = add_documents(run, [new], progress=False)
     seconds = time.perf_counter() - t0
-    out = {"scenario": name, "before": report["documents_before"], "added": report["documents_added"],
-           "similarity_cut": report["similarity_cut"], "drift_share": report["drift_share"],
+    out = {"scenario": name, "embedder": embedder, "before": report["documents_before"],
+           "added": report["documents_added"], "similarity_cut": report["similarity_cut"],
+           "below_cut": report["below_cut"], "coverage_cut": report.get("coverage_cut"),
+           "below_coverage_cut": report.get("below_coverage_cut"), "drift_share": report["drift_share"],
            "recommend_refit": report["recommend_refit"], "add_seconds": round(seconds, 2),
            "max_growth": max(report["cluster_growth"])}
     if rebuild:
-        whole = build(RunDir(root / f"{name}-rebuilt"), [old, new], k)
+        whole = build(RunDir(root / f"{name}-rebuilt"), [old, new], k, embedder)
         out.update(rebuild_seconds=round(whole, 2), add_over_rebuild=round(seconds / whole, 3))
     return out
 
@@ -80,6 +83,8 @@ def main() -> None:
     ap.add_argument("--domains", default="python-docs,hacker-jargon")
     ap.add_argument("--k", type=int, default=50)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--embedder", default=DEFAULT_EMBEDDER)
+    ap.add_argument("--no-rebuild", action="store_true", help="skip timing the add against a rebuild")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-add-", dir=args.tmp))
     try:
@@ -88,12 +93,12 @@ def main() -> None:
         a = root / "random"
         a.mkdir()
         old, new = split(Path(args.corpus), a, lambda i, r: draw[i] < args.new_share)
-        print(json.dumps(scenario("random", old, new, a, args.k, rebuild=True)))
+        print(json.dumps(scenario("random", old, new, a, args.k, not args.no_rebuild, args.embedder)))
         b = root / "domain"
         b.mkdir()
         domains = set(args.domains.split(","))
         old, new = split(Path(args.corpus), b, lambda i, r: r.get("domain") in domains)
-        print(json.dumps(scenario(f"domain:{args.domains}", old, new, b, args.k, rebuild=False)))
+        print(json.dumps(scenario(f"domain:{args.domains}", old, new, b, args.k, False, args.embedder)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

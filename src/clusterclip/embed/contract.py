@@ -190,10 +190,12 @@ def confidence_summary(histogram: np.ndarray) -> dict[str, float]:
 
 def cluster_coverage(run: RunDir, labels: np.ndarray, k: int) -> np.ndarray | None:
     """Each cluster's mean coverage (:data:`CONFIDENCE_COLUMNS`), read one confidence shard at a time (``labels``
-    may be memory-mapped); None for a run embedded before confidence was recorded or whose labels do not match."""
+    may be memory-mapped) after the shards' checksums are verified; None for a run embedded before confidence was
+    recorded or whose labels do not match."""
     rec = EmbedRecord.require(run, verify=False)
     if not rec.has_confidence() or len(labels) != rec.count:
         return None
+    run.verify(EMBED_STAGE, rec.to_json(), only=[s["confidence"] for s in rec.shards])
     sums, counts, start = np.zeros(k), np.zeros(k), 0
     for shard in rec.shards:
         cov = np.asarray(load_npy(run.path(shard["confidence"]), mmap=True)[:, 0], np.float64)

@@ -156,20 +156,17 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         experiment=experiment,
         notes=tuple(notes),
         tune=tune,
-        coverage=_coverage(rd, records, labels, k, notes),
+        coverage=_coverage(rd, records, labels, k),
     )
 
 
-def _coverage(rd: RunDir, records: dict[str, StageRecord | None], labels: np.ndarray | None, k: int,
-              notes: list[str]) -> np.ndarray | None:
-    """Each cluster's mean coverage, when the embed stage recorded confidence (None otherwise)."""
+def _coverage(rd: RunDir, records: dict[str, StageRecord | None], labels: np.ndarray | None,
+              k: int) -> np.ndarray | None:
+    """Each cluster's mean coverage, when the embed stage recorded confidence (None otherwise); a confidence
+    file that fails its checksum stops the report, as a damaged cluster array does."""
     if records.get(EmbedRecord.NAME) is None or labels is None or not k:
         return None
-    try:
-        return cluster_coverage(rd, labels, k)
-    except (ClusterClipError, OSError, ValueError) as exc:
-        notes.append(f"embedding confidence left out ({exc})")
-        return None
+    return cluster_coverage(rd, labels, k)
 
 
 def check_recorded(rd: RunDir) -> dict[str, StageRecord | None]:
