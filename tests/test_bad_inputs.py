@@ -220,7 +220,7 @@ def test_disk_full_in_embed_stage_keeps_finished_shards(tmp_path: Path, capsys: 
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     path = _jsonl(tmp_path / "c.jsonl", _records(40))
     out = tmp_path / "run"
-    monkeypatch.setattr(embed_module, "save_npy", _full_disk_after(4, embed_module.save_npy))  # a shard and its confidence
+    monkeypatch.setattr(embed_module, "save_npy", _full_disk_after(4, embed_module.save_npy))
     rc, err = _embed(capsys, [path], out, "--shard-size", "10")
     assert rc == 2 and f"{out / 'embeddings'}: disk is full" in err and "finished shards are kept" in err
     assert not _temp_files(out) and RunDir(out).record("embed") is None
