@@ -1,6 +1,7 @@
 """Mixture search: swarm CSV readers (both formats, every error), predictors on a known synthetic law,
-seeded proposals on the simplex that pass the feasibility hook, the next-round rule. One integration
-test reads RegMix's published swarm from ../shared/data/regmix (skipped when absent)."""
+seeded proposals on the simplex that pass the feasibility hook, the next-round rule, the trust region
+(pull-back, flags, the refusal of a swarm whose weights never vary). Two integration tests read RegMix's
+published swarm from ../shared/data/regmix (skipped when absent)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.mixture.fromcsv import format_proposal, propose_from_swarm
 from clusterclip.mixture.predictors import PREDICTORS, make_predictor
 from clusterclip.mixture.propose import (
     RoundConfig,
@@ -24,6 +26,7 @@ from clusterclip.mixture.propose import (
     temperature_candidates,
 )
 from clusterclip.mixture.swarm import MixtureError, from_arrays, read_regmix, read_swarm, write_swarm
+from clusterclip.mixture.trust import RADIUS_BOUNDS, TrustRegion, adaptive_radius, check_varies, hull_distance
 
 REGMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "regmix"
 
@@ -315,3 +318,79 @@ def test_regmix_swarm_loglinear_ranks_the_1b_runs():
     assert train.objective_name == "metric/the_pile_pile_cc_val_loss"
     p = make_predictor("loglinear").fit(train.weights, train.objective)
     assert spearmanr(p.predict(test.weights), test.objective).statistic > 0.9
+
+
+# --- trust region: proposals that extrapolate are pulled back and flagged --------------------------
+
+def _extrapolating_swarm():
+    """60 runs over four domains in which ``d`` never exceeds 5 %, and the loss falls with ``d``: a linear law
+    fitted on it runs off to an all-``d`` mixture it has never seen (RegMix's Enron case in small)."""
+    rng = np.random.default_rng(3)
+    w = rng.dirichlet(np.ones(4), size=60)
+    w[:, 3] = rng.uniform(0, 0.05, 60)
+    w[:, :3] *= (1 - w[:, 3:4]) / w[:, :3].sum(axis=1, keepdims=True)
+    y = 4.0 - 3.0 * w[:, 3] + 0.2 * w[:, 0] + rng.normal(0, 0.001, 60)
+    return from_arrays(w, y, ["a", "b", "c", "d"], objective_name="loss")
+
+
+def test_a_proposal_outside_the_measured_mixtures_is_pulled_back_and_flagged():
+    swarm = _extrapolating_swarm()
+    cfg = RoundConfig(seed=0, n_candidates=2000, explore=0.0)
+    free = next_round(swarm, make_predictor("linear"), 1, RoundConfig(seed=0, n_candidates=2000, explore=0.0,
+                                                                      trust=False))
+    assert free.weights[0, 3] > 0.9 and free.radius is None  # without the trust region: (almost) all d
+    prop = next_round(swarm, make_predictor("linear"), 1, cfg)
+    region = TrustRegion.around(swarm)
+    assert prop.radius == region.radius == RADIUS_BOUNDS[0]  # a dense swarm: the smallest radius
+    dist, _ = region.nearest(prop.weights)
+    assert dist[0] <= region.radius + 1e-9 and prop.pulled()[0] and prop.distance[0] > region.radius
+    assert prop.weights[0, 3] <= swarm.weights[:, 3].max() + region.radius + 1e-9
+    hull, below = prop.flags[0]
+    assert hull.startswith("outside the hull of the 60 measured mixtures (total variation 0.050 from it)")
+    assert "beyond the measured range: d 0.100 (measured 0.001-0.050)" in hull
+    assert below.startswith("predicted 3.73") and below.endswith(f"below every measured objective (lowest "
+                                                                 f"{swarm.objective.min():.4g})")
+
+
+def test_hull_distance_radius_and_flags_on_known_mixtures():
+    runs = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    assert hull_distance(np.array([0.5, 0.5, 0.0]), runs) == pytest.approx(0.0, abs=1e-9)
+    assert hull_distance(np.array([0.4, 0.4, 0.2]), runs) == pytest.approx(0.2)
+    assert hull_distance(np.array([0.0, 0.0, 1.0]), runs) == pytest.approx(1.0)
+    region = TrustRegion(runs, 0.1, best=3.0)
+    assert region.flags(np.array([[0.5, 0.5, 0.0]]), np.array([3.5]), ("a", "b", "c")) == [[]]
+    (hull, below), = region.flags(np.array([[0.4, 0.4, 0.2]]), np.array([2.0]), ("a", "b", "c"))
+    assert hull == ("outside the hull of the 2 measured mixtures (total variation 0.200 from it); beyond the "
+                    "measured range: c 0.200 (measured 0.000-0.000)")
+    assert below == "predicted 2, below every measured objective (lowest 3)"
+    moved, before = region.pull(np.array([[0.0, 0.0, 1.0], [0.95, 0.05, 0.0]]))
+    assert before.tolist() == pytest.approx([1.0, 0.05])
+    assert moved.tolist() == [pytest.approx([0.9, 0.0, 0.1]), pytest.approx([0.95, 0.05, 0.0])]
+    assert adaptive_radius(np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])) == pytest.approx(0.1)
+    assert adaptive_radius(np.array([[1.0, 0.0], [0.0, 1.0]])) == RADIUS_BOUNDS[1]
+
+
+def test_a_swarm_whose_weights_never_vary_is_refused():
+    swarm = from_arrays(np.tile([0.5, 0.3, 0.2], (5, 1)), np.arange(5.0), ["a", "b", "c"])
+    with pytest.raises(MixtureError, match=r"^the swarm's 5 runs all have the same mixture: weights that never "
+                                           r"vary tell a predictor nothing about them"):
+        next_round(swarm, make_predictor("linear"), 2)
+    with pytest.raises(MixtureError, match="same mixture"):
+        check_varies(swarm)
+    check_varies(_extrapolating_swarm())
+
+
+@pytest.mark.skipif(not (REGMIX / "train_mixture_1m.csv").exists(), reason="no RegMix swarm here")
+def test_regmix_linear_proposal_stays_near_the_runs_and_says_it_extrapolates():
+    """Without the trust region the linear law proposed 98.8 % Enron emails (no run above 2.6 %) at a predicted
+    3.59 where no run got below 5.08."""
+    swarm = read_regmix(REGMIX / "train_mixture_1m.csv", REGMIX / "train_pile_loss_1m.csv")
+    res = propose_from_swarm(swarm, "linear")
+    enron = res["weights"][res["domains"].index("train_the_pile_enron_emails")]
+    t = res["trust"]
+    assert enron < 0.5 and t["distance"] <= t["radius"] + 1e-9
+    assert any(f.startswith("outside the hull of the 512 measured mixtures") for f in t["flags"])
+    assert any("below every measured objective (lowest 5.082)" in f for f in t["flags"])
+    text = format_proposal(res)
+    assert "Trust region: within 0.212 (total variation) of a measured run" in text
+    assert "WARNING: extrapolation: predicted" in text

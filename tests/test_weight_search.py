@@ -101,6 +101,13 @@ def test_weight_search_rounds_are_feasible_predicted_and_find_a_better_mixture(t
             w = np.array([[x for _, x in spec["weights"]]])
             assert feasible_weights(w, view.tokens, 3, view.budget)[0]
     assert res["winner"].startswith("weights-") and res["candidates"][res["winner"]]["status"] == "chosen"
+    measured = [np.array(c["group_weights"]) for c in ws["rounds"][0]["candidates"]]
+    for r in ws["rounds"][1:]:  # every predicted mixture lies in the trust region around the mixtures measured before
+        for c in r["candidates"]:
+            near = min(0.5 * np.abs(np.array(c["group_weights"]) - m).sum() for m in measured)
+            assert near <= c["trust_radius"] + 1e-4 and c["pulled"] == (c["distance"] > c["trust_radius"])
+            assert isinstance(c["flags"], list)
+        measured += [np.array(c["group_weights"]) for c in r["candidates"]]
     chosen = np.array(res["candidates"][res["winner"]]["spec"]["group_weights"])
     natural = np.array(ws["space"]["natural"])
     assert np.abs(chosen - TARGET).sum() < np.abs(natural - TARGET).sum()
@@ -155,10 +162,34 @@ def test_from_csv_proposes_and_writes_a_weights_file(tmp_path: Path, capsys: pyt
     write_swarm(tmp_path / "swarm.csv", swarm)
     assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv")]) == 0
     out = capsys.readouterr().out
-    assert "Predicted loss" in out
+    assert "Predicted loss" in out and "Trust region: within" in out
     saved = json.loads((tmp_path / "o" / "tune" / "proposed_weights.json").read_text())
     assert list(saved) == ["0", "1", "2", "3"] and sum(saved.values()) == pytest.approx(1.0)
     assert saved["2"] > saved["0"]
+
+
+def test_from_csv_says_when_it_extrapolates_and_refuses_a_swarm_that_never_varies(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The printed proposal names the trust region and warns of an extrapolation; a swarm whose weights never vary
+    is one line on stderr and exit status 2."""
+    rng = np.random.default_rng(3)
+    w = rng.dirichlet(np.ones(4), size=60)
+    w[:, 3] = rng.uniform(0, 0.05, 60)  # d never above 5 %, and the loss falls with it
+    w[:, :3] *= (1 - w[:, 3:4]) / w[:, :3].sum(axis=1, keepdims=True)
+    swarm = from_arrays(w, 4.0 - 3.0 * w[:, 3], ["a", "b", "c", "d"], objective_name="loss")
+    write_swarm(tmp_path / "swarm.csv", swarm)
+    assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv"),
+                 "--predictor", "linear"]) == 0
+    out = capsys.readouterr().out
+    assert "Trust region: within 0.050 (total variation) of a measured run; this mixture is pulled back from" in out
+    assert "WARNING: extrapolation: outside the hull of the 60 measured mixtures" in out
+    assert "WARNING: extrapolation: predicted" in out and "below every measured objective" in out
+    saved = json.loads((tmp_path / "o" / "tune" / "proposed_weights.json").read_text())
+    assert saved["d"] <= 0.05 + 0.05 + 1e-6
+    write_swarm(tmp_path / "const.csv", from_arrays(np.tile([0.5, 0.5], (4, 1)), np.arange(4.0), ["a", "b"]))
+    assert main(["tune", "--out", str(tmp_path / "c"), "--from-csv", str(tmp_path / "const.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("clusterclip: error: the swarm's 4 runs all have the same mixture")
 
 
 REGMIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "regmix"
@@ -267,6 +298,17 @@ def test_run_budget_stops_the_weight_search_and_it_still_decides(tmp_path: Path)
     assert len(res["weight_search"]["rounds"]) == 1 and res["winner"]
 
 
+def test_finals_stopped_by_the_budget_are_judged_on_the_pairs_all_of_them_finished(tmp_path: Path) -> None:
+    """26 runs make the rounds; 5 more give the 4 finalists and random a third pair, 2 more start a fourth that
+    not all finish: every finalist is judged on the same 3 pairs (not on the rounds' 2), and 3 < 6 pairs give
+    no verdict."""
+    res = _tune(tmp_path, PlanRunner(), dataclasses.replace(WEIGHTS, max_runs=33))
+    final = res["weight_search"]["final"]
+    assert res["status"] == "stopped: max-runs 33 reached" and len(final) == 4
+    assert {a["pairs"] for a in final.values()} == {3} and res["winner"] == "random"
+    assert all(a["objective"]["note"] == "too few pairs: 3 < 6" for a in final.values())
+
+
 def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Path) -> None:
     """Each split fits its own ``lsa``, so raw centroids of two splits live in different coordinates; the
     split's documents embedded by the reference split's embedder put its clusters (here: the true topics,
@@ -293,21 +335,62 @@ def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Pa
     assert assign(ClusterView(moved[:4], np.ones(4), 1), ref).tolist() == [0, 1, 2, 3]
 
 
-def test_a_search_with_no_feasible_mixture_says_so(tmp_path: Path) -> None:
-    """Splits whose clusters meet the reference's groups in reverse (its largest group is another split's
-    smallest cluster): no mixture near the natural one fits the cap there, so the rounds stop with the
-    reason instead of three empty rounds and a silent fallback to random."""
+class Reversed(PlanRunner):
+    """Splits whose clusters meet the reference's groups in reverse: the reference's largest group is another
+    split's smallest cluster, so the reference's natural mixture needs up to 300/20 x passes repeats there."""
+
+    def cluster_view(self, split: int, space: int | None = None) -> ClusterView:
+        view = super().cluster_view(split, space)
+        return view if split == 0 else dataclasses.replace(view, centroids=view.centroids[::-1].copy())
+
+
+def test_groups_that_do_not_fit_every_split_are_merged_until_round_0_trains(tmp_path: Path) -> None:
+    """Groups formed on the reference split are infeasible on the others at the asked cap: before, no mixture
+    was feasible, round 0 trained nothing and random was chosen. Now the groups are merged until the natural
+    mixture fits every split, round 0 trains its candidates, and the results and the summary say what changed."""
+    from clusterclip.experiment.tune import groups as G
     from clusterclip.experiment.tune.format import format_summary
 
-    class Reversed(PlanRunner):
-        def cluster_view(self, split: int, space: int | None = None) -> ClusterView:
-            view = super().cluster_view(split, space)
-            return view if split == 0 else dataclasses.replace(view, centroids=view.centroids[::-1].copy())
+    runner = Reversed()
+    views = {s: runner.cluster_view(s, 0) for s in (0, 1, 2)}
+    of = {s: assign(v, reference_groups(views[0], 6)) for s, v in views.items()}
+    natural0 = G.natural(views[0], of[0], 6)
+    assert not G.feasibility(views, of, 3)(natural0[None, :])[0]  # the reference's groups do not fit split 1
+    res = _tune(tmp_path / "a", runner)
+    ws, space = res["weight_search"], res["weight_search"]["space"]
+    assert (space["groups_asked"], space["max_repeat_asked"], space["max_repeat"]) == (6, 3, 3)
+    assert 2 <= space["groups"] < 6 and "stopped" not in ws
+    assert space["changes"][0].startswith("the natural mixture is the mean of the 3 splits' group shares: the "
+                                          "reference split 0's own shares need ")
+    assert any(c.startswith("merged group") and "repeats there (cap 3)" in c for c in space["changes"])
+    assert space["changes"][-1] == f"6 groups became {space['groups']}"
+    round0 = ws["rounds"][0]["candidates"]
+    assert len(round0) == WEIGHTS.weight_runs and all(c["measured"] is not None for c in round0)
+    for spec, split, _ in runner.calls:  # every mixture trained fits its split under the cap
+        if spec["strategy"] == "weights":
+            view = runner.cluster_view(split)
+            assert feasible_weights(np.array([[x for _, x in spec["weights"]]]), view.tokens, 3, view.budget)[0]
+    assert "Weight search groups: 6 groups and max_repeat 3 asked; the natural mixture did not fit every split, " \
+           "so: the natural mixture is the mean" in format_summary(res)
 
-    res = _tune(tmp_path / "a", Reversed())
-    ws = res["weight_search"]
-    assert ws["rounds"] == [] and "max_repeat 3" in ws["stopped"] and res["winner"] == "random"
-    assert "Weight search stopped: round 0: no mixture" in format_summary(res)
+
+def test_the_cap_is_raised_when_two_groups_still_do_not_fit() -> None:
+    """Two clusters, half the tokens each on the reference, 90/10 on the other split: at two groups nothing is
+    left to merge, so the cap rises to the smallest that fits (the mean natural weight 0.3 of a group holding
+    10 % of split 1's tokens needs 2 passes x 0.3 / 0.1 = 6 repeats there), and the changes say so, starting with
+    the natural mixture itself (the reference's own 50/50 would need 10 repeats on split 1)."""
+    from clusterclip.experiment.tune.groups import feasibility, feasible_grouping
+
+    cent = np.eye(2)
+    views = {0: ClusterView(cent, np.array([50.0, 50.0]), 200), 1: ClusterView(cent, np.array([90.0, 10.0]), 200)}
+    g = feasible_grouping(views, 0, 8, 3)
+    assert g.cap == 6 and len(g.groups) == 2 and g.natural.tolist() == pytest.approx([0.7, 0.3])
+    assert g.changes == ("the natural mixture is the mean of the 2 splits' group shares: the reference split 0's own "
+                         "shares need 10.0 repeats of group 1 on split 1 (cap 3)",
+                         "raised max_repeat from 3 to 6: with 2 groups the natural mixture needs 6.0 repeats on "
+                         "some split")
+    assert feasibility(views, g.of, 6)(g.natural[None, :])[0] and not feasibility(views, g.of, 5)(g.natural[None, :])[0]
+    assert feasible_grouping(views, 0, 8, 6).cap == 6 and feasible_grouping(views, 0, 8, 10).changes == ()
 
 
 def test_the_training_runner_shares_runs_of_one_plan() -> None:

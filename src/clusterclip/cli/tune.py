@@ -25,14 +25,16 @@ Search sampling plans for a corpus with small proxy models: random, uniform, tem
 ClusterClip (--caps x --orders). Each proxy run trains the experiment's model on one (held-out split,
 seed) pair; successive halving keeps the best 1/--eta candidates and gives them more pairs, within
 --max-runs / --max-minutes. The objective is the macro held-out loss (over --group-field when the corpus
-has it, else over clusters), judged by its paired difference to random with a 95 % bootstrap interval;
-a candidate must also keep the micro loss within --max-micro-regression of random's. If none is better
-than random, random is chosen. The chosen plan is written for the whole corpus into RUN (an ordinary
-plan), with the equivalent `clusterclip plan` command; `clusterclip report RUN` shows the search.
+has it, else over clusters), judged by its paired difference to random with a 95 % (expanded) bootstrap
+interval, and no verdict from fewer than 6 (split, seed) pairs; a candidate must also keep the micro loss
+within --max-micro-regression of random's. If none is better than random, random is chosen. The chosen
+plan is written for the whole corpus into RUN (an ordinary plan), with the equivalent `clusterclip plan`
+command; `clusterclip report RUN` shows the search.
 Finished proxy runs are kept in RUN/tune/runs/, so a killed search resumes where it stopped; two
 candidates whose plans are identical on a pair train once. --search weights searches per-cluster
-mixtures under --weights-cap in rounds guided by --predictor (docs/tune.md); --from-csv proposes a
-mixture from a swarm file without training.
+mixtures under --weights-cap in rounds guided by --predictor, within a trust region around the measured
+mixtures, over groups merged (or a cap raised) until the natural mixture fits every split (docs/tune.md);
+--from-csv proposes a mixture from a swarm file without training, and says when it extrapolates.
 
 examples:
   clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90

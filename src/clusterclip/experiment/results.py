@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.experiment.config import ExperimentConfig
-from clusterclip.experiment.stats import format_interval, paired_interval
+from clusterclip.experiment.stats import MIN_PAIRS, format_interval, paired_interval
 from clusterclip.settings import SettingsError
 from clusterclip.store import atomic_write, load_json, save_json
 
@@ -105,7 +105,8 @@ def _strategy_stats(name: str, runs: list[dict[str, Any]], baseline: dict[tuple[
 
 def summarize_runs(results: dict[str, Any]) -> dict[str, Any]:
     """Mean, spread and paired differences to ``random`` (same split and seed) per strategy, with their
-    95 % bootstrap intervals and verdicts, from the finished runs."""
+    95 % expanded bootstrap intervals and verdicts (``inconclusive`` with a ``note`` from fewer than
+    ``MIN_PAIRS`` pairs), from the finished runs."""
     by = _by_strategy(results)
     baseline = {pair_key(r): r for r in by.get("random", [])}
     return {name: _strategy_stats(name, runs, baseline) for name, runs in by.items()}
@@ -126,6 +127,8 @@ def _flat_summary(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if d:
                 row.update({f"{m}_minus_random": d["mean"], f"{m}_minus_random_low": d["low"],
                             f"{m}_minus_random_high": d["high"], f"{m}_verdict": d["verdict"]})
+                if d.get("note"):  # too few pairs for a verdict, whatever the interval
+                    row[f"{m}_verdict_note"] = d["note"]
         rows[name] = row
     return rows
 
@@ -202,7 +205,7 @@ def _table_row(name: str, e: dict[str, Any]) -> str:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """The results as a markdown table: mean ± std over (split, seed) runs, paired difference to random
-    with its 95 % bootstrap interval and verdict."""
+    with its 95 % expanded bootstrap interval and verdict (none from fewer than ``MIN_PAIRS`` pairs)."""
     stats = results.get("stats", {})
     d = results.get("data", {})
     uni = results.get("unigram", {})
@@ -210,7 +213,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = [
         f"Held-out loss (nats/token), mean ± std over runs ({len(results.get('splits') or [0])} held-out split(s) x "
         f"{len(results['config'].get('seeds', ()))} seed(s)); Δ: mean paired difference to random over (split, "
-        "seed) pairs [95 % bootstrap interval] verdict (wins/pairs). "
+        f"seed) pairs [95 % expanded bootstrap interval] verdict (wins/pairs); a verdict needs at least {MIN_PAIRS} "
+        "pairs. "
         f"First split: {d.get('train_documents')} training documents, "
         f"K={d.get('k')}, budget {d.get('budget_tokens', 0):,} tokens "
         f"({results['config']['passes']:g} passes, {d.get('steps')} steps), "

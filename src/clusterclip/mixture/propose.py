@@ -9,12 +9,13 @@ The caller passes the planner's exact repetition-cap check there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from clusterclip.mixture.predictors import Predictor
 from clusterclip.mixture.swarm import MixtureError, Swarm
+from clusterclip.mixture.trust import TrustRegion
 
 Feasible = Callable[[np.ndarray], np.ndarray]
 
@@ -172,11 +173,23 @@ def rank_candidates(predictor: Predictor, candidates: np.ndarray) -> tuple[np.nd
 @dataclass(frozen=True)
 class Proposal:
     """The next round: ``weights[i]`` with predicted objective ``predicted[i]``; ``explore[i]`` tells
-    whether it was picked to explore (True) or to exploit (False)."""
+    whether it was picked to explore (True) or to exploit (False). With a trust region (``radius``),
+    ``distance[i]`` is the candidate's total-variation distance to the nearest measured mixture *before* it was
+    pulled back (pulled when above ``radius``) and ``flags[i]`` why it still extrapolates
+    (:meth:`~clusterclip.mixture.trust.TrustRegion.flags`; empty: it does not)."""
 
     weights: np.ndarray
     predicted: np.ndarray
     explore: np.ndarray
+    distance: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    radius: float | None = None
+    flags: tuple[tuple[str, ...], ...] = ()
+
+    def pulled(self) -> np.ndarray:
+        """Which rows the trust region pulled back towards a measured mixture."""
+        if self.radius is None or len(self.distance) == 0:
+            return np.zeros(len(self.weights), dtype=bool)
+        return self.distance > self.radius
 
 
 def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -205,11 +218,16 @@ class RoundConfig:
     explore: float = 0.25
     min_distance: float = 0.02
     top: int = 8
+    trust: bool = True
+    """Keep candidates within ``trust_radius`` of a measured mixture (:mod:`clusterclip.mixture.trust`)."""
+    trust_radius: float | None = None
+    """Total-variation radius of the trust region; None: the swarm's median nearest-neighbour distance."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.explore <= 1.0 or self.n_candidates < 2 or self.min_distance < 0 or self.top < 1:
-            raise MixtureError(f"need 0 <= explore <= 1, n_candidates >= 2, min_distance >= 0, top >= 1; "
-                               f"got {self}")
+        if not 0.0 <= self.explore <= 1.0 or self.n_candidates < 2 or self.min_distance < 0 or self.top < 1 or \
+                (self.trust_radius is not None and not self.trust_radius > 0):
+            raise MixtureError(f"need 0 <= explore <= 1, n_candidates >= 2, min_distance >= 0, top >= 1, "
+                               f"trust_radius > 0; got {self}")
 
 
 def next_round(swarm: Swarm, predictor: Predictor, n: int, config: RoundConfig | None = None, *,
@@ -227,22 +245,43 @@ def next_round(swarm: Swarm, predictor: Predictor, n: int, config: RoundConfig |
       the one farthest from every run and pick so far (farthest-point sampling), while that distance
       is at least ``min_distance``.
 
-    Fewer than ``n`` rows come back only when there are not enough feasible, distinct candidates.
+    With ``config.trust`` (the default) every candidate is first pulled back into the trust region around
+    the swarm's mixtures (:class:`~clusterclip.mixture.trust.TrustRegion`), and each pick is flagged when it
+    still extrapolates. A swarm whose weights never vary is refused. Fewer than ``n`` rows come back only
+    when there are not enough feasible, distinct candidates.
     """
     cfg = config or RoundConfig()
     if n < 1:
         raise MixtureError(f"need n >= 1 mixtures; got {n}")
+    region = TrustRegion.around(swarm, cfg.trust_radius)
     predictor.fit(swarm.weights, swarm.objective)
     p = _prior(swarm.weights.mean(axis=0) if prior is None else prior)
     if len(p) != len(swarm.domains):
         raise MixtureError(f"prior has {len(p)} weights, the swarm {len(swarm.domains)} domains")
     cands = _candidates(swarm, p, cfg.n_candidates, cfg.seed, cfg.top, feasible)
+    before = region.nearest(cands)[0] if len(cands) else np.zeros(0)
+    if cfg.trust and len(cands):
+        cands, before = _pulled(region, cands, feasible)
     if len(cands) == 0:
         return Proposal(cands, np.zeros(0), np.zeros(0, dtype=bool))
     order, pred = rank_candidates(predictor, cands)
     picks, exploited = _pick(cands, order, swarm.weights, n, n - round(cfg.explore * n), cfg.min_distance)
     idx = np.asarray(picks, dtype=np.int64)
-    return Proposal(cands[idx], pred[idx], np.arange(len(idx)) >= exploited)
+    flags = region.flags(cands[idx], pred[idx], swarm.domains)
+    return Proposal(cands[idx], pred[idx], np.arange(len(idx)) >= exploited, before[idx],
+                    region.radius if cfg.trust else None, tuple(tuple(f) for f in flags))
+
+
+def _pulled(region: TrustRegion, cands: np.ndarray, feasible: Feasible) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates pulled into the trust region (those beyond it checked again by ``feasible``: a convex
+    combination of two feasible mixtures is feasible for a cap, but a hook need not be convex), with their
+    distances before the pull."""
+    moved, before = region.pull(cands)
+    far = before > region.radius
+    keep = np.ones(len(moved), dtype=bool)
+    if far.any():
+        keep[far] = _mask(moved[far], feasible)
+    return moved[keep], before[keep]
 
 
 def _pick(cands: np.ndarray, order: np.ndarray, runs: np.ndarray, n: int, n_exploit: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from clusterclip.experiment.stats import format_interval
+from clusterclip.experiment.stats import MIN_PAIRS, format_interval
 
 
 def print_event(text: str) -> None:
@@ -17,7 +17,8 @@ def format_summary(res: dict[str, Any]) -> str:
     """The candidates as a markdown table (intervals vs random), the choice, why, and its plan command."""
     obj = res.get("objective") or "heldout_macro_cluster"
     lines = [f"Objective: {obj} (lower is better); Δ: paired difference to random over (split, seed) pairs "
-             "[95 % bootstrap interval] verdict (wins/pairs).", "",
+             f"[95 % expanded bootstrap interval] verdict (wins/pairs); a verdict needs at least {MIN_PAIRS} pairs.",
+             *_few_pairs(res), "",
              "| candidate | status | pairs | Δ objective | Δ micro | feasible |", "|---|---|---|---|---|---|"]
     for name, c in (res.get("candidates") or {}).items():
         a = c.get("assessment") or {}
@@ -27,23 +28,48 @@ def format_summary(res: dict[str, Any]) -> str:
     lines += _weight_lines(res.get("weight_search"))
     unseen = res.get("unseen")
     if unseen:
+        check = unseen.get("check") or ("holds" if unseen["holds"] else "does NOT hold")
         lines.append(f"Unseen splits {unseen['split_seeds']}: chosen {unseen['chosen']} minus best fixed candidate "
-                     f"{unseen['best_fixed']}: {format_interval(unseen['chosen_minus_best'])}; "
-                     f"{'holds' if unseen['holds'] else 'does NOT hold'} (at least as good within its interval).")
+                     f"{unseen['best_fixed']}: {format_interval(unseen['chosen_minus_best'])}; {check}"
+                     + (" (at least as good within its interval)." if check == "holds" else "."))
     if res.get("plan"):
         lines.append(f"Plan for the whole corpus: {res['plan']['name']}; the same plan by hand:\n  "
                      f"{res['plan']['command']}")
     return "\n".join(lines) + "\n"
 
 
+def _few_pairs(res: dict[str, Any]) -> list[str]:
+    """A warning when the search has fewer (split, seed) pairs than a verdict needs: random is then chosen."""
+    n = len(res.get("pairs") or ())
+    if not n or n >= MIN_PAIRS:
+        return []
+    return [f"Only {n} search pair(s), fewer than the {MIN_PAIRS} a verdict needs: no candidate can be `better`, "
+            f"so random is chosen whatever the runs show; train more --seeds or --split-seeds for a decision."]
+
+
 def _weight_lines(ws: dict[str, Any] | None) -> list[str]:
-    """The weight search in a few lines: groups, rounds, the finalists and the comparison with the grid."""
+    """The weight search in a few lines: groups (and what was changed to make them feasible), rounds, the
+    proposals that extrapolate, the finalists and the comparison with the grid."""
     if not ws:
         return []
     sp = ws.get("space", {})
-    n = sum(len(r["candidates"]) for r in ws.get("rounds", []))
-    lines = [f"Weight search: {len(ws.get('rounds', []))} rounds, {n} mixtures over {sp.get('groups')} groups "
-             f"(max_repeat {sp.get('max_repeat')}); finalists: {', '.join(ws.get('final') or ()) or 'none'}."]
+    rounds = ws.get("rounds", [])
+    per_round = ", ".join(f"{sum(c['measured'] is not None for c in r['candidates'])}/{len(r['candidates'])}"
+                          for r in rounds)
+    lines = [f"Weight search: {len(rounds)} rounds, {sum(len(r['candidates']) for r in rounds)} mixtures over "
+             f"{sp.get('groups')} groups (max_repeat {sp.get('max_repeat')}; trained per round: {per_round or '–'}); "
+             f"finalists: {', '.join(ws.get('final') or ()) or 'none'}."]
+    if sp.get("changes"):
+        lines.append(f"Weight search groups: {sp.get('groups_asked')} groups and max_repeat "
+                     f"{sp.get('max_repeat_asked')} asked; the natural mixture did not fit every split, so: "
+                     + "; ".join(sp["changes"]) + ".")
+    flagged = [c for r in rounds for c in r["candidates"] if c.get("flags")]
+    pulled = sum(bool(c.get("pulled")) for r in rounds for c in r["candidates"])
+    predicted = sum(c.get("predicted") is not None for r in rounds for c in r["candidates"])
+    if predicted:
+        below = sum(any("below every measured" in f for f in c["flags"]) for c in flagged)
+        lines.append(f"Predicted mixtures: {predicted}; {pulled} pulled back into the trust region, {len(flagged)} "
+                     f"flagged as extrapolating ({below} predicted below every measured objective).")
     if ws.get("stopped"):
         lines.append(f"Weight search stopped: {ws['stopped']}.")
     vs = ws.get("versus_grid")

@@ -1,6 +1,6 @@
 """Successive halving and the decision: every candidate gets a few (split, seed) pairs, the best ``1/eta``
-get more, until the pairs or the budget run out; the winner must beat random with an interval below zero
-within the micro tolerance, else random is chosen."""
+get more, until the pairs or the budget run out; the winner must beat random with a ``better`` verdict (an
+interval below zero over at least ``MIN_PAIRS`` pairs) within the micro tolerance, else random is chosen."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from clusterclip.experiment.config import ExperimentConfig
-from clusterclip.experiment.stats import paired_interval
+from clusterclip.experiment.stats import MIN_PAIRS, paired_interval
 from clusterclip.experiment.tune.pool import prefetch
 from clusterclip.experiment.tune.proxies import Pair
 from clusterclip.experiment.tune.search import Search
@@ -67,8 +67,9 @@ def halving(s: Search, write: Callable[[], None]) -> tuple[list[dict[str, Any]],
 
 
 def choose(final: dict[str, Any], tol: float, seen: dict[str, Any] | None = None) -> tuple[str, str]:
-    """The winner and why: the feasible candidate of the last rung with the lowest objective whose interval
-    is below zero, else random; ``seen`` (every candidate's latest assessment) names those refused for micro."""
+    """The winner and why: the feasible candidate of the last rung with the lowest objective whose verdict is
+    ``better`` (interval below zero over at least ``MIN_PAIRS`` pairs), else random; ``seen`` (every
+    candidate's latest assessment) names those refused for micro."""
     better = [n for n, a in final.items() if a["feasible"] and a["objective"]["verdict"] == "better"]
     if better:
         win = min(better, key=lambda n: final[n]["objective"]["mean"])
@@ -77,13 +78,17 @@ def choose(final: dict[str, Any], tol: float, seen: dict[str, Any] | None = None
                      f"[{o['low']:+.4f}, {o['high']:+.4f}] over {o['n']} pairs, with micro {m['mean']:+.4f} "
                      f"(tolerance {tol:g}); the lowest objective among {len(better)} candidate(s) better than random")
     infeasible = [n for n, a in (seen or final).items() if not a["feasible"] and a["objective"]["mean"] < 0]
-    why = "no candidate beat random: none within the micro tolerance has an objective interval below zero"
+    why = (f"no candidate beat random: none within the micro tolerance has an objective interval below zero over at "
+           f"least {MIN_PAIRS} pairs")
     if infeasible:
         why += f" ({', '.join(sorted(infeasible))} lowered the objective, but raised micro by more than {tol:g})"
-    unconfirmed = sorted(n for n, a in final.items() if a["objective"]["n"] < 2 and a["objective"]["mean"] < 0)
+    unconfirmed = sorted(n for n, a in final.items() if a["objective"]["n"] < MIN_PAIRS and a["objective"]["mean"] < 0)
     if unconfirmed:
-        why += (f" ({', '.join(unconfirmed)} lowered the objective on a single pair, which gives no interval: the "
-                "search ended before they ran on more pairs; raise --max-runs or --max-minutes to confirm them)")
+        n = min(final[c]["objective"]["n"] for c in unconfirmed)
+        why += (f" ({', '.join(unconfirmed)} lowered the objective on only {n} pair{'s' * (n != 1)}, fewer than the "
+                f"{MIN_PAIRS} a "
+                "verdict needs: the search ended before they ran on more pairs, or it has fewer pairs than that; raise "
+                "--max-runs or --max-minutes, or train more --seeds / --split-seeds, to confirm them)")
     return "random", why + "; random (the natural mixture) is the chosen plan"
 
 
@@ -128,4 +133,13 @@ def unseen_check(s: Search, winner: str, names: Sequence[str] | None = None) -> 
     versus = paired_interval(diffs)
     return {"split_seeds": list(s.tune.check_split_seeds), "pairs": [list(p) for p in pairs], "candidates": scored,
             "chosen": winner, "best_fixed": best, "chosen_minus_best": versus, "holds": versus["low"] <= 0,
-            "chosen_minus_random": scored.get(winner)}
+            "check": unseen_verdict(versus), "chosen_minus_random": scored.get(winner)}
+
+
+def unseen_verdict(versus: dict[str, Any]) -> str:
+    """What the unseen check concludes: ``holds`` (chosen minus best fixed has an interval reaching zero or
+    below), ``does NOT hold``, or, with fewer than ``MIN_PAIRS`` pairs, that it cannot tell either way."""
+    if versus.get("note"):
+        return (f"cannot tell ({versus['note']}; add --check-split-seeds or --seeds for at least {MIN_PAIRS} "
+                "unseen pairs)")
+    return "holds" if versus["low"] <= 0 else "does NOT hold"

@@ -3,7 +3,11 @@
 Round 0 runs the natural (size-proportional) mixture, temperature 0.5, uniform and Dirichlet draws
 around the natural one (:func:`~clusterclip.mixture.propose`); every later round fits the predictor
 (``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit
-the predicted best, explore far from every run). Every candidate passes the planner's exact check
+the predicted best, explore far from every run), inside a trust region around the measured mixtures
+(:mod:`clusterclip.mixture.trust`: a proposal is pulled back to within the swarm's own spacing of a measured
+mixture, and flagged when it still extrapolates). The groups are merged, or the cap raised, until the
+natural mixture is feasible on every split (:func:`.groups.feasible_grouping`, which says what it changed).
+Every candidate passes the planner's exact check
 (:func:`.groups.feasibility`) before it exists, so no infeasible mixture reaches a runner. A candidate is
 measured by its mean paired difference to random on the first ``weight_pairs`` search pairs; the best
 ``1/eta`` then run on every search pair and are judged like the grid's (``assess``, ``choose``).
@@ -35,18 +39,19 @@ ROUND0_TAUS = (1.0, 0.5, 0.0)
 
 
 class Space:
-    """The groups (from the reference split), every split's view and cluster-to-group map, the hook."""
+    """The groups (from the reference split, merged until the natural mixture fits every split), every split's
+    view and cluster-to-group map, the natural mixture, the cap and the feasibility hook."""
 
     def __init__(self, s: Search) -> None:
         splits = list(dict.fromkeys([p[0] for p in search_pairs(s.cfg)] + list(s.tune.check_split_seeds)))
         self.reference = splits[0]
         # every split's centroids in the reference split's embedding space, so that groups carry over
         self.views = {sp: s.runner.cluster_view(sp, self.reference) for sp in splits}  # type: ignore[attr-defined]
-        self.groups = G.reference_groups(self.views[self.reference], s.tune.max_groups)
-        self.of = {sp: G.assign(v, self.groups) for sp, v in self.views.items()}
+        self.asked = (min(s.tune.max_groups, len(self.views[self.reference].centroids)), s.tune.weight_cap(s.cfg))
+        grouping = G.feasible_grouping(self.views, self.reference, s.tune.max_groups, self.asked[1])
+        self.groups, self.of, self.natural, self.cap = grouping.groups, grouping.of, grouping.natural, grouping.cap
+        self.changes = list(grouping.changes)
         self.m = len(self.groups)
-        self.natural = G.natural(self.views[self.reference], self.of[self.reference], self.m)
-        self.cap = s.tune.weight_cap(s.cfg)
         self.feasible = G.feasibility(self.views, self.of, self.cap)
 
     def concrete(self, spec: dict[str, Any], split: int) -> dict[str, Any]:
@@ -54,6 +59,7 @@ class Space:
 
     def describe(self) -> dict[str, Any]:
         return {"reference_split": self.reference, "groups": self.m, "max_repeat": self.cap,
+                "groups_asked": self.asked[0], "max_repeat_asked": self.asked[1], "changes": self.changes,
                 "group_centroids": self.groups.round(8).tolist(), "natural": self.natural.round(6).tolist(),
                 "clusters_per_group": {str(sp): np.bincount(of, minlength=self.m).tolist()
                                        for sp, of in self.of.items()},
@@ -73,15 +79,23 @@ def _measure(s: Search, names: list[str], pairs: list[Pair]) -> dict[str, float]
     return {n: float(a["objective"]["mean"]) for n, a in run_rung(s, names, pairs).items()}
 
 
-def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """The round's mixtures and, per mixture, what the predictor said of it: ``predicted`` (None in round 0),
+    and in predicted rounds whether it explores, its distance to the nearest measured mixture before the trust
+    region pulled it back (``distance``, ``pulled``) and why it still extrapolates (``flags``)."""
     n, seed = s.tune.weight_runs, s.tune.plan_seed * 1000 + r
     if swarm is None or len(swarm) < 2:
         # later rounds without two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
-        return propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS if r == 0 else (), feasible=sp.feasible), None
+        w = propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS if r == 0 else (), feasible=sp.feasible)
+        return w, [{"predicted": None} for _ in w]
     prop = next_round(swarm, make_predictor(s.tune.predictor), n,
                       RoundConfig(seed=seed, n_candidates=s.tune.weight_candidates), prior=sp.natural,
                       feasible=sp.feasible)
-    return prop.weights, prop.predicted
+    pulled = prop.pulled()
+    return prop.weights, [{"predicted": round(float(prop.predicted[i]), 6), "explore": bool(prop.explore[i]),
+                           "distance": round(float(prop.distance[i]), 4), "pulled": bool(pulled[i]),
+                           "trust_radius": round(float(prop.radius or 0.0), 4), "flags": list(prop.flags[i])}
+                          for i in range(len(prop.weights))]
 
 
 def _add(s: Search, sp: Space, w: np.ndarray) -> str:
@@ -104,15 +118,14 @@ def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
     pairs = search_pairs(s.cfg)[: s.tune.weight_pairs]
     swarm: Swarm | None = None
     for r in range(s.tune.weight_rounds):
-        mixtures, predicted = _round_mixtures(s, sp, r, swarm)
+        mixtures, said = _round_mixtures(s, sp, r, swarm)
         if not len(mixtures):
             res["stopped"] = (f"round {r}: no mixture over the {sp.m} groups is feasible under max_repeat {sp.cap} "
                               "on every split (raise --weights-cap or lower --max-groups)")
             break
         names = [_add(s, sp, w) for w in mixtures]
         measured = _measure(s, names, pairs)
-        rows = [{"name": n, "group_weights": s.specs[n]["group_weights"], "measured": measured.get(n),
-                 "predicted": None if predicted is None else round(float(predicted[i]), 6)}
+        rows = [{"name": n, "group_weights": s.specs[n]["group_weights"], "measured": measured.get(n), **said[i]}
                 for i, n in enumerate(names)]
         res["rounds"].append({"round": r, "pairs": [list(p) for p in pairs], "candidates": rows})
         done = [i for i, n in enumerate(names) if n in measured]
@@ -129,7 +142,9 @@ def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
 
 
 def _finals(s: Search, rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The best ``1/eta`` measured candidates on every search pair; their assessments (the finished ones)."""
+    """The best ``1/eta`` measured candidates on every search pair; their assessments. When the budget stopped
+    the finals, every finalist is judged on the longest prefix of the search pairs that all of them (and
+    random) finished, so that they are compared on the same pairs."""
     seen = {c["name"]: c["measured"] for r in rounds for c in r["candidates"] if c["measured"] is not None}
     ranked = sorted(seen, key=lambda n: (seen[n], n))
     top = ranked[: max(1, math.ceil(len(ranked) / s.tune.eta))]
@@ -137,8 +152,10 @@ def _finals(s: Search, rounds: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     pairs = search_pairs(s.cfg)
     scored: dict[str, Any] = run_rung(s, top, pairs)
-    if not scored:  # the budget stopped the finals: judge on the rounds' pairs
-        scored = {n: s.assess(n, pairs[: s.tune.weight_pairs]) for n in top}
+    if len(scored) < len(top):  # the budget stopped the finals: judge every finalist on the pairs all finished
+        done = max(k for k in range(len(pairs) + 1)
+                   if all((n, p) in s.cache for n in ("random", *top) for p in pairs[:k]))
+        scored = {n: s.assess(n, pairs[: max(done, s.tune.weight_pairs)]) for n in top}
     return {n: a for n, a in scored.items() if a is not None}
 
 
