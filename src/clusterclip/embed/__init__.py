@@ -1,6 +1,6 @@
 """Document embedders and the ``embed`` stage.
 
-Five embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
+Six embedders share one small interface (:class:`Embedder`): float32 ``[n, dim]`` rows with unit L2
 norm, plus a ``config()`` that names everything that changes the output, so the stage record can tell
 when embeddings must be recomputed.
 
@@ -17,6 +17,9 @@ when embeddings must be recomputed.
 * ``static-vocab`` -- ``static`` distilled with the corpus' own words added to the vocabulary (taken from a
   seeded sample, like ``lsa``'s fit), so domain terms are whole tokens; cached per vocabulary hash and
   copied into the run directory (``embeddings/static-vocab``).
+* ``subword`` -- opt-in: ``lsa`` plus hashed character n-grams of every word in the same SVD, so a document
+  whose words are all outside the fitted vocabulary (another script, code, symbol art) still gets a vector of
+  its own; same clusters as ``lsa`` on the benchmark corpora, a slower fit (``embeddings/subword``).
 
 The stage (:mod:`clusterclip.embed.stage`) streams the corpus parts, embeds in fixed chunks and writes
 ``embeddings/shard-*.npy`` (float16) one shard at a time; ``embeddings/progress.json`` lists finished

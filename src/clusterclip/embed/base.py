@@ -16,7 +16,7 @@ import numpy as np
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.settings import SettingsError, at_least
-from clusterclip.store import file_digest
+from clusterclip.store import file_digest, load_json, load_npy, save_json, save_npy
 
 if TYPE_CHECKING:
     from clusterclip.embed.contract import EmbedRecord
@@ -203,6 +203,57 @@ class FittedEmbedder(EmbedderBase):
     def load(cls, folder: str | os.PathLike[str], *, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
              progress: bool = True) -> FittedEmbedder:
         raise NotImplementedError
+
+    LOAD_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    """Keys of the saved ``config()`` passed back to the constructor by :meth:`_read_model`."""
+
+    def _write_model(self, folder: str | os.PathLike[str], vocabulary: list[str],
+                     arrays: Sequence[np.ndarray]) -> list[Path]:
+        """Write :attr:`MODEL_FILES` into ``folder`` (atomic files, never pickle): the options as JSON, the
+        ``vocabulary`` as JSON, then ``arrays`` as ``.npy``, in that order."""
+        if not getattr(self, "fitted", False):
+            raise ClusterClipError(f"{self.name} embedder: nothing to save, the model is not fitted")
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = [folder / f for f in self.MODEL_FILES]
+        save_json(paths[0], {"config": self.config(), "vocabulary_size": len(vocabulary)})
+        save_json(paths[1], vocabulary)
+        for path, array in zip(paths[2:], arrays, strict=True):
+            save_npy(path, array)
+        return paths
+
+    @classmethod
+    def _read_model(cls, folder: str | os.PathLike[str], batch_size: int,
+                    progress: bool) -> tuple[Any, Any, list[np.ndarray]]:
+        """What :meth:`_write_model` wrote into ``folder``: an unfitted embedder built from the saved options
+        (:attr:`LOAD_OPTIONS` plus :meth:`_options_of`), the vocabulary and the arrays. A missing or unreadable
+        file is a :class:`ClusterClipError` that says how to rebuild it."""
+        folder = Path(folder)
+        paths = [folder / f for f in cls.MODEL_FILES]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise ClusterClipError(f"fitted {cls.name} model missing ({', '.join(missing)}); re-run `clusterclip "
+                                   "embed --force`")
+        try:
+            config, vocab = load_json(paths[0])["config"], load_json(paths[1])
+            opts = {**{k: config[k] for k in cls.LOAD_OPTIONS}, **cls._options_of(config)}
+            emb = cls(**opts, batch_size=batch_size, progress=progress)
+            arrays = [load_npy(p) for p in paths[2:]]
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ClusterClipError(f"{folder}: unreadable fitted {cls.name} model ({exc}); re-run `clusterclip "
+                                   "embed --force`") from None
+        return emb, vocab, arrays
+
+    @classmethod
+    def _options_of(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """Constructor options recorded in ``config`` under another form than their own key (none here)."""
+        return {}
+
+    @classmethod
+    def _mismatch(cls, folder: str | os.PathLike[str]) -> ClusterClipError:
+        """The error for saved model files that do not fit together."""
+        return ClusterClipError(f"{folder}: fitted {cls.name} model files do not fit together; re-run `clusterclip "
+                                "embed --force`")
 
     @classmethod
     def from_record(cls, run: RunDir, record: EmbedRecord, *, batch_size: int | None = None,

@@ -12,7 +12,6 @@ import numpy as np
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
 from clusterclip.embed.contract import model_dir
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import load_json, load_npy, save_json, save_npy
 
 
 class LsaEmbedder(FittedEmbedder):
@@ -38,6 +37,7 @@ class LsaEmbedder(FittedEmbedder):
     """The fitted model's folder in the run directory (listed with checksums in the embed record)."""
     MODEL_FILES = ("lsa.json", "vocabulary.json", "idf.npy", "components.npy")
     """Options, vocabulary (column order), IDF per column, SVD components ``[dim, vocab]``."""
+    LOAD_OPTIONS = ("dim", "seed", "sample_size", "min_df", "max_df", "max_features")
 
     def __init__(self, *, dim: int = 256, seed: int = 0, sample_size: int = 20_000, min_df: int = 2,
                  max_df: float = 0.5, max_features: int = 32_768, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
@@ -96,39 +96,16 @@ class LsaEmbedder(FittedEmbedder):
 
     def save(self, folder: str | os.PathLike[str]) -> list[Path]:
         """Write the fitted model into ``folder`` (atomic files: :attr:`MODEL_FILES`)."""
-        if not self.fitted:
-            raise ClusterClipError("lsa embedder: nothing to save, the model is not fitted")
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        paths = [folder / f for f in self.MODEL_FILES]
-        save_json(paths[0], {"config": self.config(), "vocabulary_size": len(self.vocabulary or [])})
-        save_json(paths[1], self.vocabulary)
-        save_npy(paths[2], self.idf)
-        save_npy(paths[3], self.components)
-        return paths
+        return self._write_model(folder, self.vocabulary or [], [self.idf, self.components])  # type: ignore[list-item]
 
     @classmethod
     def load(cls, folder: str | os.PathLike[str], *, batch_size: int = EmbedderBase.DEFAULT_BATCH_SIZE,
              progress: bool = True) -> LsaEmbedder:
         """The embedder saved in ``folder``; a missing or inconsistent file is a :class:`ClusterClipError`."""
-        folder = Path(folder)
-        paths = [folder / f for f in cls.MODEL_FILES]
-        missing = [str(p) for p in paths if not p.is_file()]
-        if missing:
-            raise ClusterClipError(f"fitted lsa model missing ({', '.join(missing)}); re-run `clusterclip embed "
-                                   "--force`")
-        try:
-            meta, vocab = load_json(paths[0]), load_json(paths[1])
-            opts = {k: meta["config"][k] for k in ("dim", "seed", "sample_size", "min_df", "max_df", "max_features")}
-            emb = cls(**opts, batch_size=batch_size, progress=progress)
-            idf, comps = load_npy(paths[2]), load_npy(paths[3])
-        except (KeyError, TypeError, ValueError, OSError) as exc:
-            raise ClusterClipError(f"{folder}: unreadable fitted lsa model ({exc}); re-run `clusterclip embed "
-                                   "--force`") from None
+        emb, vocab, (idf, comps) = cls._read_model(folder, batch_size, progress)
         if not isinstance(vocab, list) or idf.shape != (len(vocab),) or comps.shape != (emb.dim, len(vocab)) \
                 or not (np.isfinite(idf).all() and np.isfinite(comps).all()):
-            raise ClusterClipError(f"{folder}: fitted lsa model files do not fit together; re-run `clusterclip "
-                                   "embed --force`")
+            raise cls._mismatch(folder)
         emb.vocabulary, emb.idf, emb.components = [str(t) for t in vocab], idf.astype(np.float32), comps
         return emb
 

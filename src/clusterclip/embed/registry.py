@@ -18,10 +18,12 @@ from clusterclip.embed.lsa import LsaEmbedder
 from clusterclip.embed.minilm import MiniLMEmbedder
 from clusterclip.embed.static import StaticEmbedder
 from clusterclip.embed.static_vocab import StaticVocabEmbedder
+from clusterclip.embed.subword import SubwordEmbedder
 from clusterclip.errors import ClusterClipError
 
 EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
     LsaEmbedder,
+    SubwordEmbedder,
     StaticEmbedder,
     StaticVocabEmbedder,
     MiniLMEmbedder,
