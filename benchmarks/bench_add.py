@@ -67,7 +67,9 @@ def scenario(name: str, old: Path, new: Path, root: Path, k: int, rebuild: bool,
     out = {"scenario": name, "embedder": embedder, "before": report["documents_before"],
            "added": report["documents_added"], "similarity_cut": report["similarity_cut"],
            "below_cut": report["below_cut"], "coverage_cut": report.get("coverage_cut"),
-           "below_coverage_cut": report.get("below_coverage_cut"), "drift_share": report["drift_share"],
+           "below_coverage_cut": report.get("below_coverage_cut"), "neighbour_cut": report.get("neighbour_cut"),
+           "below_neighbour_cut": report.get("below_neighbour_cut"), "drift_share": report["drift_share"],
+           "cluster_shift": report.get("cluster_shift"), "cluster_shift_chance": report.get("cluster_shift_chance"),
            "recommend_refit": report["recommend_refit"], "add_seconds": round(seconds, 2),
            "max_growth": max(report["cluster_growth"])}
     if rebuild:

@@ -111,12 +111,12 @@ def test_drift_of_documents_like_the_old_ones_is_about_five_percent(tmp_path):
     new, _ = _members(rng, centres, 200, 1.2)
     new_scores = (new @ centroids.T).max(1).astype(np.float32)
     sizes = np.bincount(labels)
-    report = drift_report(tmp_path / "scores.npy", tmp_path / "labels.npy", labels.size, new_scores,
+    report = drift_report((tmp_path / "scores.npy", tmp_path / "labels.npy"), labels.size, new_scores,
                           (new @ centroids.T).argmax(1), sizes, 0.10)
     plain = float(np.mean(new_scores < np.percentile(np.load(tmp_path / "scores.npy"), 5, method="lower")))
     assert 0.02 <= report["drift_share"] <= 0.09 < plain and report["recommend_refit"] is False
     far, _ = _members(rng, rng.standard_normal((5, 64)), 100, 1.2)
-    shifted = drift_report(tmp_path / "scores.npy", tmp_path / "labels.npy", labels.size,
+    shifted = drift_report((tmp_path / "scores.npy", tmp_path / "labels.npy"), labels.size,
                            (far @ centroids.T).max(1).astype(np.float32), (far @ centroids.T).argmax(1), sizes, 0.10)
     assert shifted["drift_share"] > 0.5 and shifted["recommend_refit"] is True
     assert shifted["cluster_added"] == np.bincount((far @ centroids.T).argmax(1), minlength=20).tolist()
@@ -353,3 +353,80 @@ def test_the_drift_check_sees_a_domain_the_vocabulary_never_saw(tmp_path):
     assert reports["foreign"]["below_coverage_cut"] == 40 and reports["foreign"]["drift_share"] == 1.0
     assert reports["foreign"]["recommend_refit"]
     assert reports["same"]["drift_share"] < 0.15 and not reports["same"]["recommend_refit"]
+
+
+def test_cluster_shift_is_chance_for_the_same_spread_and_large_for_a_crowded_add():
+    """A same-distribution add shifts the spread over clusters by about what sampling alone gives; an add that
+    crowds into one cluster shifts it by nearly its whole size; the numbers are seeded."""
+    from clusterclip.add.drift import cluster_shift
+
+    old = np.array([500, 300, 150, 50])
+    same = np.random.default_rng(3).multinomial(400, old / old.sum())
+    s = cluster_shift(same, old)
+    assert s["shift"] < 3 * s["chance"] and s["excess"] < 0.05
+    crowded = cluster_shift(np.array([0, 0, 0, 400]), old)
+    assert crowded["shift"] == pytest.approx(0.95) and crowded["excess"] > 0.9
+    assert cluster_shift(same, old) == s and cluster_shift(np.zeros(4, np.int64), old)["shift"] == 0.0
+
+
+def test_the_coverage_cut_never_rises_above_the_floor(tmp_path):
+    """Existing documents' own coverage is optimistic (the vocabulary was fitted on them): new documents count as
+    unseen only below COVERAGE_FLOOR even when the existing ones' 5th percentile is higher."""
+    from clusterclip.add.drift import COVERAGE_FLOOR, drift_report
+    from clusterclip.store import save_npy
+
+    scores, labels = tmp_path / "s.npy", tmp_path / "l.npy"
+    save_npy(scores, np.full(100, 0.9, np.float32))
+    save_npy(labels, np.repeat(np.arange(2), 50).astype(np.int32))
+    old_cov = np.full(100, 0.8, np.float32)
+    new_cov = np.array([0.7, 0.6, 0.45, 0.1], np.float32)
+    report = drift_report((scores, labels), 100, np.full(4, 0.95, np.float32), np.array([0, 1, 0, 1]),
+                          np.array([50, 50]), 0.1, (lambda: iter([old_cov]), new_cov))
+    assert report["coverage_cut"] == COVERAGE_FLOOR and report["below_coverage_cut"] == 2
+    assert report["drift_share"] == 0.5 and report["cluster_shift"] == 0.0
+
+
+def test_neighbourhood_is_the_mean_of_the_k_most_similar_reference_rows_never_itself():
+    from clusterclip.add.drift import neighbourhood
+
+    rng = np.random.default_rng(4)
+    unit = lambda a: (a / np.linalg.norm(a, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    x, ref = unit(rng.normal(size=(50, 8))), unit(rng.normal(size=(30, 8)))
+    want = np.sort(x @ ref.T, axis=1)[:, -3:].mean(axis=1)
+    np.testing.assert_allclose(neighbourhood(x, ref, k=3, block=7), want, rtol=1e-5)
+    own = ref @ ref.T
+    np.fill_diagonal(own, -np.inf)
+    np.testing.assert_allclose(neighbourhood(ref, ref, k=3, itself=True, block=4),
+                               np.sort(own, axis=1)[:, -3:].mean(axis=1), rtol=1e-5)
+
+
+def test_drift_counts_a_document_no_existing_document_is_near(tmp_path):
+    """Close to a centroid is not enough: a new document whose neighbourhood among the existing documents is
+    emptier than theirs is new."""
+    from clusterclip.store import save_npy
+
+    scores, labels = tmp_path / "s.npy", tmp_path / "l.npy"
+    save_npy(scores, np.full(100, 0.5, np.float32))
+    save_npy(labels, np.repeat(np.arange(2), 50).astype(np.int32))
+    ref_sims = np.linspace(0.6, 0.9, 100).astype(np.float32)
+    report = drift_report((scores, labels), 100, np.full(4, 0.9, np.float32), np.array([0, 1, 0, 1]),
+                          np.array([50, 50]), 0.1, None, (ref_sims, np.array([0.9, 0.8, 0.5, 0.55], np.float32)))
+    assert report["below_cut"] == 0 and report["below_neighbour_cut"] == 2 and report["drift_share"] == 0.5
+    assert report["neighbour_cut"] == pytest.approx(np.percentile(ref_sims, 5, method="lower"))
+
+
+def test_the_add_command_prints_each_drift_test_and_the_cluster_shift(tmp_path, capsys):
+    """What docs/workflows.md shows: the drift share with its three tests, the cluster shift beside its chance."""
+    from clusterclip.cli.main import main
+
+    run, _ = build_run(tmp_path)
+    new = new_file(tmp_path / "other.jsonl", {"sailing": 30}, "other", seed=6)
+    capsys.readouterr()
+    assert main(["add", str(run.root), str(new)]) == 0
+    out = capsys.readouterr().out
+    drift = next(line for line in out.splitlines() if line.startswith("drift: "))
+    assert "of the new documents are new (threshold 10%)" in drift and "neighbourhood" in drift
+    shift = next(line for line in out.splitlines() if line.startswith("cluster shift: "))
+    report = json.loads(run.path("drift.json").read_text())
+    assert f"{report['cluster_shift']:.1%}" in shift and f"({report['cluster_shift_chance']:.1%} by chance" in shift
+    assert report["reference_documents"] == 150 and report["below_neighbour_cut"] > 0

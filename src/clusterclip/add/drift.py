@@ -13,8 +13,24 @@ from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import npy_rows
 
 DRIFT_PERCENTILE = 5.0
+COVERAGE_FLOOR = 0.5
+"""A new document counts as unseen only below this coverage (or the existing documents' :data:`COVERAGE_PERCENTILE`,
+if lower): the existing documents' own coverage is optimistic, since the vocabulary was fitted on them (a
+same-distribution add of minipile had 13 % of its documents below their 5th percentile), while text in a language
+or script the vocabulary lacks has most of its words unseen."""
+COVERAGE_PERCENTILE = 1.0
+"""The percentile of the existing documents' coverage that bounds the cut in a run whose own documents are often
+barely seen (many scripts): low, since this test adds to the two similarity tests at 5 % each."""
+REFERENCE_SIZE = 4096
+"""Existing documents sampled (seeded) as the neighbourhood reference of the drift check."""
+NEIGHBOURS = 10
+"""A document's neighbourhood similarity is its mean cosine to this many most similar reference documents."""
+SHIFT_DRAWS = 200
+"""Seeded multinomial draws that give the cluster shift a same-distribution add would show by chance."""
 Coverage = tuple[Callable[[], Iterator[np.ndarray]], np.ndarray]
 """The old documents' coverage (a function yielding its blocks, for two streamed passes) and the new ones'."""
+Neighbourhood = tuple[np.ndarray, np.ndarray]
+"""The reference documents' neighbourhood similarity among themselves (each left out) and the new documents'."""
 
 
 def lower_percentile(path: Path, n: int, q: float) -> float:
@@ -70,36 +86,104 @@ def leave_one_out(scores: Path, labels: Path, n: int, k: int) -> Callable[[], It
     return blocks
 
 
-def drift_report(old_scores: Path, old_labels: Path, n_old: int, new_scores: np.ndarray, new_labels: np.ndarray,
-                 old_sizes: np.ndarray, threshold: float, coverage: Coverage | None = None) -> dict[str, Any]:
-    """The drift statistics of an add: the share of new documents that are *new*, and the growth of every
-    cluster. A new document is new when its best cosine to any centroid is below the 5th percentile of the
-    existing documents' cosines to their centroid without them (:func:`leave_one_out`, from ``scores.npy`` and
-    ``labels.npy``), or, with ``coverage`` (the old documents' confidence shards and the new documents'
-    coverage), when the embedder represented less of it than of all but 5 % of the existing documents: an
-    embedder fitted to the run's vocabulary drops the words it never saw, so a new topic can look familiar by
-    cosine while most of its text went unseen."""
-    reference = leave_one_out(old_scores, old_labels, n_old, len(old_sizes))
+def reference_rows(n_old: int, size: int = REFERENCE_SIZE, seed: int = 0) -> np.ndarray:
+    """The existing documents of the neighbourhood reference: a seeded sample of ``size`` (all when fewer), sorted."""
+    if n_old <= size:
+        return np.arange(n_old, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n_old, size=size, replace=False))
+
+
+def neighbourhood(x: np.ndarray, reference: np.ndarray, k: int = NEIGHBOURS, itself: bool = False,
+                  block: int = 2048) -> np.ndarray:
+    """Each row of ``x``'s mean cosine to its ``k`` most similar rows of ``reference`` (unit vectors); with
+    ``itself`` (``x`` is the reference) a row is never its own neighbour, so the reference's values are those
+    of documents outside it and a new document like the existing ones falls below their 5th percentile 5 % of
+    the time. Blocked, so memory stays ``block x len(reference)``."""
+    k = min(k, len(reference) - int(itself))
+    out = np.zeros(len(x), dtype=np.float32)
+    if k < 1:
+        return out
+    ref_t = np.ascontiguousarray(np.asarray(reference, np.float32).T)
+    for lo in range(0, len(x), block):
+        sims = np.asarray(x[lo:lo + block], np.float32) @ ref_t
+        if itself:
+            sims[np.arange(len(sims)), np.arange(lo, lo + len(sims))] = -np.inf
+        out[lo:lo + block] = np.partition(sims, -k, axis=1)[:, -k:].mean(axis=1)
+    return out
+
+
+def drift_report(old: tuple[Path, Path], n_old: int, new_scores: np.ndarray, new_labels: np.ndarray,
+                 old_sizes: np.ndarray, threshold: float, coverage: Coverage | None = None,
+                 neighbours: Neighbourhood | None = None) -> dict[str, Any]:
+    """The drift statistics of an add: the share of new documents that are *new*, the cluster shift and the
+    growth of every cluster; ``old`` holds the existing documents' ``scores.npy`` and ``labels.npy``. A new
+    document is new when
+
+    * its best cosine to any centroid is below the 5th percentile of the existing documents' cosines to their
+      centroid without them (:func:`leave_one_out`, from ``scores.npy`` and ``labels.npy``), or
+    * with ``neighbours``, its :func:`neighbourhood` similarity to a sample of the existing documents is below
+      the 5th percentile of theirs among themselves: a centroid averages a whole cluster, so with a fitted
+      embedder a new topic can sit as close to some centroid as the existing documents do while no existing
+      document is near it (minipile with two domains held out, ``lsa``: 1 % of them below the centroid cut,
+      about 30 % below the neighbourhood cut), or
+    * with ``coverage`` (the old documents' confidence shards and the new documents' coverage), the embedder
+      saw less of it than :data:`COVERAGE_FLOOR` (or the existing documents' 1st percentile, if lower): a
+      fitted vocabulary drops the words it never saw, so text in another language can look familiar by
+      cosine while most of it went unseen."""
+    reference = leave_one_out(*old, n_old, len(old_sizes))
     cut = streamed_percentile(reference, n_old, DRIFT_PERCENTILE)
     far = new_scores < cut
     report: dict[str, Any] = {"similarity_cut": round(cut, 6), "below_cut": int(np.count_nonzero(far))}
+    if neighbours is not None:
+        ref_sims, new_sims = neighbours
+        neighbour_cut = float(np.percentile(ref_sims, DRIFT_PERCENTILE, method="lower")) if len(ref_sims) else -1.0
+        isolated = np.asarray(new_sims) < neighbour_cut
+        far = far | isolated
+        report.update(neighbour_cut=round(neighbour_cut, 6), below_neighbour_cut=int(np.count_nonzero(isolated)),
+                      reference_documents=len(ref_sims))
     unseen = np.zeros_like(far)
     if coverage is not None:
         old, new = coverage
-        coverage_cut = streamed_percentile(old, n_old, DRIFT_PERCENTILE)
+        coverage_cut = min(COVERAGE_FLOOR, streamed_percentile(old, n_old, COVERAGE_PERCENTILE))
         unseen = np.asarray(new) < coverage_cut
         report.update(coverage_cut=round(coverage_cut, 6), below_coverage_cut=int(np.count_nonzero(unseen)))
-    share = int(np.count_nonzero(far | unseen)) / max(1, len(new_scores))
+    novel = int(np.count_nonzero(far | unseen)) / max(1, len(new_scores))
     added = np.bincount(new_labels, minlength=len(old_sizes)).astype(np.int64)
     growth = added / np.maximum(old_sizes, 1)
+    shift = cluster_shift(added, old_sizes)
     return {
         "documents_before": int(n_old), "documents_added": len(new_scores),
-        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", **report,
-        "drift_share": round(share, 6), "drift_threshold": threshold, "recommend_refit": share > threshold,
+        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", **report, "novel_share": round(novel, 6),
+        "cluster_shift": shift["shift"], "cluster_shift_chance": shift["chance"],
+        "cluster_shift_excess": shift["excess"],
+        "drift_share": round(novel, 6), "drift_threshold": threshold, "recommend_refit": novel > threshold,
         "cluster_before": old_sizes.astype(int).tolist(), "cluster_added": added.tolist(),
         "cluster_growth": [round(float(g), 6) for g in growth],
     }
 
+
+def cluster_shift(added: np.ndarray, old_sizes: np.ndarray, draws: int = SHIFT_DRAWS,
+                  seed: int = 0) -> dict[str, float]:
+    """How far the new documents' spread over the clusters is from the existing documents' spread.
+
+    ``shift`` is the total variation distance between the two (the share of the new documents that would have to
+    move to another cluster to match), ``chance`` its mean over ``draws`` seeded multinomial draws of as many
+    documents from the existing spread (what a same-distribution add shows by sampling alone), and ``excess`` =
+    ``max(0, shift - chance)``: an estimate of the share of new documents that went where the existing ones do
+    not. It is reported beside the drift share, not part of it: a new topic that the embedder maps near existing
+    centroids (a fitted vocabulary keeps a document's known words and drops the rest, so its documents look familiar
+    one by one) crowds into a few clusters and shows here, but so does an add that merely changes the mix of
+    existing topics, which needs no re-clustering.
+    """
+    n = int(added.sum())
+    total = int(old_sizes.sum())
+    if n == 0 or total == 0:
+        return {"shift": 0.0, "chance": 0.0, "excess": 0.0}
+    p = old_sizes.astype(np.float64) / total
+    shift = 0.5 * float(np.abs(added / n - p).sum())
+    sample = np.random.default_rng(seed).multinomial(n, p, size=draws) / n
+    chance = 0.5 * float(np.abs(sample - p).sum(axis=1).mean())
+    return {"shift": round(shift, 6), "chance": round(chance, 6), "excess": round(max(0.0, shift - chance), 6)}
 
 
 def format_drift(report: dict[str, Any], run: RunDir) -> str:
@@ -111,12 +195,17 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
     top = np.argsort(-growth, kind="stable")[:5]
     lines = [
         f"added {report['documents_added']:,} documents to {report['documents_before']:,} in {run.root}",
-        f"drift: {report['drift_share']:.1%} of the new documents are new: less similar to every centroid than "
-        f"the 5th percentile of the existing ones (cosine {report['similarity_cut']:.4f}: "
-        f"{report['below_cut']:,} documents)" + (
-            f" or less seen by the embedder than the 5th percentile of the existing ones (coverage "
-            f"{report['coverage_cut']:.2f}: {report['below_coverage_cut']:,})" if "coverage_cut" in report else "")
-        + f"; threshold {report['drift_threshold']:.0%}",
+        f"drift: {report['drift_share']:.1%} of the new documents are new (threshold {report['drift_threshold']:.0%}): "
+        f"less similar to every centroid than the 5th percentile of the existing ones (cosine "
+        f"{report['similarity_cut']:.4f}: {report['below_cut']:,} documents)" + (
+            f", or with no existing document near them (neighbourhood {report['neighbour_cut']:.4f}: "
+            f"{report['below_neighbour_cut']:,})" if "neighbour_cut" in report else "") + (
+            f" or too little of them seen by the embedder (coverage below {report['coverage_cut']:.2f}: "
+            f"{report['below_coverage_cut']:,})" if "coverage_cut" in report else ""),
+        *([f"cluster shift: {report['cluster_shift']:.1%} of the new documents would have to move to match the "
+           f"existing spread over clusters ({report['cluster_shift_chance']:.1%} by chance for an add this size): "
+           "a new topic the embedder maps near existing centroids shows here, as does a change of mixture"]
+          if "cluster_shift" in report else []),
         "fastest-growing clusters: " + ", ".join(
             f"{c} (+{report['cluster_added'][c]} on {report['cluster_before'][c]}, {growth[c]:.0%})" for c in top),
     ]

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.add.drift import Coverage, drift_report
+from clusterclip.add.drift import Coverage, Neighbourhood, drift_report, neighbourhood, reference_rows
 from clusterclip.add.lineage import READ_FIELDS, add_command, base_records, check_duplicate_inputs, run_text_hashes
 from clusterclip.add.new_docs import read_new_documents
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SCORES, SIZES
@@ -21,7 +21,7 @@ from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint, work_units
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
-from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord
+from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, gather_embeddings
 from clusterclip.embed.grow import embed_new
 from clusterclip.engines import check_engine
 from clusterclip.errors import ClusterClipError
@@ -41,9 +41,9 @@ class AddConfig(Settings):
 
     drift_threshold: float = setting(
         0.10, check=between(0.0, 1.0, closed=True),
-        help="recommend `cluster --refit` when more than this share of the new documents is less similar to "
-             "every centroid than the 5th percentile of the existing documents' (left out of their centroid); "
-             "documents like the old ones give about 0.05 with hashing, less with lsa (docs/workflows.md)")
+        help="recommend `cluster --refit` when more than this share of the new documents is new: less similar to "
+             "every centroid, or to their nearest existing documents, than all but 5 %% of the existing documents, "
+             "or barely seen by the embedder; documents like the old ones give 0.02-0.10 (docs/workflows.md)")
     allow_duplicates: bool = setting(
         False, help="append the documents even when an input's bytes already entered the run (under any name) "
                     "or a document's text is already in it (default: such an input is refused and such "
@@ -134,8 +134,8 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)
     # the old documents' cosines are the first n_old rows of scores.npy, which growing kept
-    report = drift_report(run.path(SCORES), run.path(LABELS), n_old, scores, labels, old_sizes,
-                          config.drift_threshold, _coverage(run, embed, shards))
+    report = drift_report((run.path(SCORES), run.path(LABELS)), n_old, scores, labels, old_sizes,
+                          config.drift_threshold, _coverage(run, embed, shards), _neighbours(run, n_old, shards))
     report["embedder"] = embed.embedder_config.get("name")
     growth = Growth(journal, base, n_old, new, shards, scores, sizes, time.perf_counter() - t0)
     grown = {entry.name: entry.grow(run, growth) for entry in TABLE if entry.grow is not None}
@@ -157,6 +157,14 @@ def _coverage(run: RunDir, embed: EmbedRecord, shards: list[dict[str, Any]]) -> 
 
     new = np.concatenate([load_npy(run.path(s["confidence"]))[:, 0] for s in shards]) if shards else np.zeros(0)
     return old, new
+
+
+def _neighbours(run: RunDir, n_old: int, shards: list[dict[str, Any]]) -> Neighbourhood:
+    """The neighbourhood similarities of the drift check: a seeded sample of the existing documents among
+    themselves, and every new document to that sample (read shard by shard)."""
+    reference = gather_embeddings(run, reference_rows(n_old), verify=False)
+    new = [neighbourhood(np.asarray(load_npy(run.path(s["file"]), mmap=True)), reference) for s in shards]
+    return neighbourhood(reference, reference, itself=True), np.concatenate(new) if new else np.zeros(0, np.float32)
 
 
 def _dedup_summary(record: DedupRecord | None, ran: bool) -> dict[str, Any] | None:
