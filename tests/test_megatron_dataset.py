@@ -222,6 +222,12 @@ def test_refuses_a_dataset_that_is_not_the_export(exported, tmp_path):
     shutil.copy(Path(exported.packed).parent / "data.idx", foreign / "data.idx")
     with pytest.raises(ClusterClipError, match=r"data\.idx has \d+ bytes, export\.json records \d+: it changed"):
         _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
+    (foreign / "export.json").write_text(json.dumps({**record, "rows": "131", "surplus": 1}))
+    with pytest.raises(ClusterClipError, match=r"export\.json: unknown field\(s\) surplus: not a export record"):
+        _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
+    (foreign / "export.json").write_text(json.dumps({**record, "rows": "131"}))
+    with pytest.raises(ClusterClipError, match=r"field 'rows' is str '131', not int; export again"):
+        _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
     (foreign / "export.json").write_text("{not json")
     with pytest.raises(ClusterClipError, match="does not parse"):
         _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])

@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Any
 
 
-def open_binary(path: Path, fmt: str) -> io.BufferedIOBase:
-    """``path`` opened for reading bytes, decompressed as format ``fmt`` says (``jsonl+gzip``,
-    ``jsonl+zstd``; anything else is read as is)."""
-    if fmt.endswith("gzip"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    if fmt.endswith("zstd"):
-        return io.BufferedReader(ZstdStream(path), buffer_size=1 << 20)
+def open_plain(path: Path) -> io.BufferedIOBase:
+    """``path`` opened for reading bytes, as is."""
     return open(path, "rb")
+
+
+def open_gzip(path: Path) -> io.BufferedIOBase:
+    """``path`` opened for reading the bytes its gzip members decompress to."""
+    return gzip.open(path, "rb")  # type: ignore[return-value]
+
+
+def open_zstd(path: Path) -> io.BufferedIOBase:
+    """``path`` opened for reading the bytes its zstd frames decompress to (:class:`ZstdStream`)."""
+    return io.BufferedReader(ZstdStream(path), buffer_size=1 << 20)
 
 
 class ZstdStream(io.RawIOBase):

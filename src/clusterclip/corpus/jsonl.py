@@ -12,12 +12,12 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
 from clusterclip.corpus import limits
-from clusterclip.corpus.compressed import open_binary
+from clusterclip.corpus.compressed import open_gzip, open_plain, open_zstd
 from clusterclip.corpus.format_base import RowFormat, WorkUnit
 from clusterclip.corpus.records import (
     Document,
@@ -33,9 +33,10 @@ from clusterclip.errors import BadRecordError, ClusterClipError
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
 
-def jsonl_records(path: Path, fmt: str, byte_range: tuple[int, int] | None = None,
-                  lines_before: int = 0) -> Iterator[Located]:
-    """The non-blank lines of a JSON-lines file (plain, gzip or zstd), as bytes; line numbers start at 1.
+def jsonl_records(path: Path, fmt: str, opener: Callable[[Path], io.BufferedIOBase] = open_plain,
+                  byte_range: tuple[int, int] | None = None, lines_before: int = 0) -> Iterator[Located]:
+    """The non-blank lines of a JSON-lines file of format ``fmt``, opened by its format's ``opener`` (plain, gzip or
+    zstd), as bytes; line numbers start at 1.
 
     ``byte_range`` (plain files only) reads just the lines that start in ``[start, stop)``;
     ``lines_before`` is the number of newlines before ``start``, so line numbers stay file-global.
@@ -44,7 +45,7 @@ def jsonl_records(path: Path, fmt: str, byte_range: tuple[int, int] | None = Non
     source = str(path)
     lineno = lines_before
     try:
-        with open_binary(path, fmt) as fh:
+        with opener(path) as fh:
             lines: Iterable[bytes] = fh
             if byte_range is not None:
                 lines_before, lines = _lines_in_range(fh, *byte_range, lines_before)
@@ -142,10 +143,12 @@ class JsonLines(RowFormat):
     """What the JSON-lines formats share: their located lines and the document of one line."""
 
     document = staticmethod(json_document)
+    open_bytes: ClassVar[Callable[[Path], io.BufferedIOBase]] = staticmethod(open_plain)
+    """How a file of the format is opened for its bytes (decompressed)."""
 
     @classmethod
     def records(cls, unit: WorkUnit, opts: ReadOptions) -> Iterator[Located]:
-        return jsonl_records(unit.path, unit.fmt, unit.byte_range, unit.lines_before)
+        return jsonl_records(unit.path, unit.fmt, cls.open_bytes, unit.byte_range, unit.lines_before)
 
 
 class Jsonl(JsonLines):
@@ -183,11 +186,13 @@ class CompressedJsonl(JsonLines):
 
 class JsonlGzip(CompressedJsonl):
     name = "jsonl+gzip"
+    open_bytes = staticmethod(open_gzip)
     CODEC_SUFFIXES = (".gz",)
     SUFFIXES = tuple(s + ".gz" for s in JSONL_SUFFIXES)
 
 
 class JsonlZstd(CompressedJsonl):
     name = "jsonl+zstd"
+    open_bytes = staticmethod(open_zstd)
     CODEC_SUFFIXES = (".zst", ".zstd")
     SUFFIXES = tuple(s + c for c in CODEC_SUFFIXES for s in JSONL_SUFFIXES)

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.export.contract import EXPORT_STAGE, ExportRecord
 from clusterclip.export.writers.megatron import MegatronWriter
+from clusterclip.store.record import RecordError
 
 try:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
@@ -58,25 +60,29 @@ def _refuse(prefix: object, problem: str) -> ClusterClipError:
     return ClusterClipError(f"PlanOrderGPTDataset {prefix}: {problem}")
 
 
-def read_export_record(prefix: str | Path) -> dict[str, Any]:
-    """The ``export.json`` of the export whose ``IndexedDataset`` prefix is ``prefix`` (``DIR/data``),
-    checked to be a clusterclip ``--format megatron`` export whose ``data.bin``/``data.idx`` still have
-    the recorded sizes: a foreign dataset or a file replaced since the export is refused, not read."""
+def read_export_record(prefix: str | Path) -> ExportRecord:
+    """The ``export.json`` of the export whose ``IndexedDataset`` prefix is ``prefix`` (``DIR/data``), as the
+    export contract's typed record, checked to be a clusterclip ``--format megatron`` export whose
+    ``data.bin``/``data.idx`` still have the recorded sizes: a foreign dataset or a file replaced since the
+    export is refused, not read."""
     path = Path(prefix)
     record_path = path.parent / RECORD
     if not record_path.is_file():
         raise _refuse(prefix, f"no {record_path}: it reads a clusterclip export only ({EXPORT_HINT})")
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        obj = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise _refuse(prefix, f"{record_path} does not parse ({exc}); export again ({EXPORT_HINT})") from exc
-    record = record if isinstance(record, dict) else {}
-    identity = record.get("identity")
+    identity = obj.get("identity") if isinstance(obj, dict) else None
     fmt = identity.get("format") if isinstance(identity, dict) else None
-    if record.get("stage") != "export" or fmt != "megatron":
+    if not isinstance(obj, dict) or obj.get("stage") != EXPORT_STAGE or fmt != "megatron":
         raise _refuse(prefix, f"{record_path} is not the record of a clusterclip --format megatron export "
                               f"(format: {fmt!r}); {EXPORT_HINT}")
-    if identity.get("blend"):
+    try:
+        record = ExportRecord.from_json(obj, str(record_path), f"export again ({EXPORT_HINT})")
+    except RecordError as exc:
+        raise _refuse(prefix, str(exc)) from None
+    if record.identity.get("blend"):
         raise _refuse(prefix, f"{record_path} is a --blend export (one source per cluster): blend its sources with "
                               "GPTDataset and the weights of megatron_data_path.txt; PlanOrderGPTDataset reads a "
                               "plan-order export")
@@ -86,30 +92,29 @@ def read_export_record(prefix: str | Path) -> dict[str, Any]:
     return record
 
 
-def _check_sizes(path: Path, record: dict[str, Any]) -> None:
+def _check_sizes(path: Path, record: ExportRecord) -> None:
     """``data.bin`` and ``data.idx`` have the sizes ``export.json`` records (a cheap check, no hashing)."""
-    artifacts = record.get("artifacts") or {}
     for suffix in (".bin", ".idx"):
         file = path.with_suffix(suffix)
-        want = (artifacts.get(file.name) or {}).get("size")
+        want = (record.artifacts.get(file.name) or {}).get("size")
         got = file.stat().st_size if file.is_file() else None
         if want is None or got != want:
-            command = " ".join(record.get("command") or []).replace("{run}", str(path.parent))
+            command = " ".join(record.command or []).replace("{run}", str(path.parent))
             raise _refuse(path, f"{file} has {got} bytes, {RECORD} records {want}: it changed or is not this "
                                 f"export's; export again ({command or EXPORT_HINT})")
 
 
-def _check_tokenizer(prefix: str, record: dict[str, Any], tokenizer: Any) -> None:
+def _check_tokenizer(prefix: str, record: ExportRecord, tokenizer: Any) -> None:
     """The config tokenizer's ``eod`` is the EOS the export appended (when both are known)."""
-    eos = ((record.get("identity") or {}).get("tokenizer") or {}).get("eos_id")
+    recorded = record.identity.get("tokenizer") or {}
+    eos = recorded.get("eos_id")
     try:
         eod = tokenizer.eod
     except (AttributeError, NotImplementedError):
         return
     if isinstance(eos, int) and isinstance(eod, int) and eos != eod:
-        name = record["identity"]["tokenizer"].get("name")
-        raise _refuse(prefix, f"the export ends documents with EOS id {eos} (tokenizer {name!r}) but the "
-                              f"config's tokenizer has eod {eod}: use the export's tokenizer")
+        raise _refuse(prefix, f"the export ends documents with EOS id {eos} (tokenizer {recorded.get('name')!r}) "
+                              f"but the config's tokenizer has eod {eod}: use the export's tokenizer")
 
 
 def _check_split(prefix: str | None, n_docs: int, indices: np.ndarray | None, index_split: Split,
@@ -160,7 +165,7 @@ class PlanOrderGPTDataset(GPTDataset):
         record = read_export_record(dataset_path)
         _check_tokenizer(dataset_path, record, config.tokenizer)
         dataset = GPTDataset.build_low_level_dataset(dataset_path, config)
-        rows = record.get("rows")
+        rows = record.rows
         if len(dataset.sequence_lengths) != rows:
             raise _refuse(dataset_path, f"{dataset_path}.idx holds {len(dataset.sequence_lengths)} documents, "
                                         f"{RECORD} records {rows} rows: not this export's index; export again")
