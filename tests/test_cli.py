@@ -205,3 +205,43 @@ def test_status_verify_finds_an_edit_that_a_noop_rerun_does_not_read(tmp_path, c
     assert len(json.loads(capsys.readouterr().out)["verify"]["cluster"]) == 1
     assert main(["plan", str(out), "--strategy", "random", "-q"]) == 2, "a consumer verifies what it reads"
     assert f"{labels}: checksum does not match" in capsys.readouterr().err
+
+
+def test_output_cut_short_by_its_reader_is_no_error(tmp_path):
+    """``clusterclip status RUN | head``: when the reader leaves, the command ends quietly with status 0, no
+    traceback (BrokenPipeError is an OSError, and must not reach the disk-full handler)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "long.py"
+    script.write_text(
+        "import argparse\n"
+        "from clusterclip.cli import main as m\n"
+        "def build():\n"
+        "    p = argparse.ArgumentParser(); p.set_defaults(func=lambda a: [print('x' * 80) for _ in range(10**6)],\n"
+        "        command='status', quiet=True, verbose=0)\n"
+        "    return p\n"
+        "m.build_parser = build\n"
+        "raise SystemExit(m.main([]))\n")
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} {script} | head -1; exit ${{PIPESTATUS[0]}}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "x" * 80 + "\n", proc
+    assert proc.stderr == "", proc.stderr
+
+
+@pytest.mark.parametrize("seed", [str(2**64), "-1"])
+def test_a_lexical_seed_beyond_64_bits_is_one_line(tmp_path, capsys, seed):
+    assert main(["dedup", str(tmp_path / "run"), "--lexical-seed", seed]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "must be an integer in [0, 2**64)" in err and "lexical" in err, err
+
+
+def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path, capsys):
+    """A folder where the run keeps its lock file: the file and the reason, exit status 2, no traceback."""
+    corpus = tmp_path / "a.jsonl"
+    corpus.write_text('{"text": "hello world one"}\n{"text": "second doc here"}\n')
+    (tmp_path / "run" / ".lock").mkdir(parents=True)
+    assert main(["embed", str(corpus), "--out", str(tmp_path / "run"), "--embedder", "hashing", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"clusterclip: error: {tmp_path / 'run' / '.lock'}: Is a directory; fix or remove it and run the " \
+                  "command again", err

@@ -248,3 +248,15 @@ def test_a_new_strategy_is_a_class_plus_one_registry_line(monkeypatch):
         PlanConfig(strategy="inverse", weights=((0, 1.0),))
     with pytest.raises(PlanConfigError, match=r"strategy must be one of clusterclip, .*, weights, inverse, got 'zipf'"):
         PlanConfig(strategy="zipf")
+
+
+def test_the_trainer_side_without_torch_names_the_extra():
+    """On a core install ``import clusterclip.torch`` names the extra that brings PyTorch."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['torch'] = None\nimport clusterclip.torch"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last == ("ModuleNotFoundError: clusterclip.torch needs PyTorch, not installed: "
+                                             "pip install 'clusterclip[torch]'"), proc.stderr

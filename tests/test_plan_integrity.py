@@ -334,6 +334,12 @@ def test_extreme_weights_are_handled_in_log_space(cfg, draws):
     assert math.isfinite(plan.stats["water_level"])
 
 
+@pytest.mark.parametrize("tau", [1e308, -1e7, float("inf"), float("nan")])
+def test_a_tau_beyond_any_meaning_is_refused_by_name(tau):
+    with pytest.raises(PlanConfigError, match=r"tau must be in \[-1e\+06, 1e\+06\]"):
+        PlanConfig(strategy="temperature", tau=tau)
+
+
 def test_ordinary_weights_keep_their_quotas():
     labels = np.repeat(np.arange(3), [10, 20, 30])
     plan = build_plan(labels, PlanConfig(strategy="temperature", tau=0.5, budget=100))

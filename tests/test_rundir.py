@@ -92,7 +92,8 @@ def test_second_writer_is_refused(tmp_path):
     proc.start()
     try:
         assert ready.wait(30)
-        with pytest.raises(ClusterClipError, match="another clusterclip process"), RunDir(tmp_path).lock():
+        held = r"another clusterclip process .*; wait for it to finish$"
+        with pytest.raises(ClusterClipError, match=held), RunDir(tmp_path).lock():
             pass
         release.set()
         proc.join(10)

@@ -60,6 +60,7 @@ __all__ = [
     "one_of",
     "optional",
     "setting",
+    "uint64",
 ]
 
 Check = Callable[[Any], str | None]
@@ -112,6 +113,15 @@ def at_least(lo: float, *, integer: bool = True) -> Check:
     def check(x: Any) -> str | None:
         ok = is_int(x) if integer else _is_number(x) and math.isfinite(x)
         return None if ok and x >= lo else f"must be {kind} >= {lo:g}, got {x!r}"
+
+    return check
+
+
+def uint64() -> Check:
+    """An integer in ``[0, 2**64)``: a seed that native hashing libraries (rensa) take as an unsigned 64-bit word."""
+
+    def check(x: Any) -> str | None:
+        return None if is_int(x) and 0 <= x < 1 << 64 else f"must be an integer in [0, 2**64), got {x!r}"
 
     return check
 

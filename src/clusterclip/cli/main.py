@@ -81,9 +81,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterClipError as exc:
         print(f"clusterclip: error: {error_message(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `clusterclip status RUN | head`: the reader left; say nothing more, fail nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         if exc.errno not in DISK_FULL_ERRNOS:
-            raise
+            if exc.filename is None or exc.errno is None:
+                raise
+            # the file system refused a named file (a folder where a file belongs, no permission, an immutable
+            # file): the file and the reason are the message, not a traceback
+            print(f"clusterclip: error: {exc.filename}: {exc.strerror}; fix or remove it and run the command again",
+                  file=sys.stderr)
+            return 2
         # Stages name their own files (DiskFullError); this catches any write they do not wrap.
         print(f"clusterclip: error: {DiskFullError(exc.filename or 'a file', 'the run keeps its last complete state')}",
               file=sys.stderr)
@@ -97,5 +106,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clusterclip: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0

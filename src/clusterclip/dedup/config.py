@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterclip.settings import Settings, SettingsError, at_least, between, setting
+from clusterclip.settings import Settings, SettingsError, at_least, between, setting, uint64
 
 INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm")
 """Settings the pairwise work depends on (besides the inputs); the others only change the derivation of the
@@ -32,7 +32,7 @@ class DedupConfig(Settings):
     num_perm: int = setting(128, check=at_least(8), help="MinHash permutations (signature length)")
     bands: int = setting(16, check=at_least(1), help="LSH bands (num_perm must be a multiple)")
     shingle: int = setting(3, check=at_least(1), help="words per shingle")
-    lexical_seed: int = setting(0, check=at_least(0), help="MinHash seed")
+    lexical_seed: int = setting(0, check=uint64(), help="MinHash seed")
     word_perm: int = setting(64, check=at_least(8),
                              help="MinHash permutations of the word-set signatures that confirm edges")
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from clusterclip.plan import strategies
 from clusterclip.plan.strategies import Strategy
-from clusterclip.settings import Settings, SettingsError, at_least, finite, one_of, optional, setting
+from clusterclip.settings import Settings, SettingsError, at_least, between, one_of, optional, setting
 from clusterclip.settings import is_int as is_int
 
 STRATEGIES = tuple(strategies.STRATEGIES)
@@ -30,6 +30,9 @@ DUPLICATES = ("none", "drop", "group-cap")
 cap each group's draws together (``plan.duplicates``)."""
 DEFAULT_ORDER = "equal-rate"
 DEFAULT_TAU = 0.5
+TAU_LIMIT = 1e6
+"""``--tau`` is refused beyond +-this: already at +-1000 every weight goes to the largest (smallest) cluster of any
+real corpus, and ``tau * log(n_c)`` must stay within the float range."""
 MAX_BUDGET = 1 << 53
 PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
                "duplicates")
@@ -82,7 +85,7 @@ class PlanConfig(Settings):
     budget_unit: str = setting("docs", choices=BUDGET_UNITS, help="unit of the budget")
     max_repeat: int | None = setting(None, check=optional(at_least(1)),
                                      help=f"cap on how often one document may appear (default: {_default_caps()})")
-    tau: float = setting(DEFAULT_TAU, check=finite(),
+    tau: float = setting(DEFAULT_TAU, check=between(-TAU_LIMIT, TAU_LIMIT, closed=True),
                          help="temperature: cluster weight n_c**tau (1: natural, 0: uniform)")
     weights: tuple[tuple[int, float], ...] | None = setting(
         None, help="(cluster, weight) pairs of strategy weights (see load_weights); 0 drops a cluster")

@@ -33,8 +33,8 @@ def exclusive(root: str | os.PathLike[str], wait: bool = False, timeout: float =
     try:
         root.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise ClusterClipError(f"{root}: cannot be a {what}: a file is in its place or in its path; choose "
-                               "another --out") from None
+        raise ClusterClipError(f"{root}: cannot be a {what}: a file is in its place or in its path; move "
+                               f"the file or name another {what}") from None
     key = os.path.realpath(root)
     with _guard:
         if _held.get(key):
@@ -81,7 +81,7 @@ def _flock(root: Path, wait: bool, timeout: float, what: str) -> Iterator[None]:
                 if not wait or time.monotonic() >= deadline:
                     raise ClusterClipError(
                         f"{root}: another clusterclip process is writing this {what} (lock held on {LOCK_FILE}); "
-                        "wait for it to finish or use another --out") from None
+                        "wait for it to finish") from None
                 time.sleep(0.2)
         fh.seek(0)
         fh.truncate()

@@ -8,6 +8,16 @@ integration (imported on its own: transformers is optional). torch is imported o
 
 from __future__ import annotations
 
+from clusterclip.errors import install_command
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as exc:
+    if exc.name != "torch":
+        raise
+    raise ModuleNotFoundError(f"clusterclip.torch needs PyTorch, not installed: {install_command('torch')}",
+                              name="torch") from None
+
 from clusterclip.plan.contract import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
 from clusterclip.torch.collate import ExportRows, TokenCollator
 from clusterclip.torch.plans import PlanInfo, SamplerArgumentError, load_plan, plan_info, reorder_dataset
