@@ -279,3 +279,22 @@ def test_large_jsonl_splits_into_byte_ranges_that_read_the_same(tmp_path, monkey
     gz = write_jsonl(tmp_path / "big.jsonl.gz", RECORDS * 50, gzip.open)
     monkeypatch.setattr(corpus.limits, "JSONL_BYTES_PER_UNIT", 10)
     assert work_units(expand_inputs([gz]), split=True) == [WorkUnit(gz, "jsonl+gzip")], "not seekable"
+
+
+def test_an_input_reached_twice_is_refused(tmp_path):
+    """The same file twice, under another name, or inside a folder also given: its documents would be read twice."""
+    from clusterclip.corpus.inputs import expand_inputs
+
+    data = tmp_path / "data"
+    data.mkdir()
+    a = data / "a.jsonl"
+    a.write_text('{"text": "one"}\n')
+    (data / "b.jsonl").write_text('{"text": "two"}\n')
+    (tmp_path / "link.jsonl").symlink_to(a)
+    with pytest.raises(ClusterClipError, match=r"a\.jsonl: given twice: its documents would be read twice"):
+        expand_inputs([a, a])
+    with pytest.raises(ClusterClipError, match=r"link\.jsonl: given twice \(also as .*data/a\.jsonl\)"):
+        expand_inputs([a, tmp_path / "link.jsonl"])
+    with pytest.raises(ClusterClipError, match=r"a\.jsonl: given twice \(also as .*data/a\.jsonl\)"):
+        expand_inputs([data, tmp_path / "data" / ".." / "data" / "a.jsonl"])
+    assert [p.name for p, _ in expand_inputs([data])] == ["a.jsonl", "b.jsonl"]

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from clusterclip.errors import ClusterClipError
 from clusterclip.export.contract import ExportMismatchError, check_export, read_export
 from clusterclip.export.stage import export_plan
 from clusterclip.plan import PlanConfig
@@ -117,7 +118,7 @@ def test_sampler_over_an_export_resumes_a_corpus_state_and_refuses_another(tmp_p
         over_packed.load_state_dict(state)
 
 
-@pytest.mark.parametrize("multiple", [1, 7, 64, 1000])
+@pytest.mark.parametrize("multiple", [1, 7, 64])
 def test_pad_to_multiple_repeats_the_first_rows(tmp_path, multiple):
     run, cfg, out = _export(tmp_path, "parquet", pad_to_multiple=multiple)
     plan = _plan(run, cfg)
@@ -128,6 +129,18 @@ def test_pad_to_multiple_repeats_the_first_rows(tmp_path, multiple):
     record = load_json(out / "export.json")
     assert record["pad_rows"] == pad and record["rows"] == len(rows)
     assert read_export(out).stream_identity != ClusterClipSampler(run.root, plan_name=cfg.name()).identity
+
+
+@pytest.mark.parametrize("extra", [{}, {"seq_len": 4}])
+def test_a_pad_that_would_repeat_rows_twice_is_refused(tmp_path, extra):
+    """--pad-to-multiple larger than twice the stream would write some rows three times and more (a 200-row plan
+    padded to 1,000 repeats the whole plan four more times): one line, nothing exported."""
+    if extra:
+        extra = {**extra, "tokenizer": _tokenizer(tmp_path)}
+    with pytest.raises(ClusterClipError, match=r"--pad-to-multiple 100,000,000 would add [\d,]+ pad rows to the "
+                                               r"stream's [\d,]+: rows would repeat more than once more"):
+        _export(tmp_path, "parquet", pad_to_multiple=10**8, **extra)
+    assert not (tmp_path / "parquet" / "export.json").exists()
 
 
 def test_a_saved_stream_identity_checks_a_megatron_export(tmp_path):

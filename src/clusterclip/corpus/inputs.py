@@ -46,7 +46,21 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, 
             out.extend([(path, fmt)] if fmt is not None else _folder_inputs(folder))
         else:
             out.append((path, format_of(path)))
+    _refuse_repeats(out)
     return out
+
+
+def _refuse_repeats(inputs: Sequence[tuple[Path, str]]) -> None:
+    """One input file (or dataset folder) reached twice, by the same name, another name or a folder that holds it,
+    would be read twice: every document in the corpus twice and drawable twice the cap. Refused in one line."""
+    seen: dict[str, Path] = {}
+    for path, _ in inputs:
+        key = os.path.realpath(path)
+        if key in seen:
+            also = "" if seen[key] == path else f" (also as {seen[key]})"
+            raise ClusterClipError(f"{path}: given twice{also}: its documents would be read twice; give each input "
+                                   "once")
+        seen[key] = path
 
 
 def _folder_inputs(folder: Folder) -> list[tuple[Path, str]]:

@@ -29,6 +29,7 @@ from clusterclip.corpus.contract import (
     CorpusRecord,
 )
 from clusterclip.engines import ordered_map
+from clusterclip.errors import ClusterClipError
 from clusterclip.export import buckets as B
 from clusterclip.export.tokenizer import Tokenizer
 from clusterclip.plan.contract import (
@@ -100,6 +101,13 @@ class Packer:
         return pa.table({"tokens": pa.ListArray.from_arrays(offsets, pa.array(stream[:n * self.seq_len]))})
 
 
+def too_much_pad(multiple: int, rows: int) -> ClusterClipError:
+    """The error for a ``--pad-to-multiple`` whose pad would repeat rows more than once (beyond the plan's cap)."""
+    return ClusterClipError(f"--pad-to-multiple {multiple:,} would add {(-rows) % multiple:,} pad rows to the "
+                            f"stream's {rows:,}: rows would repeat more than once more, beyond the plan's cap; choose "
+                            f"a multiple of at most {rows:,} rows (ranks x batch size)")
+
+
 class Padder:
     """Repeats the stream's first rows after its end so that the row count is a multiple of ``multiple``
     (``--pad-to-multiple``: the pad ``DistributedSampler`` adds, made part of the export so that a loader that
@@ -121,6 +129,8 @@ class Padder:
             self.rows += table.num_rows
             yield table
         self.pad = (-self.rows) % self.multiple
+        if self.pad > self.rows:
+            raise too_much_pad(self.multiple, self.rows)
         if self.pad and self.rows:
             head = pa.concat_tables(self.head).combine_chunks()
             yield head.take(pa.array(np.arange(self.pad) % head.num_rows))
@@ -264,6 +274,8 @@ class PlanStream:
         self.packer = Packer(seq_len) if seq_len is not None else None
         if self.packer is not None:
             stream = map(self.packer.pack, stream)
+        if pad_to_multiple is not None and seq_len is None and (-self.draws) % pad_to_multiple > self.draws:
+            raise too_much_pad(pad_to_multiple, self.draws)
         self.padder = Padder(pad_to_multiple) if pad_to_multiple is not None else None
         if self.padder is not None:
             stream = self.padder(stream)
