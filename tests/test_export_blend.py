@@ -170,6 +170,10 @@ def test_read_export_accepts_it_and_no_stream_state_matches(blended):
         check_export(out, info.plan_identity)
     with pytest.raises(ClusterClipError, match="is a --blend export"):
         read_export_record(out / "cluster-00000")
+    from clusterclip.torch import ClusterClipSampler
+
+    with pytest.raises(ClusterClipError, match=r"is a --blend export .*no planned stream to sample or resume on"):
+        ClusterClipSampler.from_export(out)
 
 
 def test_same_command_writes_the_same_bytes_and_a_killed_export_finishes(blended, tmp_path, monkeypatch):

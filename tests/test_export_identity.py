@@ -154,3 +154,23 @@ def test_a_saved_stream_identity_checks_a_megatron_export(tmp_path):
     export_plan(run, other.name(), tmp_path / "meg2", fmt="megatron", tokenizer=str(tmp_path / "tok"))
     with pytest.raises(ExportMismatchError, match="resume on the export of the plan it was saved with"):
         check_export(tmp_path / "meg2", saved)
+
+
+@pytest.mark.parametrize("damage", ["append", "truncate", "delete"])
+def test_an_export_file_changed_since_the_export_is_refused_before_reading(tmp_path, damage):
+    """read_export and the sampler over an export check every file's size against export.json: a row appended to a
+    part, a truncated part or a missing one is one line, not a trainer's surprise mid-epoch."""
+    _, _, out = _export(tmp_path, "jsonl")
+    part = sorted(out.glob("part-*.jsonl"))[-1]
+    if damage == "append":
+        with part.open("a") as fh:
+            fh.write('{"text": "an extra row"}\n')
+    elif damage == "truncate":
+        part.write_bytes(part.read_bytes()[:100])
+    else:
+        part.unlink()
+    found = "is missing" if damage == "delete" else r"has [\d,]+ bytes"
+    with pytest.raises(ExportMismatchError, match=rf"{part.name} {found}, export\.json records [\d,]+: it changed"):
+        read_export(out)
+    with pytest.raises(ExportMismatchError, match="it changed since the export"):
+        ClusterClipSampler.from_export(out)

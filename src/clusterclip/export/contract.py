@@ -151,6 +151,7 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     info = ExportInfo(folder, str(identity["plan"]), str(identity["plan_identity"]), stream_identity(identity),
                       str(identity["format"]), record.rows, record.pad_rows,
                       identity.get("seq_len"), record, bool(identity.get("blend")))
+    _check_sizes(folder, record)
     meta = _format_metadata(folder, info.format, record.files)
     if meta is not None and meta.get("stream_identity") != info.stream_identity:
         raise ExportMismatchError(
@@ -160,17 +161,37 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     return info
 
 
+def _check_sizes(folder: Path, record: ExportRecord) -> None:
+    """Every exported file still has the size ``export.json`` records (a stat each, no reading): a row appended to
+    a part, a truncated shard or a missing file is refused before a trainer reads it, not found mid-epoch."""
+    for rel in record.files:
+        want = (record.artifacts.get(rel) or {}).get("size")
+        path = folder / rel
+        got = path.stat().st_size if path.is_file() else None
+        if want is not None and got != want:
+            found = "is missing" if got is None else f"has {got:,} bytes"
+            raise ExportMismatchError(f"{path} {found}, {EXPORT_MANIFEST} records {want:,}: it changed since the "
+                                      "export; export the plan again")
+
+
+def planned_stream(folder: str | os.PathLike[str]) -> ExportInfo:
+    """The export in ``folder`` (:func:`read_export`), refused when it is a ``--blend`` export: one source per
+    cluster, blended by the trainer, holds no planned stream to sample or resume on."""
+    info = read_export(folder)
+    if info.blend:
+        raise ExportMismatchError(f"{folder} is a --blend export (one source per cluster, blended by the trainer): "
+                                  "it holds no planned stream to sample or resume on; export the plan without "
+                                  "--blend")
+    return info
+
+
 def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str) -> ExportInfo:
     """The export in ``folder``, refused unless it holds the stream ``state`` was saved on.
 
     ``state``: a ``ClusterClipSampler`` state (its ``plan_identity``) or an identity string. A state saved
     while reading the corpus through the plan matches an unpacked export of that plan.
     """
-    info = read_export(folder)
-    if info.blend:
-        raise ExportMismatchError(f"{folder} is a --blend export (one source per cluster, blended by the trainer): "
-                                  "it holds no planned stream that a training state could resume on; export the "
-                                  "plan without --blend")
+    info = planned_stream(folder)
     expected = state if isinstance(state, str) else state.get("plan_identity")
     if not isinstance(expected, str) or not expected:
         raise ExportMismatchError("the training state names no plan identity (saved by an older version?); "
@@ -184,5 +205,5 @@ def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str)
 
 
 __all__ = ["EXPORT_IDENTITY", "EXPORT_MANIFEST", "EXPORT_STAGE", "EXPORT_STAGING", "META_KEY", "ExportInfo",
-           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "metadata", "read_export",
-           "stream_identity"]
+           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "metadata", "planned_stream",
+           "read_export", "stream_identity"]

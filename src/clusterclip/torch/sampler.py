@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import Sampler
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import read_export
+from clusterclip.export.contract import planned_stream
 from clusterclip.plan.contract import PlanReader, identity_of, open_plan
 from clusterclip.torch.plans import (
     PlanInfo,
@@ -114,8 +114,9 @@ class ClusterClipSampler(Sampler[int]):
         over the corpus. Its identity is the export's stream identity: for an unpacked export, the plan's,
         so a state saved while reading the corpus through the plan resumes here and back; a state of another
         plan (or of a packed export of other settings) is refused by ``load_state_dict``. The folder's
-        ``export.json`` is checked against the format's own metadata (``clusterclip.export.read_export``)."""
-        info = read_export(folder)
+        ``export.json`` is checked against the format's own metadata and the files' sizes, and a ``--blend``
+        export (no planned stream) is refused (``clusterclip.export.contract.planned_stream``)."""
+        info = planned_stream(folder)
         rows = RowRange(info.rows, PlanInfo(info.plan, info.stream_identity))
         return cls(rows, rank=rank, world_size=world_size, drop_last=drop_last, endless=endless)
 
