@@ -169,10 +169,11 @@ def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine
                 workers: int = 1, ahead: int | None = None) -> Iterator[Any]:
     """``fn(*args)`` for every ``args`` in ``calls``, results yielded in call order, computed in this process
     (``local`` with one worker, lazily: one call per result taken), in ``workers`` spawned processes
-    (``local``), or as Ray tasks of one CPU (``ray``, inside :meth:`EngineConfig.session`). At most ``ahead``
-    calls (default: twice the workers or the cluster's CPUs) run or wait to be taken, which bounds what
-    they hold. ``fn`` must be importable by name; a failure is raised at its call's turn, as a sequential
-    run would meet it, and the calls after it are cancelled."""
+    (``local``; at most one per call and per core, each ending with this process, :func:`die_with_parent`), or
+    as Ray tasks of one CPU (``ray``, inside :meth:`EngineConfig.session`). At most ``ahead`` calls (default:
+    twice the workers or the cluster's CPUs) run or wait to be taken, which bounds what they hold. ``fn`` must
+    be importable by name; a failure is raised at its call's turn, as a sequential run would meet it, and the
+    calls after it are cancelled."""
     if isinstance(calls, Sequence):
         workers = min(workers, len(calls))  # no process started that would get no call
     if engine == "local" and workers <= 1:
@@ -190,7 +191,9 @@ def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        workers = min(workers, available_cores())
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=die_with_parent, initargs=(os.getpid(),))
         submit = lambda args: pool.submit(fn, *args)  # noqa: E731
         result, cancel = (lambda f: f.result()), (lambda f: f.cancel())
         window = ahead or 2 * workers
@@ -208,6 +211,30 @@ def ordered_map(fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], engine
             cancel(job)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def die_with_parent(parent: int) -> None:
+    """Initializer of a worker process: end it when the process that started it ends, even by ``kill -9``
+    (which runs no cleanup), so no worker is left running, reparented to init. Linux delivers SIGKILL on the
+    parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread checks the parent every second."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _ray_result(ref: Any) -> Any:

@@ -1,0 +1,88 @@
+"""The local engine's worker processes: never more than the cores, and never outliving the process that started
+them (``kill -9`` of an ``export --workers 2`` once left both workers running, reparented to init)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+import sys, time
+from clusterclip.engines import ordered_map
+print("started", flush=True)
+for _ in ordered_map(time.sleep, [(60,)] * 4, workers=2):
+    pass
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_end_when_their_parent_is_killed():
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while time.monotonic() < deadline:  # the pool's two workers (and the resource tracker) have started
+            workers = [p for p in _children(proc.pid) if "spawn_main" in (Path("/proc") / str(p) / "cmdline")
+                       .read_bytes().decode(errors="replace")]
+            if len(workers) >= 2:
+                break
+            time.sleep(0.2)
+        assert len(workers) == 2, workers
+        time.sleep(1.0)  # both in their first call
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in workers), "a worker outlived the process that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_no_more_workers_than_cores(monkeypatch):
+    """--workers 1000 on two cores starts two processes, not a thousand."""
+    import concurrent.futures
+
+    from clusterclip import engines
+
+    started: list[int] = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    def recording(max_workers: int, **kw):
+        started.append(max_workers)
+        return real(max_workers=max_workers, **kw)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", recording)
+    monkeypatch.setattr(engines, "available_cores", lambda: 2)
+    assert list(engines.ordered_map(abs, [(-i,) for i in range(50)], workers=1000)) == list(range(50))
+    assert started == [2]
