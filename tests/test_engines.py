@@ -86,3 +86,19 @@ def test_no_more_workers_than_cores(monkeypatch):
     monkeypatch.setattr(engines, "available_cores", lambda: 2)
     assert list(engines.ordered_map(abs, [(-i,) for i in range(50)], workers=1000)) == list(range(50))
     assert started == [2]
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_within_seconds():
+    import socket
+
+    from clusterclip.engines import ray_session
+    from clusterclip.errors import ClusterClipError
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    start = time.monotonic()
+    refused = rf"cannot connect to the Ray cluster at 127\.0\.0\.1:{port}: nothing answers there \(Connection refused\)"
+    with pytest.raises(ClusterClipError, match=refused), ray_session(f"127.0.0.1:{port}"):
+        pass
+    assert time.monotonic() - start < 60  # Ray alone retries such an address for minutes

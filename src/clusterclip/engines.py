@@ -89,6 +89,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                   "configure_logging": False}
         if address:
+            _probe(address)
             kwargs["address"] = address  # the cluster's resources are its own: no num_cpus
         else:
             kwargs["num_cpus"] = num_cpus or os.cpu_count()
@@ -107,6 +108,22 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         if started:
             ray.shutdown()
             _remove_session(session)
+
+
+def _probe(address: str, timeout: float = 3.0) -> None:
+    """Refuse in one line, within seconds, a ``host:port`` (or ``ray://host:port``) where nothing listens: Ray itself
+    retries such an address for minutes. ``auto`` and addresses without a port are left to Ray."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    import socket
+
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ClusterClipError(f"cannot connect to the Ray cluster at {address}: nothing answers there "
+                               f"({exc.strerror or exc}); start one (`ray start --head`) or fix --ray-address"
+                               ) from None
 
 
 def _session_folder(ray: Any) -> Path | None:
