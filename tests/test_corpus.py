@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,13 @@ def test_an_input_reached_twice_is_refused(tmp_path):
     with pytest.raises(ClusterClipError, match=r"a\.jsonl: given twice \(also as .*data/a\.jsonl\)"):
         expand_inputs([data, tmp_path / "data" / ".." / "data" / "a.jsonl"])
     assert [p.name for p, _ in expand_inputs([data])] == ["a.jsonl", "b.jsonl"]
+
+
+def test_a_pipe_as_input_is_refused_not_waited_on(tmp_path):
+    """A FIFO would be opened more than once (checksums, then documents) and hang: refused in one line."""
+    from clusterclip.corpus.inputs import expand_inputs
+
+    fifo = tmp_path / "docs.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ClusterClipError, match=r"docs\.jsonl: not a regular file \(a pipe, socket or device\)"):
+        expand_inputs([fifo])

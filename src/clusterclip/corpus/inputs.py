@@ -44,6 +44,9 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, 
             folder = Folder(path)
             fmt = folder_format(folder)
             out.extend([(path, fmt)] if fmt is not None else _folder_inputs(folder))
+        elif not path.is_file():
+            raise ClusterClipError(f"{path}: not a regular file (a pipe, socket or device): inputs are read more than "
+                                   "once (checksums, then documents); write it to a file first")
         else:
             out.append((path, format_of(path)))
     _refuse_repeats(out)
