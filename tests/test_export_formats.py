@@ -71,6 +71,19 @@ def test_hf_export_equals_reorder_dataset(tmp_path):
     assert got["index"] == _plan(run, cfg).tolist() and got["cluster"] == labels[_plan(run, cfg)].tolist()
 
 
+def test_a_quiet_hf_export_prints_nothing(tmp_path, capfd):
+    """``-q``: not even the datasets library's own progress bar of ``save_to_disk``."""
+    pytest.importorskip("datasets")
+    run, cfg, _ = _run(tmp_path)
+    capfd.readouterr()
+    assert main(["export", str(run.root), "--plan", cfg.name(), "--format", "hf", "--out", str(tmp_path / "hf"),
+                 "-q"]) == 0
+    out, err = capfd.readouterr()
+    assert err == "", err
+    written = sorted(str(p) for p in (tmp_path / "hf").iterdir() if p.name not in (".lock", "export.json"))
+    assert sorted(out.split()) == written
+
+
 @pytest.mark.parametrize("tokens", [False, True])
 def test_litdata_streaming_dataset_yields_the_plan_in_order(tmp_path, tokens):
     litdata = pytest.importorskip("litdata")

@@ -55,7 +55,13 @@ class HfWriter(Writer):
         if self.meta:
             ds.info.description = (f"clusterclip export of plan {self.meta['plan']} (stream "
                                    f"{self.meta['stream_identity']}), rows in plan order")
-        ds.save_to_disk(str(self.folder))
+        enabled = datasets.utils.is_progress_bar_enabled()
+        datasets.utils.disable_progress_bars()  # the export shows its own progress, and -q means none
+        try:
+            ds.save_to_disk(str(self.folder))
+        finally:
+            if enabled:
+                datasets.utils.enable_progress_bars()
         if self.meta:
             add_json_key(self.folder / "dataset_info.json", META_KEY, self.meta)
         del ds
