@@ -245,3 +245,14 @@ def test_a_file_the_system_refuses_is_one_line_naming_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"clusterclip: error: {tmp_path / 'run' / '.lock'}: Is a directory; fix or remove it and run the " \
                   "command again", err
+
+
+def test_export_of_a_run_with_two_plans_names_the_flag_that_picks_one(tmp_path, capsys):
+    from tests.test_export import _run
+
+    run, cfg, _ = _run(tmp_path)
+    assert main(["plan", str(run.root), "--strategy", "random", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(run.root), "--format", "parquet", "--out", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds 2 plans; choose one with --plan NAME" in err and cfg.name() in err and len(err.splitlines()) == 1

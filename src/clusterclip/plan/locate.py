@@ -54,7 +54,8 @@ def resolve_plan_path(plan: str | os.PathLike[str], plan_name: str | None = None
     if not names:
         raise PlanNotFoundError(f"{p}: no plan.npy and no finished plans/; run `clusterclip plan {p}` first")
     if len(names) > 1:
-        raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with plan_name=: {', '.join(names)}")
+        raise PlanNotFoundError(f"{p} holds {len(names)} plans; choose one with --plan NAME (in Python, plan_name=): "
+                                f"{', '.join(names)}")
     return _existing(p, names[0])
 
 
