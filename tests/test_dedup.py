@@ -414,3 +414,19 @@ def test_signatures_of_a_later_slice_equal_those_of_the_whole_corpus():
                             signatures([pa.array(texts[3:])], 3, 32, 3, 0, first=3)])
     assert np.array_equal(whole, parts)
     assert not np.array_equal(whole[0], whole[2]) and not np.array_equal(whole[2], whole[5])
+
+
+def test_status_lists_dedup_and_verify_checks_its_files(run_dir, tmp_path, capsys):
+    """`status` names the dedup stage; `status --verify` finds a changed dedup/group.npy (exit 1)."""
+    path = tmp_path / "run"
+    shutil.copytree(run_dir[0], path)
+    assert main(["dedup", str(path), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(path), "--verify"]) == 0
+    assert "dedup" in capsys.readouterr().out
+    group = path / "dedup" / "group.npy"
+    data = bytearray(group.read_bytes())
+    data[-1] ^= 1
+    group.write_bytes(bytes(data))
+    assert main(["status", str(path), "--verify"]) == 1
+    assert "dedup/group.npy" in capsys.readouterr().out
