@@ -315,3 +315,27 @@ def test_disk_full_while_writing_an_embedding_shard_is_one_line(tmp_path, monkey
         err = one_line_error(embed_argv(run, corpus), capsys)
     assert "disk is full" in err and "finished shards are kept" in err
     assert main(embed_argv(run, corpus)) == 0
+
+
+def test_with_an_add_pending_the_other_commands_name_the_add_not_a_rebuild(tmp_path, monkeypatch, capsys):
+    """Killed after it rewrote the corpus and embed records, the add leaves the cluster stage looking stale: plan,
+    export and dedup must say to finish or undo the add, not to rebuild a stage."""
+    import dataclasses
+
+    import clusterclip.add.workflow as workflow
+
+    run, _ = build_run(tmp_path)
+
+    def die(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("killed")
+
+    table = tuple(dataclasses.replace(e, grow=die) if e.name == CLUSTER_STAGE else e for e in workflow.TABLE)
+    with monkeypatch.context() as m:
+        m.setattr(workflow, "TABLE", table)
+        with pytest.raises(RuntimeError):
+            add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 30})])
+    assert run.path(A.ADD_JOURNAL).exists()
+    for argv in (["plan", str(run.root), "-q"], ["dedup", str(run.root), "-q"],
+                 ["export", str(run.root), "--format", "jsonl", "--out", str(tmp_path / "x"), "-q"]):
+        err = one_line_error(argv, capsys)
+        assert "an add is pending" in err and "--abort" in err and "--force" not in err, (argv, err)

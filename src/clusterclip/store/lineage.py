@@ -98,17 +98,24 @@ class Lineage:
         rec = self.require(stage, verify=False)
         if upstream is not None:
             if rec.get("inputs_hash") != self.output_hash(upstream):
-                raise StaleArtifactError(
+                raise StaleArtifactError(self._pending_add() or (
                     f"{self.root}: stage `{stage}` was built from an older `{upstream}` output; "
-                    f"re-run it: `{self.rebuild_command(stage)}`"
-                )
+                    f"re-run it: `{self.rebuild_command(stage)}`"))
         else:
             why = self.stale_reason(stage)
             if why:
-                raise StaleArtifactError(why)
+                raise StaleArtifactError(self._pending_add() or why)
         if verify:
             self.verify(stage, rec, only=only)
         return rec
+
+    def _pending_add(self) -> str | None:
+        """While ``clusterclip add`` is unfinished (its journal is there) its records are half rewritten, so stages
+        look stale: the way out is to finish or undo the add, not to rebuild them."""
+        if not self.path(A.ADD_JOURNAL).exists():
+            return None
+        return (f"{self.root}: an add is pending ({A.ADD_JOURNAL}): finish it by running the same `clusterclip add "
+                f"{self.root} ...` again, or undo it with `clusterclip add {self.root} --abort`")
 
     def stale_reason(self, stage: str) -> str | None:
         """Why ``stage`` can no longer be used, as one line ending in the commands that rebuild it; None

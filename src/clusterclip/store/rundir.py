@@ -125,7 +125,7 @@ class RunDir(Lineage):
         :meth:`problems` (the full check, or the quick one with ``checksums=False``)."""
         problem = next(self._problems(stage, rec, checksums, only), None)
         if problem:
-            raise StaleArtifactError(problem)
+            raise StaleArtifactError(self._pending_add() or problem)
 
     def problems(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True,
                  only: Collection[str] | None = None) -> list[str]:
