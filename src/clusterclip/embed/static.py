@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest
+from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, minilm_path
 from clusterclip.embed.distill import (
     STATIC_MAX_LENGTH,
     STATIC_RECIPE,
@@ -55,6 +55,7 @@ class StaticEmbedder(EmbedderBase):
             if not self.distilled:
                 raise ClusterClipError(f"{self.path}: not a model2vec model folder "
                                        "(needs config.json, model.safetensors, tokenizer.json)")
+            _distiller_installed()
             if self.progress:
                 print(f"clusterclip: distilling the static embedder from all-MiniLM-L6-v2 into {self.path} "
                       "(once; about a minute)", file=sys.stderr)
@@ -121,3 +122,13 @@ class StaticEmbedder(EmbedderBase):
                 np.minimum(1.0, self._char_cut / np.maximum(full, 1))
             coverage = counts / np.maximum(lengths, 1) * read
             yield slice(start, start + len(batch)), np.asarray(doc_tokens @ self._emb, dtype=np.float32), coverage
+
+
+def _distiller_installed() -> None:
+    """Import what the distillation needs before announcing it, so a core install fails at once with the extra to
+    install (the CLI turns the ImportError into one line) instead of after "distilling ... about a minute"."""
+    import importlib
+
+    minilm_path()
+    for module in ("torch", "transformers"):
+        importlib.import_module(module)
