@@ -209,6 +209,13 @@ def test_cli_continue_end_to_end(tmp_path, capsys):
     assert "--consumed" in capsys.readouterr().err
     assert main(["plan", out, "--continue", name, "--consumed", "401", "-q"]) == 2
     assert "0..400" in capsys.readouterr().err
+    assert main(["plan", out, "--continue", name, "--consumed", "400", "-q"]) == 2  # the whole parent consumed
+    err = capsys.readouterr().err
+    assert "--consumed is the whole of plan" in err and "give --budget N" in err and "must be an integer" not in err
+    assert main(["plan", out, "--continue", name, "--consumed", "400", "--max-repeat", "1", "--budget", "10",
+                 "-q"]) == 2  # the parent used every cap of 1 already
+    err = capsys.readouterr().err
+    assert "0 draws left" in err and "raise max_repeat" in err and "lower the budget to 0" not in err
 
 
 def test_report_shows_the_mixture_across_the_switch(tmp_path):

@@ -89,8 +89,9 @@ def compute_quotas(groups: Groups, config: PlanConfig, capacity: np.ndarray | No
         if budget > left:
             raise InfeasiblePlanError(
                 f"budget of {budget} documents is infeasible for this continuation: under max_repeat={cap} the "
-                f"documents have {left:.0f} draws left after the parent's prefix; lower the budget to {left:.0f} "
-                "or raise max_repeat")
+                f"documents have {left:.0f} draws left after the parent's prefix; "
+                + (f"lower the budget to {left:.0f} or raise max_repeat" if left >= 1 else
+                   "raise max_repeat (the parent's prefix already used every document's cap)"))
     elif cap is not None:
         active = int(groups.unit_sizes[weights > 0].sum())
         if budget > cap * active:

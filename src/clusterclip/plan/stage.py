@@ -213,6 +213,9 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
         raise PlanConfigError("epochs", "does not apply to --continue: a continuation's budget is what remains of its "
                               "parent, or --budget", type(config))
     if config.budget is None:
+        if consumed == length:
+            raise PlanConfigError("consumed", f"is the whole of plan {parent!r} ({length:,} positions): nothing of it "
+                                  "remains to continue; give --budget N for the draws of the continuation")
         config = dataclasses.replace(config, budget=length - consumed)
     ident = rec.order_identity()
     return config, {"name": parent, "identity": ident, "consumed": int(consumed)}
