@@ -389,7 +389,7 @@ def test_peak_memory_is_not_proportional_to_budget(tmp_path):
         ({"budget": 7.0}, "must be an integer"),
         ({"max_repeat": 0}, ">= 1"),
         ({"budget_unit": "bytes"}, "^budget_unit must be one of docs, tokens, got 'bytes'"),
-        ({"tau": float("nan"), "strategy": "temperature"}, "finite"),
+        ({"tau": float("nan"), "strategy": "temperature"}, r"tau must be in \[-1e\+06, 1e\+06\], got nan"),
         ({"strategy": "weights"}, "needs per-cluster weights"),
         ({"weights": ((0, 1.0),)}, "only used by strategy 'weights'"),
         ({"strategy": "weights", "weights": ((0, -1.0),)}, ">= 0"),
