@@ -430,3 +430,18 @@ def test_status_lists_dedup_and_verify_checks_its_files(run_dir, tmp_path, capsy
     group.write_bytes(bytes(data))
     assert main(["status", str(path), "--verify"]) == 1
     assert "dedup/group.npy" in capsys.readouterr().out
+
+
+def test_an_infeasible_group_cap_budget_counts_groups_not_documents(run_dir, tmp_path, capsys):
+    path = tmp_path / "run"
+    shutil.copytree(run_dir[0], path)
+    assert main(["dedup", str(path), "-q"]) == 0
+    group, kept = load_groups(RunDir(path))
+    n = len(group)
+    capsys.readouterr()
+    assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "1", "--budget", str(n),
+                 "--duplicates", "group-cap", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"the 'documents' are the {kept.size:,} duplicate groups: each duplicate group counts as one" in err, err
+    assert main(["plan", str(path), "--duplicates", "group-cap", "--budget-unit", "tokens", "-q"]) == 2
+    assert "needs --budget-unit docs" in capsys.readouterr().err

@@ -111,7 +111,7 @@ class PlanConfig(Settings):
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
                                   f"{self.strategy!r} (which is {kind.SUMMARY})", type(self))
         if self.duplicates == "group-cap" and self.budget_unit != "docs":
-            raise PlanConfigError("duplicates", "'group-cap' needs {budget_unit} 'docs' (members differ in tokens)",
+            raise PlanConfigError("duplicates", "'group-cap' needs --budget-unit docs (members differ in tokens)",
                                   type(self))
         if kind.USES_WEIGHTS:
             if self.weights is None:

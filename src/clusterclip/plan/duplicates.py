@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan import identity
 from clusterclip.plan.build import DEFAULT_CHUNK, Plan, _output, build_plan
 from clusterclip.plan.config import PlanConfig, PlanConfigError
@@ -90,7 +91,13 @@ def build_grouped_plan(labels: np.ndarray, config: PlanConfig, group: np.ndarray
     members = MemberMap(group, kept, tokens, config.duplicates)
     counts = np.zeros(labels.size, np.int64)
     with _scratch(out) as tmp:
-        sub = build_plan(labels[kept], sub_config, sub_tokens, tmp, chunk_size, k)
+        try:
+            sub = build_plan(labels[kept], sub_config, sub_tokens, tmp, chunk_size, k)
+        except InfeasiblePlanError as exc:
+            what = ("each duplicate group counts as one document: a document and its near-copies share one cap"
+                    if config.duplicates == "group-cap" else "only each duplicate group's kept document is drawn")
+            raise InfeasiblePlanError(f"{exc} (under --duplicates {config.duplicates} the 'documents' are the "
+                                      f"{kept.size:,} duplicate groups: {what})") from None
         digest, blocks = identity.OrderHash(), BlockChecksums()
         with _output(out, int(sub.order.size)) as dest:
             for a in range(0, sub.order.size, chunk_size):
