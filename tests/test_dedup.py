@@ -360,7 +360,7 @@ def test_group_cap_uses_every_member_and_none_is_unchanged(tmp_path):
         build_grouped_plan(labels, PlanConfig(max_repeat=3, budget=10, duplicates="drop"), group, kept)
     with pytest.raises(ClusterClipError, match="duplicates"):
         build_plan(labels, PlanConfig(duplicates="drop"))
-    with pytest.raises(ClusterClipError, match="budget_unit"):
+    with pytest.raises(ClusterClipError, match="needs --budget-unit docs"):
         PlanConfig(duplicates="group-cap", budget_unit="tokens")
 
 
