@@ -234,23 +234,24 @@ def die_with_parent(parent: int) -> None:
     """Initializer of a worker process: end it when the process that started it ends, even by ``kill -9``
     (which runs no cleanup), so no worker is left running, reparented to init. Linux delivers SIGKILL on the
     parent's death (``prctl(PR_SET_PDEATHSIG)``); elsewhere a daemon thread checks the parent every second."""
-    import signal
     import sys
-    import threading
-    import time
 
     if sys.platform.startswith("linux"):
         import ctypes
+        import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the line above
+            os._exit(1)
+        return
+    import threading
+    import time
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
         os._exit(1)
 
-    if os.getppid() != parent:  # it died before the line above
-        os._exit(1)
     threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 

@@ -147,16 +147,16 @@ def drift_report(old: tuple[Path, Path], n_old: int, new_scores: np.ndarray, new
         coverage_cut = min(COVERAGE_FLOOR, streamed_percentile(old, n_old, COVERAGE_PERCENTILE))
         unseen = np.asarray(new) < coverage_cut
         report.update(coverage_cut=round(coverage_cut, 6), below_coverage_cut=int(np.count_nonzero(unseen)))
-    novel = int(np.count_nonzero(far | unseen)) / max(1, len(new_scores))
+    share = int(np.count_nonzero(far | unseen)) / max(1, len(new_scores))
     added = np.bincount(new_labels, minlength=len(old_sizes)).astype(np.int64)
     growth = added / np.maximum(old_sizes, 1)
     shift = cluster_shift(added, old_sizes)
     return {
         "documents_before": int(n_old), "documents_added": len(new_scores),
-        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", **report, "novel_share": round(novel, 6),
+        "percentile": DRIFT_PERCENTILE, "reference": "leave-one-out", **report,
         "cluster_shift": shift["shift"], "cluster_shift_chance": shift["chance"],
         "cluster_shift_excess": shift["excess"],
-        "drift_share": round(novel, 6), "drift_threshold": threshold, "recommend_refit": novel > threshold,
+        "drift_share": round(share, 6), "drift_threshold": threshold, "recommend_refit": share > threshold,
         "cluster_before": old_sizes.astype(int).tolist(), "cluster_added": added.tolist(),
         "cluster_growth": [round(float(g), 6) for g in growth],
     }

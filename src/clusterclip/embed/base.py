@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from clusterclip.store import RunDir
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
-CONFIDENCE_COLUMNS = ("coverage", "norm")
-"""The columns of a document's embedding confidence (:meth:`EmbedderBase.encode_with_confidence`)."""
 
 
 @runtime_checkable
@@ -156,7 +154,7 @@ class EmbedderBase:
         of ``coverage`` (the share of the document's text the embedder saw: for a fitted vocabulary, its words in
         it; for a model, what truncation kept; 1 for a model-free embedder) and ``norm`` (the vector's norm before
         normalising: for ``lsa``, the share of the document's TF-IDF row that the fitted directions hold).
-        See :data:`CONFIDENCE_COLUMNS` and ``docs/embedders.md``."""
+        See :data:`clusterclip.embed.contract.CONFIDENCE_COLUMNS` and ``docs/embedders.md``."""
         texts = list(texts)
         show = self.progress if progress is None else progress
         out = np.empty((len(texts), self.dim), dtype=np.float32)

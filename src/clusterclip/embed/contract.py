@@ -188,6 +188,17 @@ def confidence_summary(histogram: np.ndarray) -> dict[str, float]:
             "below_half": round(float(cum[COVERAGE_BINS // 2 - 1]) / n, 4)}
 
 
+def shards_confidence(run: RunDir, shards: list[dict[str, Any]]) -> dict[str, float] | None:
+    """:func:`confidence_summary` of the confidence files of ``shards`` (entries of :attr:`EmbedRecord.shards`),
+    read one at a time; None when there is no shard or one has no confidence file."""
+    if not shards or not all("confidence" in s for s in shards):
+        return None
+    histogram = np.zeros(COVERAGE_BINS + 1, np.int64)
+    for shard in shards:
+        histogram += coverage_histogram(load_npy(run.path(shard["confidence"])))
+    return confidence_summary(histogram)
+
+
 def cluster_coverage(run: RunDir, labels: np.ndarray, k: int) -> np.ndarray | None:
     """Each cluster's mean coverage (:data:`CONFIDENCE_COLUMNS`), read one confidence shard at a time (``labels``
     may be memory-mapped) after the shards' checksums are verified; None for a run embedded before confidence was

@@ -6,15 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from clusterclip.corpus.contract import CORPUS_STAGE
 from clusterclip.embed.contract import (
-    COVERAGE_BINS,
     EMBED_STAGE,
     EmbedRecord,
-    confidence_summary,
-    coverage_histogram,
+    shards_confidence,
 )
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.stage import encode_shards, write_shard
@@ -22,7 +18,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_bar
 from clusterclip.stages import grow_stage
 from clusterclip.stages.growth import Growth
-from clusterclip.store import RunDir, load_npy
+from clusterclip.store import RunDir
 from clusterclip.store.lineage import REGROW
 
 
@@ -51,10 +47,7 @@ def grow_embed_record(run: RunDir, growth: Growth) -> EmbedRecord:
     assert isinstance(base, EmbedRecord)
     files = [f for s in shards for f in (s["file"], s["confidence"])]
     grown = [*base.shards, *shards]
-    summary = None
-    if all("confidence" in s for s in grown):
-        summary = confidence_summary(sum((coverage_histogram(load_npy(run.path(s["confidence"]))) for s in grown),
-                                         np.zeros(COVERAGE_BINS + 1, np.int64)))
+    summary = shards_confidence(run, grown)
     return grow_stage(run, base, run.output_hash(CORPUS_STAGE), [*base.artifacts, *files],
                       0.0, dict(base.artifacts), (CORPUS_STAGE,), count=growth.count, shards=grown,
                       confidence=summary, **{REGROW: [*(base.regrow or []), list(growth.journal["command"])]})

@@ -23,22 +23,20 @@ from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.contract import (
     CONFIDENCE_COLUMNS,
     CONFIDENCE_GLOB,
-    COVERAGE_BINS,
     EMBED_DIR,
     EMBED_PROGRESS,
     EMBED_SHARD_GLOB,
     EMBED_STAGE,
     EmbedRecord,
     confidence_shard,
-    confidence_summary,
-    coverage_histogram,
     embed_shard,
+    shards_confidence,
 )
 from clusterclip.embed.registry import fitted_embedders, get_embedder
 from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar
 from clusterclip.stages import Built, Job, Stage, run_stage
-from clusterclip.store import RunDir, file_digest, load_json, load_npy, save_json, save_npy
+from clusterclip.store import RunDir, file_digest, load_json, save_json, save_npy
 
 CHUNKS_PER_CALL = 16
 """Encoder batches per ``encode`` call: the stage encodes chunks of ``CHUNKS_PER_CALL`` x the batch size."""
@@ -194,9 +192,7 @@ def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, e
         if not (model_files and isinstance(emb, cls)):
             shutil.rmtree(run.path(cls.MODEL_DIR), ignore_errors=True)
     shards = [{k: d[k] for k in ("file", "rows", "confidence")} for d in done]
-    histogram = sum((coverage_histogram(load_npy(run.path(d["confidence"]))) for d in done),
-                    np.zeros(COVERAGE_BINS + 1, np.int64))
-    summary = confidence_summary(histogram) if done else None
+    summary = shards_confidence(run, shards)
     return Built(files + model_files, dict(embedder=emb.name, model=model, dim=emb.dim, dtype="float16", engine=engine,
                                            count=n_docs, shards=shards, confidence=summary))
 

@@ -22,7 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -161,13 +161,19 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     return info
 
 
-def _check_sizes(folder: Path, record: ExportRecord) -> None:
-    """Every exported file still has the size ``export.json`` records (a stat each, no reading): a row appended to
-    a part, a truncated shard or a missing file is refused before a trainer reads it, not found mid-epoch."""
-    for rel in record.files:
-        want = (record.artifacts.get(rel) or {}).get("size")
+def file_sizes(folder: Path, record: ExportRecord,
+               rels: Iterable[str]) -> Iterator[tuple[Path, int | None, int | None]]:
+    """For each exported file ``rels`` of ``folder``: its path, its size now (None: missing) and the size
+    ``export.json`` records (None: none recorded). A stat each, no reading."""
+    for rel in rels:
         path = folder / rel
-        got = path.stat().st_size if path.is_file() else None
+        yield path, path.stat().st_size if path.is_file() else None, (record.artifacts.get(rel) or {}).get("size")
+
+
+def _check_sizes(folder: Path, record: ExportRecord) -> None:
+    """Every exported file still has the size ``export.json`` records: a row appended to a part, a truncated shard
+    or a missing file is refused before a trainer reads it, not found mid-epoch."""
+    for path, got, want in file_sizes(folder, record, record.files):
         if want is not None and got != want:
             found = "is missing" if got is None else f"has {got:,} bytes"
             raise ExportMismatchError(f"{path} {found}, {EXPORT_MANIFEST} records {want:,}: it changed since the "
@@ -205,5 +211,5 @@ def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str)
 
 
 __all__ = ["EXPORT_IDENTITY", "EXPORT_MANIFEST", "EXPORT_STAGE", "EXPORT_STAGING", "META_KEY", "ExportInfo",
-           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "metadata", "planned_stream",
-           "read_export", "stream_identity"]
+           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "file_sizes", "metadata",
+           "planned_stream", "read_export", "stream_identity"]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import EXPORT_STAGE, ExportRecord
+from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, file_sizes
 from clusterclip.export.writers.megatron import MegatronWriter
 from clusterclip.store.record import RecordError
 
@@ -94,10 +94,7 @@ def read_export_record(prefix: str | Path) -> ExportRecord:
 
 def _check_sizes(path: Path, record: ExportRecord) -> None:
     """``data.bin`` and ``data.idx`` have the sizes ``export.json`` records (a cheap check, no hashing)."""
-    for suffix in (".bin", ".idx"):
-        file = path.with_suffix(suffix)
-        want = (record.artifacts.get(file.name) or {}).get("size")
-        got = file.stat().st_size if file.is_file() else None
+    for file, got, want in file_sizes(path.parent, record, (path.with_suffix(s).name for s in (".bin", ".idx"))):
         if want is None or got != want:
             command = " ".join(record.command or []).replace("{run}", str(path.parent))
             raise _refuse(path, f"{file} has {got} bytes, {RECORD} records {want}: it changed or is not this "
