@@ -147,3 +147,66 @@ def test_killed_add_resumes_to_identical_artifacts(tmp_path, added_reference, fa
     again = clusterclip_add(out, new)
     assert again.returncode == 0 and "already added" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == mtimes
+
+
+def clusterclip_cli(*argv: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+    return subprocess.run([sys.executable, "-m", "clusterclip", *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def dedup_checksums(out: Path) -> dict[str, str]:
+    return {rel: meta["sha256"] for rel, meta in json.loads((out / "dedup.json").read_text())["artifacts"].items()}
+
+
+@pytest.fixture(scope="module")
+def deduped_reference(tmp_path_factory, added_reference):
+    """``added_reference``'s run with its duplicate groups found before the add, and the bytes after the add
+    (which extends the groups)."""
+    base, new, _ = added_reference
+    root = tmp_path_factory.mktemp("crash-dedup")
+    deduped = root / "base"
+    shutil.copytree(base, deduped)
+    assert clusterclip_cli("dedup", str(deduped), "-q").returncode == 0
+    done = root / "done"
+    shutil.copytree(deduped, done)
+    assert clusterclip_add(done, new).returncode == 0
+    assert json.loads((done / "dedup.json").read_text())["appended_from"] == 300
+    return deduped, new, artifacts(deduped), artifacts(done)
+
+
+DEDUP_FAULTS = [
+    "add-journal.json:after",       # nothing grown yet
+    "neighbour.npy:after",          # the extension started: new semantic neighbours written, dedup.json gone
+    "signatures.npy:after",         # text hashes half written
+    "lexical_jaccard.npy:after",    # pairwise work extended, groups not yet
+    "group.npy:before",
+    "removed.parquet:after",        # every artifact written, the record not yet
+    "dedup.json:after",             # the extended record written, the cluster record... and the journal still there
+]
+
+
+@pytest.mark.parametrize("fault", DEDUP_FAULTS)
+def test_an_add_killed_while_it_extends_the_duplicate_groups_resumes_or_aborts_exactly(
+        tmp_path, deduped_reference, fault):
+    base, new, before, expected = deduped_reference
+    for then in ("resume", "abort"):
+        out = tmp_path / then
+        shutil.copytree(base, out)
+        killed = clusterclip_add(out, new, fault)
+        assert killed.returncode == -signal.SIGKILL, f"the fault {fault} did not fire: {killed.stderr[-500:]}"
+        if then == "resume":
+            done = clusterclip_add(out, new)
+            assert done.returncode == 0, done.stderr
+            assert artifacts(out) == expected
+            assert json.loads((out / "dedup.json").read_text())["documents"] == 300 + sum(ADDED.values())
+        else:
+            undone = clusterclip_cli("add", str(out), "--abort")
+            assert undone.returncode == 0, undone.stderr
+            assert "left to recompute" not in undone.stdout
+            assert artifacts(out) == before
+            assert dedup_checksums(out) == dedup_checksums(base)
+        assert not (out / "add-journal.json").exists() and not list(out.rglob(TMP_PREFIX + "*"))
+        assert [stage for stage, problems in audit(RunDir(out)).items() if problems] == []
+        status = clusterclip_cli("status", str(out), "--verify")
+        assert status.returncode == 0 and "dedup" in status.stdout, status.stdout + status.stderr

@@ -24,7 +24,9 @@ from clusterclip.cluster.contract import LABELS, SCORES, SIZES
 from clusterclip.contracts import GROWN
 from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord, open_part
 from clusterclip.corpus.records import ReadOptions
-from clusterclip.embed.contract import EMBED_DIR, EMBED_SHARD_GLOB
+from clusterclip.dedup.grow import JOURNAL_KEY as DEDUP_JOURNAL_KEY
+from clusterclip.dedup.grow import restore_groups
+from clusterclip.embed.contract import CONFIDENCE_GLOB, EMBED_DIR, EMBED_SHARD_GLOB
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.store import RUN, RunDir, file_digest, load_json, save_json, save_npy
@@ -97,7 +99,7 @@ def base_records(journal: Mapping[str, Any]) -> dict[str, StageRecord]:
 
 
 def abort_add(run: RunDir) -> str:
-    """Undo an interrupted add: remove its new corpus parts and embedding shards, cut ``tokens.npy``,
+    """Undo an interrupted add: remove its new corpus parts, embedding shards and their confidence, cut ``tokens.npy``,
     ``labels.npy`` and ``scores.npy`` back to the documents before it, restore ``sizes.npy`` and the three
     records it started from, then remove the journal. A damaged journal: only the files no record lists go.
     The caller holds the lock. Returns what was done, one line."""
@@ -111,14 +113,17 @@ def abort_add(run: RunDir) -> str:
         base = {contract.NAME: run.record(contract.NAME) or {"artifacts": {}} for contract in GROWN}
         journal = None
     listed = {rel for rec in base.values() for rel in rec.get("artifacts", {})}
-    for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB)):
+    for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB), (EMBED_DIR, CONFIDENCE_GLOB)):
         for part in run.path(folder).glob(glob):
             if f"{folder}/{part.name}" not in listed:
                 part.unlink()
+    groups = ""
     if journal is not None:
         _restore(run, journal, base)
+        if journal.get(DEDUP_JOURNAL_KEY):
+            groups = f"; duplicate groups {restore_groups(run, journal[DEDUP_JOURNAL_KEY])}"
     path.unlink()
-    return (f"{run.root}: undid the interrupted add of {' '.join(map(str, journal['inputs']))}" if journal else
+    return (f"{run.root}: undid the interrupted add of {' '.join(map(str, journal['inputs']))}{groups}" if journal else
             f"{run.root}: removed a damaged add journal and the files no record lists; check `clusterclip status "
             f"{run.root} --verify`")
 

@@ -21,6 +21,8 @@ from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint, work_units
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
+from clusterclip.dedup.grow import JOURNAL_KEY as DEDUP_JOURNAL_KEY
+from clusterclip.dedup.grow import extendable
 from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, gather_embeddings
 from clusterclip.embed.grow import embed_new
 from clusterclip.engines import check_engine
@@ -113,7 +115,7 @@ def _journal(run: RunDir, key: str, inputs: Sequence[str], opts: ReadOptions) ->
     run.require_current(CLUSTER_STAGE, EMBED_STAGE)
     base = {contract.NAME: run.record(contract.NAME) for contract in GROWN}
     return {"key": key, "inputs": list(inputs), "read": asdict(opts), "base": base,
-            "sizes": load_npy(run.path(SIZES)).astype(int).tolist()}
+            "sizes": load_npy(run.path(SIZES)).astype(int).tolist(), DEDUP_JOURNAL_KEY: extendable(run, base)}
 
 
 def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, str]], opts: ReadOptions,

@@ -73,7 +73,7 @@ def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = Fa
     settings = asdict(config)
     stage = Stage(DEDUP_STAGE, settings, inputs,
                   reads={EMBED_STAGE: None, CLUSTER_STAGE: [LABELS], CORPUS_STAGE: [TOKENS]},
-                  build=lambda job: _build(run, config, reuse, engine, appended),
+                  build=lambda job: build_artifacts(run, config, reuse, engine, appended),
                   command=("clusterclip", "dedup", RUN, *command_flags(DedupConfig, settings)), record=DedupRecord)
     return run_stage(run, stage, force)
 
@@ -85,7 +85,9 @@ def _index_reusable(run: RunDir, previous: DedupRecord | None, inputs: str, conf
     return previous.lists(INDEX_ARTIFACTS) and not run.problems(DEDUP_STAGE, previous.to_json(), only=INDEX_ARTIFACTS)
 
 
-def _build(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended: int | None) -> Built:
+def build_artifacts(run: RunDir, config: DedupConfig, reuse: bool, engine: str, appended: int | None) -> Built:
+    """Write the stage's artifacts (not its record): the pairwise work (kept with ``reuse``, extended from document
+    ``appended`` on, or computed whole), then the groups derived from it."""
     t0 = time.perf_counter()
     run.path(DEDUP_DIR).mkdir(exist_ok=True)
     labels = load_npy(run.path(LABELS))
