@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
+from clusterclip.plan.integrity import PlanIntegrityError
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_json, save_npy
 from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset
@@ -293,3 +294,19 @@ def test_a_plan_file_without_its_record_says_what_is_not_checked(tmp_path):
     np.save(folder / "plan.npy", order)
     with pytest.warns(UserWarning), pytest.raises(ClusterClipError, match="document index 200"):
         list(ClusterClipSampler(folder / "plan.npy"))
+
+
+def test_a_plan_file_shipped_alone_needs_n_docs_to_bound_its_indices(tmp_path):
+    run = _run_dir_with_plans(tmp_path, [PlanConfig(budget=50)])
+    shipped = tmp_path / "shipped" / "plan.npy"
+    shipped.parent.mkdir()
+    order = np.load(next(run.path("plans").iterdir()) / "plan.npy")
+    order[3] = 10**9
+    np.save(shipped, order)
+    with pytest.raises(PlanIntegrityError, match=r"no plan\.json beside it and no run directory.*pass n_docs="):
+        ClusterClipSampler(shipped)
+    with pytest.raises(PlanIntegrityError, match=r"no plan\.json"):
+        load_plan(shipped)
+    with pytest.warns(UserWarning, match=r"0\.\.199 \(n_docs\)"), \
+            pytest.raises(ClusterClipError, match="document index 1000000000"):
+        list(ClusterClipSampler(shipped, n_docs=200))

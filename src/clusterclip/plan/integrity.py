@@ -13,7 +13,8 @@ and records, in ``plan.json`` under ``"blocks"``, the block size, the checksum a
   every index against ``[0, n_docs)``, vectorised, once per reader;
 * plans of the previous format (no ``blocks.npy``) are verified whole, once, against the SHA-256 of
   ``plan.npy`` in the record, on the first read; a ``plan.npy`` without a record and an array are checked
-  for the index range only (``[0, n_docs)`` when the caller knows the corpus size, else ``[0, 2^40)``).
+  for the index range only (``[0, n_docs)`` when the caller knows the corpus size, else ``[0, 2^40)``; the
+  sampler refuses a ``plan.npy`` with neither a record nor a known corpus size).
 
 CRC-32 rather than SHA-256: it runs at several GB/s (``zlib``, GIL released), so even a rank that reads
 one position in ``world_size`` of every block keeps the sampler's speed; it detects any change of one

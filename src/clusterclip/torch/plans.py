@@ -19,6 +19,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.plan.contract import (
     PLAN_ORDER,
     PLANS_DIR,
+    PlanIntegrityError,
     PlanReader,
     open_plan,
     plan_path,
@@ -60,14 +61,21 @@ def load_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None
 
 def open_checked(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> PlanReader:
     """``open_plan``, plus for a ``plan.npy`` without its ``plan.json``: the run's ``labels.npy`` (when the
-    file sits at ``RUN/plans/NAME/plan.npy``) bounds the indices, and a warning says what cannot be checked."""
+    file sits at ``RUN/plans/NAME/plan.npy``) or ``n_docs`` bounds the indices, and a warning says what cannot be
+    checked; without either the file is refused (its indices could point past the corpus unnoticed)."""
     reader = open_plan(plan, plan_name, n_docs)
     if reader.path is None or reader.record is not None:
         return reader
     labels = reader.path.parent.parent.parent / LABELS
     if n_docs is None and reader.path.parent.parent.name == PLANS_DIR and labels.is_file():
         reader.n_docs = int(np.load(labels, mmap_mode="r").shape[0])
-    bound = f"0..{reader.n_docs - 1} (the run's documents)" if reader.n_docs else "0..2^40 (pass n_docs=)"
+    if reader.n_docs is None:
+        raise PlanIntegrityError(
+            f"{reader.path}: no plan.json beside it and no run directory around it, so nothing says how many "
+            "documents its indices may point at; pass n_docs=len(dataset), or keep plan.json and blocks.npy "
+            "next to plan.npy")
+    source = "n_docs" if n_docs is not None else "the run's documents"
+    bound = f"0..{reader.n_docs - 1} ({source})"
     warnings.warn(f"{reader.path}: no plan.json beside it, so only its shape and index range {bound} are checked; "
                   "its checksums, recorded identity and repeat cap cannot be", stacklevel=3)
     return reader
