@@ -4,11 +4,13 @@ prints a runnable command, and following it recovers the run."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +336,62 @@ def test_rebuild_commands_render_the_recorded_settings(run):
     assert run.rebuild_command(plan_stage_name(CLIP)) == f"clusterclip plan {run.root} --strategy clusterclip"
     corpus = run.record(CORPUS_STAGE)["config"]["inputs"][0]
     assert run.rebuild_command(EMBED_STAGE) == f"clusterclip embed {corpus} --out {run.root} --embedder hashing"
+
+
+# ------------------------------------------------------------------------------ a disk that fills up
+
+
+def test_a_short_write_without_errno_is_reported_as_a_full_disk(tmp_path):
+    """NumPy's ``tofile`` (``np.save`` into a file) says "N requested and M written" with no errno."""
+    from clusterclip.store import atomic_path
+
+    target = tmp_path / "a.npy"
+    with pytest.raises(OSError) as caught, atomic_path(target):
+        raise OSError("800000 requested and 8176 written")
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 128 KiB tmpfs mounted for the test (root only; skipped elsewhere)."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_dedup_on_a_disk_that_fills_up_is_one_line_and_the_run_recovers(built, tiny_disk, capsys):
+    out = tiny_disk / "run"
+    shutil.copytree(built[1], out, symlinks=True, ignore=shutil.ignore_patterns("report"))
+    used = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    filler = tiny_disk / "filler"
+    free = shutil.disk_usage(tiny_disk).free
+    filler.write_bytes(b"\0" * max(free - 24_000, 0))  # room for the small dedup arrays, not the signatures
+    err = fails(["dedup", str(out), "-q"], capsys)
+    assert "disk is full" in err and str(out / "dedup") in err, err
+    assert not list(out.rglob(".tmp-*")) and used
+    filler.unlink()
+    assert main(["dedup", str(out), "-q"]) == 0
+    assert not any(audit(RunDir(out)).values())
+
+
+@pytest.mark.parametrize("room", [4_000, 40_000])
+def test_add_on_a_disk_that_fills_up_is_one_line_and_the_same_command_finishes(built, tiny_disk, tmp_path, capsys,
+                                                                               room):
+    out = tiny_disk / "run"
+    shutil.copytree(built[1], out, symlinks=True, ignore=shutil.ignore_patterns("report"))
+    new = make_corpus(tmp_path / "new.jsonl", {"sailing": 60}, seed=5)
+    new.write_text(new.read_text().replace('"id": "', '"id": "new-'))
+    filler = tiny_disk / "filler"
+    filler.write_bytes(b"\0" * max(shutil.disk_usage(tiny_disk).free - room, 0))
+    err = fails(["add", str(out), str(new), "-q"], capsys)
+    assert "disk is full" in err, err
+    filler.unlink()
+    assert main(["add", str(out), str(new), "-q"]) == 0
+    assert not (out / A.ADD_JOURNAL).exists() and not any(audit(RunDir(out)).values())

@@ -92,7 +92,7 @@ def partition(order: np.ndarray, groups: list[RowGroup], group_bytes: np.ndarray
         cuts = np.flatnonzero(np.diff(unit[grouped], prepend=-1))
         for lo, hi in zip(cuts.tolist(), [*cuts[1:].tolist(), grouped.size], strict=True):
             with open(units[int(unit[grouped[lo]])].pairs, "ab") as f:
-                pairs[lo:hi].tofile(f)
+                f.write(pairs[lo:hi].tobytes())  # a short write raises with its errno (tofile: none)
     return [u for u in units if os.path.getsize(u.pairs)]
 
 

@@ -10,6 +10,7 @@ can read a plan on a shared filesystem.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import json
@@ -100,7 +101,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     os.fchmod(fd, file_mode())
     os.close(fd)
     try:
-        yield Path(tmp)
+        try:
+            yield Path(tmp)
+        except OSError as exc:
+            if exc.errno is not None:
+                raise
+            # NumPy's tofile (np.save into a file) reports a short write, a full disk, with no errno
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (a write stopped short: {exc})",
+                          str(path)) from exc
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         _fault_point(path, "before")
