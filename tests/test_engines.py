@@ -102,3 +102,67 @@ def test_a_ray_address_where_nothing_listens_is_one_line_within_seconds():
     with pytest.raises(ClusterClipError, match=refused), ray_session(f"127.0.0.1:{port}"):
         pass
     assert time.monotonic() - start < 60  # Ray alone retries such an address for minutes
+
+
+RAY_SCRIPT = """
+import time
+from clusterclip.engines import EngineConfig, ray_tasks
+def nap(seconds):
+    time.sleep(seconds)
+with EngineConfig(engine="ray").session() as ray:
+    print("started", ray._private.worker._global_node.get_session_dir_path(), flush=True)
+    ray_tasks(nap, [(120,)] * 2)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ray_processes_end_when_the_command_is_killed():
+    """``kill -9`` of a command on the Ray engine: its head node (GCS, raylet, dashboard, agents) and task workers
+    all exit, within a minute (zombies, which only a reaping init removes, are not counted). The session folder
+    that the killed command could not remove is removed here."""
+    pytest.importorskip("ray")
+    from clusterclip.ray_session import remove_session
+
+    proc = subprocess.Popen([sys.executable, "-c", RAY_SCRIPT], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    session = None
+    try:
+        assert proc.stdout is not None
+        started, _, folder = proc.stdout.readline().strip().partition(" ")
+        assert started == "started"
+        session = Path(folder)
+        time.sleep(3.0)  # the tasks are running
+        group = [p for p in _group(proc.pid) if p != proc.pid]
+        assert group, "no Ray process found"
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and any(_alive(p) for p in group):
+            time.sleep(1.0)
+        assert not [p for p in group if _alive(p)], [_cmdline(p) for p in group if _alive(p)]
+    finally:
+        for p in _group(proc.pid):
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        remove_session(session)
+
+
+def _group(pgid: int) -> list[int]:
+    """Processes of process group ``pgid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    except OSError:
+        return "?"
