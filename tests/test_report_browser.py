@@ -79,16 +79,22 @@ def report(tmp_path_factory) -> Path:
     return build_report(run, progress=False)
 
 
-def test_screenshot_is_not_blank(report, tmp_path):
-    shot = tmp_path / "shot.png"
-    proc = chromium(report.as_uri(), tmp_path, f"--screenshot={shot}", "--window-size=1280,2000")
+def screenshot(url: str, tmp: Path, width: int, height: int) -> np.ndarray:
+    """A screenshot of ``url`` in a ``width`` x ``height`` window, checked: not blank, no page errors."""
+    shot = tmp / f"shot-{width}x{height}.png"
+    proc = chromium(url, tmp, f"--screenshot={shot}", f"--window-size={width},{height}")
     assert shot.exists(), proc.stderr[-2000:]
     img = mpimg.imread(shot)
-    assert img.shape[:2] == (2000, 1280)
+    assert img.shape[:2] == (height, width)
     rgb = img[..., :3]
     assert float(rgb.std()) > 0.05, "screenshot is (nearly) blank"
     assert len(np.unique((rgb[::8, ::8] * 255).astype(np.uint8).reshape(-1, 3), axis=0)) > 50
     assert page_errors(proc.stderr) == []
+    return img
+
+
+def test_screenshot_is_not_blank(report, tmp_path):
+    screenshot(report.as_uri(), tmp_path, 1280, 2000)
 
 
 def test_script_runs_and_every_chart_loads(report, tmp_path):

@@ -8,7 +8,10 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib import rc_context
 
-from clusterclip.report.charts import CATEGORICAL, OTHER_COLOUR, STYLE, Chart, new_figure, save_chart
+from clusterclip.report.charts import CATEGORICAL, OTHER_COLOUR, SMALL_COLOUR, STYLE, Chart, new_figure, save_chart
+
+MAX_GROUPS = 12
+"""Groups the map colours and names in its legend (those leading the most documents); the others share one grey."""
 
 
 def centroid_projection(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -27,6 +30,15 @@ def centroid_projection(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if var.sum() > 0:
         ratio[:n] = var[:n] / var.sum()
     return coords, ratio
+
+
+def _legend_groups(groups: Sequence[str | None], sizes: np.ndarray) -> list[str]:
+    """The :data:`MAX_GROUPS` groups whose clusters hold the most documents, by name."""
+    led: dict[str, float] = {}
+    for g, size in zip(groups, sizes, strict=True):
+        if g is not None:
+            led[g] = led.get(g, 0.0) + float(size)
+    return sorted(sorted(led, key=lambda g: (-led[g], g))[:MAX_GROUPS])
 
 
 def plot_centroid_map(
@@ -49,10 +61,13 @@ def plot_centroid_map(
         ax = fig.add_subplot()
         area = 12 + 600 * sizes / max(sizes.max(initial=0.0), 1.0)
         if groups is not None:
-            names = sorted({g for g in groups if g is not None})
+            names = _legend_groups(groups, sizes)
             colour_of = {g: CATEGORICAL[i % len(CATEGORICAL)] for i, g in enumerate(names)}
-            for g in [*names, None]:
-                sel = np.array([x == g for x in groups], dtype=bool)
+            keys = [g if g is None or g in colour_of else "" for g in groups]
+            others = len({g for g, key in zip(groups, keys, strict=True) if key == ""})
+            labels = {**{g: g for g in names}, "": f"{others} other groups", None: "no group"}
+            for g in [*names, "", None]:
+                sel = np.array([x == g for x in keys], dtype=bool)
                 if sel.any():
                     ax.scatter(
                         coords[sel, 0],
@@ -61,8 +76,8 @@ def plot_centroid_map(
                         alpha=0.7,
                         edgecolors="white",
                         linewidths=0.6,
-                        color=colour_of.get(g, OTHER_COLOUR),
-                        label=g if g is not None else "no group",
+                        color=colour_of.get(g, OTHER_COLOUR if g == "" else SMALL_COLOUR),
+                        label=labels[g],
                     )
             legend = ax.legend(title="majority group", loc="center left", bbox_to_anchor=(1.01, 0.5))
             for handle in legend.legend_handles:

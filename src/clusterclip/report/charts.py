@@ -27,6 +27,7 @@ from clusterclip.store import atomic_path
 
 if TYPE_CHECKING:
     from clusterclip.report.continued import Switch
+    from clusterclip.report.scale import RepeatScale
 
 STYLE: dict[str, object] = {
     "font.size": 10,
@@ -234,8 +235,12 @@ def _exhaustion_ticks(ax: Axes, exhausted_at: np.ndarray) -> None:
         )
 
 
-def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: str) -> Chart:
-    """How many documents a plan draws 0, 1, 2, ... times (log scale when counts span decades)."""
+def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: str,
+                 scale: RepeatScale | None = None) -> Chart:
+    """How many documents a plan draws 0, 1, 2, ... times (log scale when counts span decades).
+
+    ``scale`` is the y axis shared by the charts of all plans, so bars of the same height mean the same count.
+    """
     h = np.asarray(repeat_hist, dtype=np.int64)
     title = f"Repetition: {plan}"
     with rc_context(STYLE):
@@ -245,7 +250,11 @@ def plot_repeats(repeat_hist: np.ndarray, path: str | os.PathLike[str], plan: st
         colours = [OTHER_COLOUR if t == 0 else CATEGORICAL[0] for t in times]
         ax.bar(times, h, color=colours, width=0.8)
         pos = h[h > 0]
-        if pos.size and pos.max() / pos.min() > 50:
+        if scale is not None:
+            if scale.log:
+                _plain_log_axis(ax, np.array([scale.bottom, scale.top]))
+            ax.set_ylim(scale.bottom if scale.log else 0, scale.top)
+        elif pos.size and pos.max() / pos.min() > 50:
             _plain_log_axis(ax, pos)
         if h.size <= 25:
             ax.set_xticks(times)
@@ -286,6 +295,7 @@ def plot_effective_clusters(
     with rc_context(STYLE):
         fig = new_figure()
         ax = fig.add_subplot()
+        drawn: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for i, (name, (mixture, window)) in enumerate(plans.items()):
             m = np.asarray(mixture)
             window = max(int(window), 1)
@@ -294,8 +304,8 @@ def plot_effective_clusters(
             if len(m) > 1 and m[-1].sum() < window / 2:
                 m = m[:-1]
             windows.add(window)
-            x = np.arange(len(m)) * window
-            ax.plot(x, effective_number(m, axis=1), color=CATEGORICAL[i % len(CATEGORICAL)], linewidth=1.6, label=name)
+            x, y = np.arange(len(m)) * window, effective_number(m, axis=1)
+            _plan_line(ax, x, y, name, CATEGORICAL[i % len(CATEGORICAL)], drawn)
         if sizes.size:
             ax.axhline(sizes.size, color="black", linestyle=":", linewidth=1.2, label=f"K = {sizes.size}")
             natural = float(effective_number(sizes))
@@ -315,6 +325,19 @@ def plot_effective_clusters(
         ax.set_ylabel("effective number of clusters")
         ax.set_title(title)
         return save_chart(fig, path, title)
+
+
+def _plan_line(ax: Axes, x: np.ndarray, y: np.ndarray, name: str, colour: str,
+               drawn: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """One plan's line; a line identical to one drawn before is dashed on top of it and says so in the legend."""
+    twins = [other for other, (ox, oy) in drawn.items()
+             if len(ox) == len(x) and np.array_equal(ox, x) and np.allclose(oy, y, rtol=1e-9, atol=1e-9)]
+    drawn[name] = (x, y)
+    if not twins:
+        ax.plot(x, y, color=colour, linewidth=1.6, label=name)
+    else:
+        ax.plot(x, y, color=colour, linewidth=2.2, linestyle=(0, (3, 3)), marker="os^Dv"[(len(twins) - 1) % 5],
+                markersize=4.5, markevery=max(1, len(x) // 12), zorder=3, label=f"{name} (same as {twins[0]})")
 
 
 def expected_random_effective(sizes: np.ndarray, window: int, n_sims: int = 200, seed: int = 0) -> float:

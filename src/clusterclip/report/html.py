@@ -69,7 +69,13 @@ table.kv td:last-child { word-break:break-word; }
 .toolbar { display:flex; gap:12px; align-items:center; flex-wrap:wrap; margin:6px 0; }
 .toolbar input { padding:4px 8px; border:1px solid var(--line); border-radius:6px; min-width:260px; }
 .quick a { color:var(--accent); text-decoration:none; margin-right:8px; }
-.scroll { max-height:80vh; overflow:auto; border:1px solid var(--line); border-radius:6px; }
+.scroll { max-height:80vh; max-width:100%; overflow:auto; border:1px solid var(--line); border-radius:6px; }
+.pick-off { display:none; }
+p.more { color:var(--muted); margin:6px 0; }
+p.more button, .toolbar select { font:inherit; padding:1px 8px; border:1px solid var(--line); border-radius:6px;
+                                 background:var(--soft); cursor:pointer; }
+@media (max-width: 700px) { header, main, footer { padding-left:12px; padding-right:12px; }
+  td.kw { min-width:160px; } td.examples { min-width:200px; } .toolbar input { min-width:0; width:100%; } }
 .scroll table { margin:0; }
 footer { color:var(--muted); font-size:12px; padding:12px 32px 24px; border-top:1px solid var(--line); }
 """
@@ -102,6 +108,31 @@ JS = """
     var frag = document.createDocumentFragment();
     rows.forEach(function (r) { frag.appendChild(r); });
     body.appendChild(frag);
+    refresh(table);
+  }
+  function refresh(table) {
+    var input = document.querySelector('input[data-filter="' + table.id + '"]');
+    var q = input ? input.value.trim().toLowerCase() : "";
+    var limit = parseInt(table.getAttribute("data-limit") || "0", 10);
+    var clip = limit > 0 && q === "" && table.getAttribute("data-all") !== "1";
+    var shown = 0;
+    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+      var match = q === "" || r.textContent.toLowerCase().indexOf(q) >= 0;
+      if (match) { shown += 1; }
+      r.hidden = !match || (clip && shown > limit);
+    });
+  }
+  function showAll(table, all) {
+    table.setAttribute("data-all", all ? "1" : "0");
+    var button = document.querySelector('[data-more="' + table.id + '"] button');
+    if (button) { button.textContent = all ? "show the first " + table.getAttribute("data-limit") : "show all"; }
+    refresh(table);
+  }
+  function reveal() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var row = id ? document.getElementById(id) : null;
+    var table = row && row.hidden ? row.closest("table[data-limit]") : null;
+    if (table) { showAll(table, true); row.scrollIntoView(); }
   }
   function wire() {
     Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
@@ -115,14 +146,28 @@ JS = """
     });
     Array.prototype.forEach.call(document.querySelectorAll("input[data-filter]"), function (input) {
       var table = document.getElementById(input.getAttribute("data-filter"));
+      if (table) { input.addEventListener("input", function () { refresh(table); }); }
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("[data-more]"), function (note) {
+      var table = document.getElementById(note.getAttribute("data-more"));
       if (!table) { return; }
-      input.addEventListener("input", function () {
-        var q = input.value.trim().toLowerCase();
-        Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
-          r.hidden = q !== "" && r.textContent.toLowerCase().indexOf(q) < 0;
+      note.hidden = false;
+      note.querySelector("button").addEventListener("click", function () {
+        showAll(table, table.getAttribute("data-all") !== "1");
+      });
+      refresh(table);
+    });
+    Array.prototype.forEach.call(document.querySelectorAll("select[data-pick]"), function (select) {
+      var table = document.getElementById(select.getAttribute("data-pick"));
+      if (!table) { return; }
+      select.addEventListener("change", function () {
+        Array.prototype.forEach.call(table.querySelectorAll(".pick"), function (c) {
+          c.classList.toggle("pick-off", !c.classList.contains("pick-" + select.value));
         });
       });
     });
+    window.addEventListener("hashchange", reveal);
+    reveal();
     document.body.setAttribute("data-ready", "1");
   }
   function checkImages() {
@@ -191,6 +236,16 @@ class Column:
     numeric: bool = False
     tip: str = ""
     ascending_first: bool = False
+    cls: str = ""
+
+
+def plain(v: object) -> object:
+    """A JSON value as a cell shows it: integral floats as integers, lists and objects as "custom"."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return int(v)
+    if isinstance(v, (dict, list)):
+        return "custom" if v else "–"
+    return v
 
 
 def cell(value: object, numeric: bool | None = None, digits: int = 3) -> Cell:
@@ -208,11 +263,10 @@ def cell(value: object, numeric: bool | None = None, digits: int = 3) -> Cell:
     return Cell(esc(value), numeric=bool(numeric))
 
 
-NUM = ' class="num"'
-
-
 def _th(c: Column) -> str:
-    attrs = NUM + ' data-type="num"' if c.numeric else ""
+    classes = " ".join(x for x in ("num" if c.numeric else "", c.cls) if x)
+    attrs = f' class="{classes}"' if classes else ""
+    attrs += ' data-type="num"' if c.numeric else ""
     if c.ascending_first:
         attrs += ' data-first="ascending"'
     if c.tip:
@@ -227,10 +281,18 @@ def table(
     sortable: bool = False,
     row_ids: Sequence[str] | None = None,
     css: str = "",
+    limit: int | None = None,
 ) -> str:
-    """An HTML table; with ``sortable`` clicking a header sorts by that column (numeric ones by value)."""
+    """An HTML table; with ``sortable`` clicking a header sorts by that column (numeric ones by value).
+
+    ``limit`` (with ``table_id``) lets the page show only the first ``limit`` rows (after any sort) until the
+    reader asks for all of them: see :func:`more_rows`.
+    """
     cols = [c if isinstance(c, Column) else Column(c) for c in columns]
     attrs = f' id="{esc(table_id)}"' if table_id else ""
+    rows = list(rows)
+    if limit and len(rows) > limit:
+        attrs += f' data-limit="{int(limit)}"'
     classes = " ".join(x for x in ("sortable" if sortable else "", css) if x)
     cls = f' class="{classes}"' if classes else ""
     head = "".join(_th(c) for c in cols)
@@ -247,6 +309,16 @@ def table(
         body.append(f"<tr{rid}>{''.join(tds)}</tr>")
     thead = f"<thead><tr>{head}</tr></thead>" if cols else ""
     return f"<table{attrs}{cls}>{thead}<tbody>\n" + "\n".join(body) + "\n</tbody></table>"
+
+
+def more_rows(table_id: str, total: int, limit: int, noun: str = "rows") -> str:
+    """The note above a table of ``total`` rows that shows ``limit`` of them, with a button to show all (shown
+    by the page's script, which is also what hides the rows: without it every row shows)."""
+    if total <= limit:
+        return ""
+    return (f'<p class="more" data-more="{esc(table_id)}" hidden>Showing the first {limit:,} of {total:,} {esc(noun)} '
+            f"({total - limit:,} more; sorting and filtering look at all of them). "
+            '<button type="button">show all</button></p>')
 
 
 def key_values(pairs: Iterable[tuple[str, object]]) -> str:

@@ -30,6 +30,7 @@ from clusterclip.report.experiment import experiment_curves, is_scalar, summary_
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number, top_share
+from clusterclip.report.scale import RepeatScale, charted, repeat_scale, shown_path
 
 TOP_IN_MIXTURE = 8
 MAX_EXPERIMENT_CHARTS = 6
@@ -135,13 +136,15 @@ class Page:
 def page_model(run: RunView, scan: CorpusScan | None) -> Page:
     """The report of ``run`` as data; ``scan`` is the corpus pass (None without corpus text or labels)."""
     majority = majority_groups(scan)
-    plan_charts = [_plan_charts(p, run) for p in run.plans]
-    effective = _effective_chart(run)
+    shown = tuple(charted(p) for p in run.plans)
+    scale = repeat_scale([p.repeat_hist for p in run.plans if p.repeat_hist is not None])
+    plan_charts = [_plan_charts(p, run, shown, scale) for p in shown]
+    effective = _effective_chart(shown, run)
     centroid_map = _centroid_map(run, majority)
     experiment, experiment_charts = _experiment(run.experiment)
     wanted = [_size_chart(run), *chain.from_iterable(plan_charts), effective, centroid_map, *experiment_charts]
     return Page(
-        run_dir=run.root.resolve(),
+        run_dir=run.root,
         summary=_summary(run),
         sizes=_size_summary(run),
         clusters=cluster_table(run, scan),
@@ -189,7 +192,8 @@ def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, ob
     if run.corpus is not None:
         inputs = run.corpus.config.get("inputs")
         if inputs:
-            details.append(("inputs", ", ".join(map(str, inputs)) if isinstance(inputs, list) else inputs))
+            shown = [shown_path(str(i)) for i in (inputs if isinstance(inputs, list) else [inputs])]
+            details.append(("inputs", ", ".join(shown)))
         details.append(("records skipped", run.corpus.skipped))
     if n and tokens:
         details.append(("mean tokens per document", float(tokens) / n))
@@ -252,8 +256,11 @@ def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec 
     )
 
 
-def _plan_charts(plan: PlanView, run: RunView) -> tuple[ChartSpec | None, ChartSpec | None]:
-    """The plan's mixture chart and repetition chart (None where it lacks the data)."""
+def _plan_charts(plan: PlanView, run: RunView, plans: tuple[PlanView, ...] | None = None,
+                 scale: RepeatScale | None = None) -> tuple[ChartSpec | None, ChartSpec | None]:
+    """The plan's mixture chart and repetition chart (None where it lacks the data); ``plans`` are all plans
+    with their mixtures in the charts' windows (default: as recorded), ``scale`` the y axis all repetition charts
+    share."""
     mixture = repeats = None
     if plan.mixture is not None and run.k:
         draw = partial(
@@ -264,16 +271,17 @@ def _plan_charts(plan: PlanView, run: RunView) -> tuple[ChartSpec | None, ChartS
             plan=plan.name,
             top=TOP_IN_MIXTURE,
             exhausted_at=plan.exhausted_at,
-            switch=across_switch(plan, run.plans),
+            switch=across_switch(plan, run.plans if plans is None else plans),
         )
         mixture = ChartSpec(f"mixture-{plan.slug}.png", draw)
     if plan.repeat_hist is not None:
-        repeats = ChartSpec(f"repeats-{plan.slug}.png", partial(charts.plot_repeats, plan.repeat_hist, plan=plan.name))
+        draw = partial(charts.plot_repeats, plan.repeat_hist, plan=plan.name, scale=scale)
+        repeats = ChartSpec(f"repeats-{plan.slug}.png", draw)
     return mixture, repeats
 
 
-def _effective_chart(run: RunView) -> ChartSpec | None:
-    with_mixture = {p.name: (p.mixture, p.window) for p in run.plans if p.mixture is not None}
+def _effective_chart(plans: tuple[PlanView, ...], run: RunView) -> ChartSpec | None:
+    with_mixture = {p.name: (p.mixture, p.window) for p in plans if p.mixture is not None}
     if not with_mixture or not run.k:
         return None
     return ChartSpec(EFFECTIVE_CHART, partial(charts.plot_effective_clusters, with_mixture, run.sizes))

@@ -23,8 +23,15 @@ from clusterclip.report.model import (
     SizeSummary,
     Summary,
 )
+from clusterclip.report.plan_table import plans_section
+from clusterclip.report.scale import hide_paths, shown_path
 
 Charts = Mapping[str, Chart]
+MAX_DRAW_COLUMNS = 3
+"""Most plans whose % draws columns the clusters table shows side by side; with more, a menu picks one."""
+CLUSTER_ROWS = 50
+GROUP_ROWS = 25
+"""Rows the clusters and ground-truth tables show until the reader asks for all of them."""
 BADGE_CLASS = {"largest": "large", "smallest": "small"}
 
 
@@ -34,7 +41,7 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
         ("summary", "Summary", _summary(page.summary, elapsed)),
         ("sizes", "Cluster sizes", _sizes(page.sizes, made)),
         ("clusters", "Clusters", _clusters(page.clusters)),
-        ("plans", "Plans", _plans(page.plans)),
+        ("plans", "Plans", plans_section(page.plans)),
         ("mixture", "Mixture over training", _mixture(page.plans, made)),
         ("repetition", "Repetition", _repetition(page.plans, made)),
         ("effective-clusters", "Effective clusters", _effective(page.effective_chart, made)),
@@ -53,18 +60,11 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
         items = "<ul>" + "".join(f"<li>{h.esc(n)}</li>" for n in page.notes) + "</ul>"
         intro = "Problems met while reading the run directory; the affected parts are omitted."
         sections.append(("notes", "Notes", h.section("notes", "Notes", items, intro)))
-    meta = f"run directory <code>{h.esc(page.run_dir)}</code> · generated {h.esc(time.strftime('%Y-%m-%d %H:%M:%S'))}"
+    shown = shown_path(page.run_dir)
+    meta = f"run directory <code>{h.esc(shown)}</code> · generated {h.esc(time.strftime('%Y-%m-%d %H:%M:%S'))}"
     footer = f"clusterclip {h.esc(__version__)} · report built in {h.esc(h.fmt_seconds(elapsed))}"
-    return h.page(f"clusterclip report: {page.run_dir.name}", meta, sections, footer)
-
-
-def plain(v: object) -> object:
-    """A JSON value as a cell shows it: integral floats as integers, lists and objects as "custom"."""
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
-        return int(v)
-    if isinstance(v, (dict, list)):
-        return "custom" if v else "–"
-    return v
+    text = h.page(f"clusterclip report: {page.run_dir.resolve().name}", meta, sections, footer)
+    return hide_paths(text, page.run_dir)
 
 
 def _figure(made: Charts, file: str) -> str:
@@ -132,15 +132,32 @@ def _cluster_columns(t: ClusterTable) -> list[h.Column]:
         cols.append(h.Column("% seen", numeric=True, tip="mean share of its documents' text the embedder represented "
                              "(low: words outside its vocabulary, another script, truncated text)"))
     cols += [
-        h.Column(f"% draws {name}", numeric=True, tip=f"share of the draws of plan {name}") for name in t.draw_plans
+        h.Column(f"% draws {name}", numeric=True, tip=f"share of the draws of plan {name}", cls=_pick(t, i))
+        for i, name in enumerate(t.draw_plans)
     ]
     if t.with_groups:
         cols.append(h.Column("majority group", tip="most frequent ground-truth group and its share of the cluster"))
     return [*cols, h.Column("keywords"), h.Column("examples (closest to centroid)")]
 
 
-def _percent(share: float) -> h.Cell:
-    return h.Cell(f"{100 * share:.2f}", sort=share, numeric=True)
+def _percent(share: float, cls: str = "") -> h.Cell:
+    return h.Cell(f"{100 * share:.2f}", sort=share, numeric=True, cls=cls)
+
+
+def _pick(t: ClusterTable, plan: int) -> str:
+    """The class of a plan's draws column: past :data:`MAX_DRAW_COLUMNS` plans, one column shows at a time."""
+    if len(t.draw_plans) <= MAX_DRAW_COLUMNS:
+        return ""
+    return f"pick pick-{plan}" + (" pick-off" if plan else "")
+
+
+def _plan_picker(t: ClusterTable) -> str:
+    """The menu choosing which plan's draws column shows (none when every plan has its own column)."""
+    if len(t.draw_plans) <= MAX_DRAW_COLUMNS:
+        return ""
+    options = "".join(f'<option value="{i}">{h.esc(name)}</option>' for i, name in enumerate(t.draw_plans))
+    return (f'<label>% draws of plan <select data-pick="cluster-table" aria-label="plan shown in % draws">'
+            f"{options}</select></label>")
 
 
 def _cluster_row(r: ClusterRow, t: ClusterTable) -> list[object]:
@@ -152,7 +169,7 @@ def _cluster_row(r: ClusterRow, t: ClusterTable) -> list[object]:
         row.append(h.Cell("–" if math.isnan(r.mean_cos) else f"{r.mean_cos:.3f}", sort=r.mean_cos, numeric=True))
     if r.coverage is not None:
         row.append(h.Cell("–" if math.isnan(r.coverage) else f"{100 * r.coverage:.0f}", sort=r.coverage, numeric=True))
-    row += [_percent(share) for share in r.draw_shares]
+    row += [_percent(share, _pick(t, i)) for i, share in enumerate(r.draw_shares)]
     if t.with_groups:
         group, share = r.majority or (None, 0.0)
         row.append(h.Cell(f"{h.esc(group)} ({share:.0%})", sort=group) if group is not None else "–")
@@ -180,11 +197,13 @@ def _clusters(t: ClusterTable | None) -> str:
     quick = '<div class="quick">Largest: ' + "".join(links[0]) + " · Smallest: " + "".join(links[1]) + "</div>"
     toolbar = (
         '<div class="toolbar"><input type="search" placeholder="filter clusters (keyword, group, text)"'
-        ' data-filter="cluster-table" aria-label="filter clusters">' + quick + "</div>"
+        ' data-filter="cluster-table" aria-label="filter clusters">' + _plan_picker(t) + quick + "</div>"
     )
     rows = [_cluster_row(r, t) for r in t.rows]
     ids = [f"cluster-{r.cluster}" for r in t.rows]
-    table = h.table(_cluster_columns(t), rows, table_id="cluster-table", sortable=True, row_ids=ids)
+    table = h.table(_cluster_columns(t), rows, table_id="cluster-table", sortable=True, row_ids=ids,
+                    limit=CLUSTER_ROWS)
+    more = h.more_rows("cluster-table", len(rows), CLUSTER_ROWS, "clusters")
     notes = (
         ""
         if t.with_text
@@ -196,26 +215,7 @@ def _clusters(t: ClusterTable | None) -> str:
         "removed); examples are the documents closest to the centroid. "
         "<b>% draws</b> is the share of each plan's training draws that comes from the cluster."
     )
-    return h.section("clusters", title, notes + toolbar + f'<div class="scroll">{table}</div>', intro)
-
-
-def _plans(plans: tuple[PlanSection, ...]) -> str:
-    title = "Plans"
-    if not plans:
-        return h.section("plans", title, h.note("No plans in this run directory (plans/*/plan.json)."))
-    fields = list(dict.fromkeys(key for p in plans for key, _ in p.facts))
-    facts = [dict(p.facts) for p in plans]
-    rows = [[h.Cell(f"<b>{h.esc(f)}</b>"), *(plain(f_of.get(f)) for f_of in facts)] for f in fields]
-    intro = (
-        "Each plan is one ordered list of document indices for the whole training run. Strategy "
-        "<i>random</i> follows the corpus's natural mixture, <i>uniform</i> balances clusters, "
-        "<i>clusterclip</i> balances them with a per-document repetition cap (max_repeat). "
-        "Options first, then the statistics recorded by the planner."
-    )
-    table = h.table([h.Column("")] + [h.Column(p.name) for p in plans], rows, "plan-table")
-    clips = "".join(f"<li><b>{h.esc(p.name)}</b>: {h.esc(p.clip)}</li>" for p in plans if p.clip)
-    clip = f'<p>What the repetition cap did:</p><ul class="clip">{clips}</ul>' if clips else ""
-    return h.section("plans", title, f'<div class="scroll">{table}</div>{clip}', intro)
+    return h.section("clusters", title, notes + toolbar + more + f'<div class="scroll">{table}</div>', intro)
 
 
 def _charts_section(section_id: str, title: str, figs: list[str], missing: str, intro: str, grid: bool = False) -> str:
@@ -231,7 +231,9 @@ def _mixture(plans: tuple[PlanSection, ...], made: Charts) -> str:
         f"Share of each window of draws taken by the {TOP_IN_MIXTURE} largest clusters (the rest in grey). "
         "Random stays on the dashed line (the natural share of those clusters); uniform stays near the "
         "dotted line (their balanced share); ClusterClip starts balanced and drifts towards natural as "
-        "small clusters are exhausted (red ticks on the top edge)."
+        "small clusters are exhausted (red ticks on the top edge). Each point is a window of draws: the "
+        "planner's windows, merged on a short plan so that a window holds enough draws to show a share "
+        "(the x axis gives its size)."
     )
     figs = [_figure(made, p.mixture_chart) for p in plans if p.mixture_chart]
     missing = "No plan with a mixture (plans/*/mixture.npy)."
@@ -241,7 +243,8 @@ def _mixture(plans: tuple[PlanSection, ...], made: Charts) -> str:
 def _repetition(plans: tuple[PlanSection, ...], made: Charts) -> str:
     intro = (
         "Number of documents each plan draws 0, 1, 2, ... times. Uniform sampling repeats the documents "
-        "of small clusters many times; ClusterClip caps every document at max_repeat."
+        "of small clusters many times; ClusterClip caps every document at max_repeat. All charts share "
+        "one y scale, so bars of the same height are the same number of documents."
     )
     figs = [_figure(made, p.repeats_chart) for p in plans if p.repeats_chart]
     missing = "No plan with a repetition histogram."
@@ -296,7 +299,7 @@ def _ground_truth(gt: GroundTruth | None) -> str:
             h.Cell(f"{g.share_in_led:.1%}", sort=g.share_in_led, numeric=True),
             h.Cell(f"#{g.top_cluster} ({g.top_share:.0%})", sort=g.top_share, numeric=True),
         ]
-        for g in gt.groups
+        for g in sorted(gt.groups, key=lambda g: -g.docs)
     ]
     cols = [
         h.Column("group"),
@@ -313,14 +316,17 @@ def _ground_truth(gt: GroundTruth | None) -> str:
         "whose cluster's majority group is their own. With K much larger than the number of groups, "
         "purity is the more telling number; NMI is capped by splitting groups into many clusters."
     )
-    return h.section("ground-truth", title, h.cards(items) + h.table(cols, rows, "group-table", True), intro)
+    table = h.table(cols, rows, "group-table", True, limit=GROUP_ROWS)
+    more = h.more_rows("group-table", len(rows), GROUP_ROWS, "groups (largest first)")
+    return h.section("ground-truth", title, h.cards(items) + more + f'<div class="scroll">{table}</div>', intro)
 
 
 def _experiment(e: ExperimentSection, made: Charts) -> str:
     body = ""
     if e.rows:
         cols = [h.Column(c, numeric=num) for c, num in zip(e.columns, e.numeric, strict=True)]
-        body += h.table(cols, [[plain(v) for v in row] for row in e.rows], "experiment-table", True)
+        table = h.table(cols, [[h.plain(v) for v in row] for row in e.rows], "experiment-table", True)
+        body += f'<div class="scroll">{table}</div>'
     body += "".join(_figure(made, chart) for chart in e.charts)
     if not body:
         body = h.note("experiment/results.json has no summary rows or curves this report can show.")
