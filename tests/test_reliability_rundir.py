@@ -42,7 +42,7 @@ DOLLAR = "$\\frac{1}{$"
 TEMP = "temperature-t0.3-Rinf-docs-Bepoch-s0"
 CLIP = "clusterclip-R4-docs-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
-RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategy", "clusterclip,temperature", "--tau", "0.3",
+RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,temperature", "--tau", "0.3",
             "--epochs", "1", "-q"]
 
 
@@ -395,3 +395,31 @@ def test_add_on_a_disk_that_fills_up_is_one_line_and_the_same_command_finishes(b
     filler.unlink()
     assert main(["add", str(out), str(new), "-q"]) == 0
     assert not (out / A.ADD_JOURNAL).exists() and not any(audit(RunDir(out)).values())
+
+
+# ------------------------------------------------------------------------------ a record copied or swapped
+
+
+def test_a_plan_record_swapped_with_another_plans_is_refused_with_this_plans_rebuild(run, capsys):
+    from clusterclip.torch import ClusterClipSampler
+
+    names = sorted(p.name for p in run.path("plans").iterdir())
+    mine, other = names[0], names[1]
+    shutil.copy(run.path("plans", other, PLAN_RECORD), run.path("plans", mine, PLAN_RECORD))
+    err = fails(["export", str(run.root), "--plan", mine, "--dest", str(run.root.parent / "x"), "-q"], capsys)
+    assert f"holds the record of `plans/{other}/plan`, not of `plans/{mine}/plan`" in err, err
+    rebuild = err.split("with `")[-1].rstrip("`")
+    assert other not in rebuild and f"--strategy {mine.split('-')[0]}" in rebuild, rebuild
+    with pytest.raises(StaleArtifactError, match="copied or swapped"):
+        ClusterClipSampler(run.root, plan_name=mine)
+    capsys.readouterr()
+    assert main(["status", str(run.root), "--verify"]) != 0
+    assert "copied or swapped" in capsys.readouterr().out
+    follow(rebuild)
+    assert len(ClusterClipSampler(run.root, plan_name=mine)) > 0
+
+
+def test_a_stage_record_copied_over_another_is_refused(run, capsys):
+    shutil.copy(run.record_path(EMBED_STAGE), run.record_path(CLUSTER_STAGE))
+    err = fails(["plan", str(run.root), "--strategy", "uniform", "-q"], capsys)
+    assert "holds the record of `embed`, not of `cluster`" in err, err

@@ -231,10 +231,6 @@ class PlanReader:
         self._ok[b] = True
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
-
-
 def _out_of_range(block: np.ndarray, bound: int) -> bool:
     """Any index outside ``[0, bound)``; for int64 one pass (viewed unsigned, negatives are >= 2^63)."""
     if block.dtype.kind == "i" and block.dtype.itemsize == 8:
@@ -265,7 +261,8 @@ def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, A
     except FileNotFoundError as exc:
         raise PlanIntegrityError(f"{path}: missing (the plan's block checksums){fix}") from exc
     except (ValueError, OSError, EOFError) as exc:
-        raise PlanIntegrityError(f"{path}: unreadable block checksums ({_one_line(exc)}){fix}") from exc
+        reason = " ".join(str(exc).split())[:200]
+        raise PlanIntegrityError(f"{path}: unreadable block checksums ({reason}){fix}") from exc
     if sums is None:
         raise PlanIntegrityError(f"{path}: does not match the SHA-256 in its record (modified){fix}")
     if sums.shape != (count,) or sums.dtype != np.uint32:
@@ -283,7 +280,7 @@ def _require_current(path: Path, name: str, rec: Mapping[str, Any]) -> None:
     root = path.parent.parent.parent
     upstream = rec.get("upstream") if isinstance(rec.get("upstream"), Mapping) else {}
     if path.parent.parent.name == PLANS_DIR and any((root / record(up)).exists() for up in upstream):
-        RunDir(root).require_current(plan_stage_name(name))
+        RunDir(root).require_current(plan_stage_name(path.parent.name))  # the folder's: a swapped record is refused
 
 
 def open_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> PlanReader:

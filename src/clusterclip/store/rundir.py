@@ -90,6 +90,9 @@ class RunDir(Lineage):
                 or not isinstance(rec.get("artifacts", {}), dict) or not isinstance(rec.get("upstream"), dict):
             raise StaleArtifactError(f"{p}: corrupt stage record (fields missing or of the wrong type); "
                                      f"{self._rerun(stage, None)}")
+        if rec.get("stage", stage) != stage:
+            raise StaleArtifactError(f"{p}: holds the record of `{rec['stage']}`, not of `{stage}` (copied or "
+                                     f"swapped); put that stage's own record back, or {self._rerun(stage, None)}")
         return rec
 
     def previous_record(self, stage: str) -> dict[str, Any] | None:
