@@ -4,6 +4,7 @@ refuses an export of another plan than its saved state; ``--pad-to-multiple`` pa
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -174,3 +175,24 @@ def test_an_export_file_changed_since_the_export_is_refused_before_reading(tmp_p
         read_export(out)
     with pytest.raises(ExportMismatchError, match="it changed since the export"):
         ClusterClipSampler.from_export(out)
+
+
+def test_an_export_is_read_through_its_record_a_link_to_it_or_a_linked_record(tmp_path):
+    """The export is the folder its export.json really lies in: read through the record, a link to the record
+    elsewhere, or a folder whose export.json is a link (files beside the folder given)."""
+    _, _, out = _export(tmp_path, "parquet")
+    rows = read_export(out).rows
+    link = tmp_path / "elsewhere" / "my-export.json"
+    link.parent.mkdir()
+    link.symlink_to(out / "export.json")
+    for given in (out / "export.json", link):
+        assert read_export(given).rows == rows and read_export(given).folder == out.resolve()
+        assert len(ClusterClipSampler.from_export(given, world_size=1, rank=0)) == rows
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for part in out.glob("part-*"):
+        shutil.copy(part, moved)
+    (tmp_path / "records").mkdir()
+    shutil.copy(out / "export.json", tmp_path / "records" / "export.json")
+    (moved / "export.json").symlink_to(tmp_path / "records" / "export.json")
+    assert read_export(moved).rows == rows

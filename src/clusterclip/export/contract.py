@@ -131,9 +131,12 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
 
     Refused (:class:`ExportMismatchError`, one line): a folder without ``export.json`` (not an export, or a
     killed one: run the export again), a record without a plan identity (an older version's export), and
-    metadata that names another stream than ``export.json`` (files of two exports mixed).
+    metadata that names another stream than ``export.json`` (files of two exports mixed). ``folder`` may be the
+    ``export.json`` itself, or a link to it: the export is the folder the record really lies in.
     """
     folder = Path(folder)
+    if folder.is_file():
+        folder = folder.resolve().parent
     path = folder / EXPORT_MANIFEST
     if not path.is_file():
         killed = (folder / EXPORT_STAGING).exists()
