@@ -14,7 +14,7 @@ from clusterclip.cli.main import main
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, build_plan, reference_order
-from clusterclip.plan.contract import PLAN_ORDER, identity_of, plan_path, plan_stage_name
+from clusterclip.plan.contract import PLAN_ORDER, clip_note, identity_of, plan_path, plan_stage_name
 from clusterclip.plan.prior import prior_counts
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.store import RunDir, save_json, save_npy
@@ -270,3 +270,24 @@ def test_documents_added_since_the_parent_are_drawn_first():
     assert sorted(cont.order.tolist()) == list(range(200, 240))
     with pytest.raises(ClusterClipError, match="holds document 239"):
         prior_counts(cont.order, 40, 200)
+
+
+def test_a_continuation_under_a_lower_cap_says_what_the_parent_already_drew_above_it(tmp_path):
+    """The cap cannot undo draws already made: documents the parent's prefix drew more often than a lowered cap
+    are never drawn again, and the record and the plan command say how many there are."""
+    run = RunDir(tmp_path / "run")
+    save_npy(run.path(LABELS), np.r_[np.zeros(10), np.repeat(np.arange(1, 6), 46)].astype(np.int32))  # one small
+    write_record(run, CLUSTER_STAGE, {"k": 6}, "x", [LABELS], 0.0)
+    parent, cont = _continue(run, PlanConfig(strategy="uniform", max_repeat=4, budget=700), 300,
+                             strategy="clusterclip", max_repeat=2, budget=50)
+    prior = np.bincount(np.load(run.path(plan_path(parent["name"], PLAN_ORDER)))[:300], minlength=240)
+    order = np.load(run.path(plan_path(cont["name"], PLAN_ORDER)))
+    assert not np.isin(order, np.flatnonzero(prior >= 2)).any()
+    stats = cont["stats"]
+    assert stats["over_cap_before"] == int((prior > 2).sum()) > 0 and stats["max_total_repeat"] == prior.max() > 2
+    note = clip_note(stats)
+    assert f"{stats['over_cap_before']:,} documents were drawn more than 2 times before the switch" in note
+    assert "draws none of them again" in note
+    _, same_cap = _continue(run, PlanConfig(strategy="uniform", max_repeat=4, budget=700), 300, strategy="clusterclip",
+                            max_repeat=4, budget=50)
+    assert same_cap["stats"]["over_cap_before"] == 0 and "before the switch" not in (clip_note(same_cap["stats"]) or "")

@@ -55,7 +55,18 @@ def _binding(cap: int, weights: np.ndarray, sizes: np.ndarray, budget: int) -> d
 
 
 def clip_note(stats: dict[str, Any], unit: str = "docs") -> str | None:
-    """One line on what the cap did (None for a plan without a cap)."""
+    """One line on what the cap did (None for a plan without a cap), and for a continuation under a lower cap
+    than its parent's, how many documents the parent's prefix already drew more often (never drawn again)."""
+    note = _cap_note(stats, unit)
+    over = stats.get("over_cap_before")
+    if not over:
+        return note
+    before = (f"{over:,} documents were drawn more than {stats.get('max_repeat')} times before the switch (up to "
+              f"{stats.get('max_total_repeat')}); the continuation draws none of them again")
+    return before if note is None else f"{note}; {before}"
+
+
+def _cap_note(stats: dict[str, Any], unit: str) -> str | None:
     cap = stats.get("max_repeat")
     if cap is None or "cap_binds" not in stats:
         return None

@@ -98,8 +98,10 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                               "index_range": [0, int(labels.shape[0])]})
         if continues is not None and prior is not None:
             arrays[PLAN_PRIOR] = prior.astype(np.min_scalar_type(int(prior.max(initial=0))))
+            over = 0 if config.max_repeat is None else int((prior > config.max_repeat).sum())
             fields.update(continues=continues, ancestors=_ancestors(run, continues),
-                          stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max())})
+                          stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max()),
+                                 "over_cap_before": over})
         for fname, arr in arrays.items():
             save_npy(run.path(plan_path(name, fname)), arr)
         return Built([plan_path(name, f) for f in (PLAN_ORDER, *arrays)], fields)
