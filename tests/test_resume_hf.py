@@ -39,9 +39,23 @@ def train_on_plan(run_dir, plan_name, documents, model, output_dir, batch_size, 
     trainer.train(resume_from_checkpoint=resume)  # a checkpoint of any process count and batch size
 
 
+def train_on_export(export_dir, rows, model, output_dir, batch_size, max_steps, resume=None):
+    from transformers import TrainingArguments
+
+    from clusterclip.torch.hf import PlanTrainer
+
+    args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
+                             max_steps=max_steps, save_steps=1, use_cpu=True, report_to=[])
+    trainer = PlanTrainer(model=model, args=args, train_dataset=rows,  # the export's rows (load_from_disk), tokenized
+                          export=export_dir)                         # rows in plan order, walked in that order
+    trainer.train(resume_from_checkpoint=resume)  # a checkpoint of any process count and batch size
+
+
 def test_docs_show_this_recipe():
     for doc in (DOCS, README):
         assert inspect.getsource(train_on_plan) in doc.read_text(encoding="utf-8"), f"{doc.name} shows the recipe"
+    export_doc = DOCS.parent / "export.md"
+    assert inspect.getsource(train_on_export) in export_doc.read_text(encoding="utf-8"), "export.md shows the recipe"
 
 
 class _Logged(transformers.GPT2LMHeadModel):
@@ -70,8 +84,14 @@ def _documents(n_docs: int) -> Any:
 
 def _train(job: dict[str, Any], rank: int = 0) -> None:
     model = _model(job["n_docs"])
-    train_on_plan(job["run"], PLAN, _documents(job["n_docs"]), model, job["out"], job["batch"], job["steps"],
-                  job["resume"])
+    if "export" in job:  # the export's rows, row i tokenized as [i + 1] * 4 so the model logs the row
+        rows = datasets.load_from_disk(job["export"])
+        rows = rows.map(lambda _, i: {"input_ids": [i + 1] * 4, "labels": [i + 1] * 4}, with_indices=True,
+                        remove_columns=rows.column_names)
+        train_on_export(job["export"], rows, model, job["out"], job["batch"], job["steps"], job["resume"])
+    else:
+        train_on_plan(job["run"], PLAN, _documents(job["n_docs"]), model, job["out"], job["batch"], job["steps"],
+                      job["resume"])
     Path(f"{job['out']}/trained.rank{rank}.json").write_text(json.dumps(model.trained))
 
 
@@ -141,3 +161,22 @@ def test_trainer_refusals_name_the_fix(run_dir, tmp_path):
     (tmp_path / "checkpoint-2").mkdir()
     with pytest.raises(PlanTrainerError, match=r"clusterclip_plan\.json"):
         trainer(n_docs, 5).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+@pytest.mark.slow
+def test_the_hf_export_recipe_resumes_exactly_at_another_process_count(run_dir, tmp_path):
+    """docs/export.md's recipe for an ``hf`` export: stopped at 2 processes, resumed at 1 with another batch size,
+    every row trained once, in the export's order (a SequentialSampler Trainer retrained 24 rows here)."""
+    from clusterclip.export.stage import export_plan
+    from clusterclip.store import RunDir
+
+    export = tmp_path / "hf"
+    export_plan(RunDir(run_dir), PLAN, export, fmt="hf")
+    n_rows = datasets.load_from_disk(str(export)).num_rows
+    stream = list(range(n_rows)) * 4
+    common = {"export": str(export), "n_docs": n_rows}
+    out = str(tmp_path / "two")
+    first = run_trainer(2, **common, out=out, batch=4, steps=6)
+    assert [i for step in first for i in step] == stream[:6 * 8]
+    resumed = run_trainer(1, **common, out=str(tmp_path / "one"), batch=5, steps=9, resume=f"{out}/checkpoint-3")
+    assert [i for step in resumed for i in step] == stream[24:24 + 6 * 5]

@@ -35,15 +35,24 @@ class PlanTrainer(Trainer):
     ``train_dataset`` must hold the run's documents in corpus order (row ``i`` is document ``i`` of the run,
     as the corpus parts or ``clusterclip export`` without reordering give it), not ``reorder_dataset``'s
     output: the sampler maps plan positions to rows. ``plan``/``plan_name`` as for ``ClusterClipSampler``
-    (the run directory and the plan's name when it holds several). ``max_steps`` is required: training is
+    (the run directory and the plan's name when it holds several). Or ``export``: a ``clusterclip export``
+    folder (``--format hf``, say), with ``train_dataset`` its rows (``datasets.load_from_disk``), which already
+    hold the plan's order: the sampler walks its rows. ``max_steps`` is required: training is
     counted in steps of the global batch (per device x processes x accumulation) along the plan, epochs
     following each other without a pad. Resuming (``train(resume_from_checkpoint=...)``) continues at the
     checkpoint's plan position with any number of processes or batch size.
     """
 
-    def __init__(self, *args: Any, plan: Any, plan_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, plan: Any = None, plan_name: str | None = None,
+                 export: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        if (plan is None) == (export is None):
+            raise PlanTrainerError("give PlanTrainer either plan= (a run's plan; train_dataset: the run's documents "
+                                   "in corpus order) or export= (a clusterclip export; train_dataset: its rows)")
         super().__init__(*args, **kwargs)
-        self.plan_sampler = ClusterClipSampler(plan, rank=0, world_size=1, plan_name=plan_name, endless=True)
+        self.export = export
+        self.plan_sampler = ClusterClipSampler.from_export(export, rank=0, world_size=1, endless=True) \
+            if export is not None else \
+            ClusterClipSampler(plan, rank=0, world_size=1, plan_name=plan_name, endless=True)
         if self.args.max_steps <= 0:
             raise PlanTrainerError(
                 f"PlanTrainer counts training in steps: set TrainingArguments(max_steps=...) (one epoch of the "
@@ -60,10 +69,14 @@ class PlanTrainer(Trainer):
 
     def _check_rows(self) -> None:
         n_docs, rows = self.plan_sampler._reader.n_docs, getattr(self.train_dataset, "__len__", None)
-        if n_docs is not None and rows is not None and len(self.train_dataset) != n_docs:
-            raise PlanTrainerError(
-                f"train_dataset has {len(self.train_dataset)} rows but the plan indexes a run of {n_docs} documents; "
-                "pass the run's documents in corpus order (row i = document i), not a reordered dataset")
+        if n_docs is None or rows is None or len(self.train_dataset) == n_docs:
+            return
+        if self.export is not None:
+            raise PlanTrainerError(f"train_dataset has {len(self.train_dataset)} rows but the export {self.export} "
+                                   f"holds {n_docs}; pass its rows as they are (hf: datasets.load_from_disk)")
+        raise PlanTrainerError(
+            f"train_dataset has {len(self.train_dataset)} rows but the plan indexes a run of {n_docs} documents; "
+            "pass the run's documents in corpus order (row i = document i), not a reordered dataset")
 
     def _get_train_sampler(self, train_dataset: Any = None) -> ClusterClipSampler:
         return self.plan_sampler
