@@ -423,3 +423,24 @@ def test_a_stage_record_copied_over_another_is_refused(run, capsys):
     shutil.copy(run.record_path(EMBED_STAGE), run.record_path(CLUSTER_STAGE))
     err = fails(["plan", str(run.root), "--strategy", "uniform", "-q"], capsys)
     assert "holds the record of `embed`, not of `cluster`" in err, err
+
+
+def test_an_artifact_that_cannot_be_replaced_is_one_line_naming_it(run, capsys, monkeypatch):
+    """An immutable artifact (``chattr +i``) refuses the rename over it: the message names the artifact, not the
+    temp file beside it, and the run keeps its state."""
+    import clusterclip.store.files as files
+
+    real = os.replace
+
+    def immutable(src, dst):
+        if Path(dst) == run.path(LABELS):
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(src), None, str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", immutable)
+    err = fails(["cluster", str(run.root), "--k", "3", "--force", "-q"], capsys)
+    assert err == f"clusterclip: error: {run.path(LABELS)}: Operation not permitted; fix or remove it and run the " \
+                  "command again", err
+    assert not list(run.root.rglob(".tmp-*"))
+    monkeypatch.setattr(files.os, "replace", real)
+    assert main(["cluster", str(run.root), "--k", "3", "--force", "-q"]) == 0

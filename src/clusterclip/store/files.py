@@ -112,7 +112,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         _fault_point(path, "before")
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # an immutable or protected artifact: name it, not the temp file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         _fault_point(path, "after")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
