@@ -151,7 +151,7 @@ def one_size(n: int, out: Path, clusters: int, memory_mb: int) -> dict:
     row["report"] = watched([*cli, "report", str(root), "--force", "-q"])
     export = out / f"export-{n}"
     row["export"] = watched([*cli, "export", str(root), "--plan", plan.parent.name, "--format", "parquet",
-                             "--memory-mb", str(memory_mb), "--out", str(export), "--force", "-q"])
+                             "--memory-mb", str(memory_mb), "--dest", str(export), "--force", "-q"])
     record = json.loads((export / "export.json").read_text())
     row["export"].update(buckets=record["buckets"], rows=record["rows"],
                          output_gib=round(sum(f.stat().st_size for f in export.glob("part-*")) / 2**30, 2))

@@ -65,7 +65,7 @@ def main() -> None:
         out = Path(tmp) / "out"
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "clusterclip", "export", str(run.root), "--plan", plan,
-                        "--format", "parquet", "--out", str(out), "-q"], check=True)
+                        "--format", "parquet", "--dest", str(out), "-q"], check=True)
         seconds = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         order = np.load(run.path("plans", plan, "plan.npy"))

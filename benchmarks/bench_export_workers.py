@@ -54,7 +54,7 @@ def main() -> None:
         for name, flags in variants:
             out = args.out / f"{fmt}-{name.split()[-1]}"
             cmd = [sys.executable, "-m", "clusterclip", "export", str(args.run), "--plan", args.plan, "--format", fmt,
-                   *extra, *flags, "--out", str(out), "--force", "-q"]
+                   *extra, *flags, "--dest", str(out), "--force", "-q"]
             row = {"format": fmt, "variant": name, **watched(cmd)}
             row["buckets"] = json.loads((out / "export.json").read_text())["buckets"]
             row["sha256"] = digest(out)

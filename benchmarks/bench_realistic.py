@@ -167,7 +167,7 @@ def bench_size(n: int, shards: list[Path], root: Path, tok_dir: Path) -> dict[st
     for fmt, extra in (("parquet", []), ("megatron", ["--tokenizer", str(tok_dir)])):
         out = root / f"export-{n}-{fmt}"
         shutil.rmtree(out, ignore_errors=True)
-        cmd(f"export {fmt}", ["export", str(run), "--plan", PLAN, "--format", fmt, "--out", str(out), *extra])
+        cmd(f"export {fmt}", ["export", str(run), "--plan", PLAN, "--format", fmt, "--dest", str(out), *extra])
         res[f"export_{fmt}_bytes"] = dir_bytes(out)
         shutil.rmtree(out)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")

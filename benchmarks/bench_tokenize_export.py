@@ -42,7 +42,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "clusterclip", "export", run, "--plan", plan, "--format", "parquet",
-                        "--tokenizer", tok_dir, "--out", f"{tmp}/out", "-q"], check=True, env=env,
+                        "--tokenizer", tok_dir, "--dest", f"{tmp}/out", "-q"], check=True, env=env,
                        stdout=subprocess.DEVNULL)
         export = time.perf_counter() - t0
     print(f"{len(planned):,} planned documents on {os.cpu_count()} cores: encode_batch {encode:.1f} s, tokenized "

@@ -1,12 +1,12 @@
 """Held-out loss of models trained under the per-document cap, ``--duplicates drop`` and ``group-cap``, on
 corpora with injected near-copies (issue 26).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/dedup_experiment.py --out runs/dedup-exp -- --max-repeat 12 --seeds 0,1
+    HF_HUB_OFFLINE=1 python benchmarks/dedup_experiment.py --out runs/dedup-exp -- --max-repeats 12 --seeds 0,1
 
 Each corpus (``--corpora``: minipile-1k, whose records carry a ``domain``, and the stdlib docstrings, which do
 not) gets the near-copies of ``benchmarks/bench_dedup.py`` (``--copy-frac`` of its documents copied 2..20
 times with one or two small edits; a copy keeps its source's domain), then ``clusterclip experiment`` runs
-``random`` and ``clusterclip`` under ``--duplicates none,drop,group-cap`` with the default proxies, or with
+``random`` and ``clusterclip`` under ``--duplicate-modes none,drop,group-cap`` with the default proxies, or with
 the options after ``--``. Its results table is printed, with the held-out documents that have a near-copy in
 the training split set apart (the copies leak across the split, as they would in a real corpus).
 A restart skips the finished runs. The cap must fit ``drop``'s budget: its kept documents hold about half the
@@ -65,7 +65,7 @@ def main() -> None:
         n = write_injected(name, args.copy_frac, args.seed, corpus)
         print(f"\n## {name}: {n} documents with copies ({corpus})\n", flush=True)
         cli(["experiment", str(corpus), "--out", str(args.out / name), "--strategies", "random,clusterclip",
-             "--duplicates", "none,drop,group-cap", "-q", *args.experiment])
+             "--duplicate-modes", "none,drop,group-cap", "-q", *args.experiment])
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def main(out: str) -> None:
     clusterclip("plan", str(run), "--strategy", "clusterclip", "--duplicates", "group-cap")
     for fmt in ("jsonl", "parquet", "hf"):
         clusterclip("export", str(run), "--plan", "clusterclip-R4-docs-Bepoch-s0", "--format", fmt,
-                    "--out", str(root / f"export-{fmt}"))
+                    "--dest", str(root / f"export-{fmt}"))
     clusterclip("add", str(run), str(second))
     clusterclip("plan", str(run), "--strategy", "uniform", "--seed", "3")
     json.dump(digests(root), sys.stdout, indent=1, sort_keys=True)

@@ -213,7 +213,7 @@ def build_base(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     corpus = tamper._corpus(root / "corpus.jsonl")
     assert main(["run", str(corpus), "--out", str(root / "run"), "--k", "4", "--embedder", "hashing",
-                 "--strategy", "clusterclip", "--max-repeat", str(CAP), "-q"]) == 0
+                 "--strategies", "clusterclip", "--max-repeat", str(CAP), "-q"]) == 0
     return root
 
 

@@ -48,7 +48,7 @@ TOPICS = {
     "finance": "stock bond market interest inflation dividend portfolio equity trader bank loan",
     "sailing": "boat sail wind harbour keel mast rudder anchor tide knot deck crew",
 }
-RUN_ARGS = ["--k", "4", "--embedder", "hashing", "--strategy", "clusterclip", "--budget", "300", "-q"]
+RUN_ARGS = ["--k", "4", "--embedder", "hashing", "--strategies", "clusterclip", "--budget", "300", "-q"]
 PLAN_ARGS = ["--strategy", "clusterclip", "--budget", "300", "-q"]
 
 
@@ -166,7 +166,7 @@ class Baseline:
 
     @staticmethod
     def _export(run: Path, out: Path) -> dict[str, str] | str:
-        rc, _, err, exc = _cli(["export", str(run), "--out", str(out), "-q"])
+        rc, _, err, exc = _cli(["export", str(run), "--dest", str(out), "-q"])
         if exc is not None or rc != 0:
             return f"export failed: {err.strip() or exc!r}"
         return {k: v for k, v in _tree(out).items() if k not in ("export.json", ".lock")}
@@ -232,7 +232,7 @@ def _judge(base: Baseline, case: Path, target: str, command: str) -> tuple[str, 
         "verify": ["status", str(case), "--verify"],
         "report": ["report", str(case), "-q"],
         "plan": ["plan", str(case), *PLAN_ARGS],
-        "export": ["export", str(case), "--out", str(case.parent / "export"), "-q"],
+        "export": ["export", str(case), "--dest", str(case.parent / "export"), "-q"],
         "run": [*base.run_argv[:3], str(case), *RUN_ARGS],
     }[command]
     rc, out, err, exc = _cli(argv)

@@ -253,7 +253,7 @@ def test_export_of_a_run_with_two_plans_names_the_flag_that_picks_one(tmp_path, 
     run, cfg, _ = _run(tmp_path)
     assert main(["plan", str(run.root), "--strategy", "random", "-q"]) == 0
     capsys.readouterr()
-    assert main(["export", str(run.root), "--format", "parquet", "--out", str(tmp_path / "out"), "-q"]) == 2
+    assert main(["export", str(run.root), "--format", "parquet", "--dest", str(tmp_path / "out"), "-q"]) == 2
     err = capsys.readouterr().err.strip()
     assert "holds 2 plans; choose one with --plan NAME" in err and cfg.name() in err and len(err.splitlines()) == 1
 

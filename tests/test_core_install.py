@@ -60,8 +60,8 @@ def test_core_install_runs_the_default_job(core, tmp_path, embedder):
 @pytest.mark.slow
 @pytest.mark.parametrize(("args", "extra"), [
     (["report", "{run}"], "clusterclip[report]"),
-    (["export", "{run}", "--format", "hf", "--out", "{tmp}/hf"], "clusterclip[hf]"),
-    (["export", "{run}", "--format", "jsonl", "--tokenizer", "gpt2", "--out", "{tmp}/j"], "clusterclip[hf]"),
+    (["export", "{run}", "--format", "hf", "--dest", "{tmp}/hf"], "clusterclip[hf]"),
+    (["export", "{run}", "--format", "jsonl", "--tokenizer", "gpt2", "--dest", "{tmp}/j"], "clusterclip[hf]"),
     (["run", "--out", "{tmp}/st", "--embedder", "minilm"], "clusterclip[embed]"),
     (["dedup", "{run}"], "clusterclip[dedup]"),
     (["experiment", "{run}", "--out", "{tmp}/e"], "clusterclip[torch]"),

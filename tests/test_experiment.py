@@ -306,7 +306,7 @@ def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
     with pytest.raises(SettingsError, match=r"^model\.vocab_size must be at least 300") as info:
         ExperimentConfig(model=ModelConfig(vocab_size=100))
     assert experiment_flag(info.value.param) == "--vocab-size" and experiment_flag("train.lr") == "--lr"
-    assert experiment_flag("max_repeats") == "--max-repeat" and experiment_flag("model.n_layer") == "--layers"
+    assert experiment_flag("max_repeats") == "--max-repeats" and experiment_flag("model.n_layer") == "--layers"
 
 
 @pytest.mark.parametrize(
@@ -314,7 +314,7 @@ def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
     [
         (["--heads", "3"], "--d-model 128 is not divisible by --heads 3"),
         (["--vocab-size", "100"], "--vocab-size must be at least 300"),
-        (["--passes", "6", "--max-repeat", "4,9"], "--max-repeat [4] must exceed --passes 6"),
+        (["--passes", "6", "--max-repeats", "4,9"], "--max-repeats [4] must exceed --passes 6"),
         (["--lr", "-1"], "--lr must be in (0, inf)"),
         (["--docs", "-5"], "--docs must be an integer >= 1"),
     ],
@@ -400,7 +400,7 @@ def test_cli_overrides_the_preset() -> None:
     parser = argparse.ArgumentParser()
     add_experiment_parser(parser.add_subparsers())
     a = parser.parse_args(["experiment", "x.jsonl", "--out", "o", "--quick", "--seeds", "0,1", "--k", "5",
-                           "--max-repeat", "7,8", "--docs", "0"])
+                           "--max-repeats", "7,8", "--docs", "0"])
     cfg = experiment_config(a)
     assert cfg.seeds == (0, 1) and cfg.k == 5 and cfg.max_repeats == (7, 8) and cfg.docs is None
     assert cfg.model == quick_config().model and cfg.embedder == "hashing"

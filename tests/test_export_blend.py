@@ -264,7 +264,7 @@ def test_options_that_do_not_fit_a_blend_are_refused(options, message):
 
 def test_an_out_folder_with_whitespace_is_refused(blended, tmp_path):
     run, cfg, _, tok, _, _, _ = blended
-    with pytest.raises(ClusterClipError, match="choose an --out without spaces"):
+    with pytest.raises(ClusterClipError, match="choose a --dest without spaces"):
         _export(run, cfg, tok, tmp_path / "my blend")
     assert not (tmp_path / "my blend").exists()
 
@@ -272,13 +272,13 @@ def test_an_out_folder_with_whitespace_is_refused(blended, tmp_path):
 def test_cli_blend_export(blended, tmp_path, capsys):
     run, cfg, _, tok, _, files, _ = blended
     args = ["export", str(run.root), "--plan", cfg.name(), "--format", "megatron", "--tokenizer", tok,
-            "--append-eos", "--blend", "--out", str(tmp_path / "cli")]
+            "--append-eos", "--blend", "--dest", str(tmp_path / "cli")]
     assert main(args) == 0
     assert sorted(Path(p).name for p in capsys.readouterr().out.split()) == sorted(p.name for p in files)
-    assert main([*args[:-2], "--seq-len", "8", "--out", str(tmp_path / "bad")]) == 2
+    assert main([*args[:-2], "--seq-len", "8", "--dest", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err
     assert "--blend writes whole documents" in err and err.count("\n") == 1 and not (tmp_path / "bad").exists()
     assert main([*args[:-1], str(tmp_path / "cli")]) == 0  # the same command again: kept
     other = ["export", str(run.root), "--plan", cfg.name(), "--format", "megatron", "--tokenizer", tok,
-             "--append-eos", "--out", str(tmp_path / "cli")]
+             "--append-eos", "--dest", str(tmp_path / "cli")]
     assert main(other) == 2 and "blend: True here, None now" in capsys.readouterr().err

@@ -76,7 +76,7 @@ def test_a_quiet_hf_export_prints_nothing(tmp_path, capfd):
     pytest.importorskip("datasets")
     run, cfg, _ = _run(tmp_path)
     capfd.readouterr()
-    assert main(["export", str(run.root), "--plan", cfg.name(), "--format", "hf", "--out", str(tmp_path / "hf"),
+    assert main(["export", str(run.root), "--plan", cfg.name(), "--format", "hf", "--dest", str(tmp_path / "hf"),
                  "-q"]) == 0
     out, err = capfd.readouterr()
     assert err == "", err
@@ -252,12 +252,12 @@ def test_cli_export_with_tokenizer_and_packing(tmp_path, capsys):
     run, cfg, _ = _run(tmp_path)
     tok = _tokenizer(tmp_path)
     code = main(["export", str(run.root), "--plan", cfg.name(), "--format", "jsonl", "--tokenizer", tok,
-                 "--append-eos", "--seq-len", "6", "--out", str(tmp_path / "o")])
+                 "--append-eos", "--seq-len", "6", "--dest", str(tmp_path / "o")])
     assert code == 0
     files = capsys.readouterr().out.split()
     rows = [json.loads(line)["tokens"] for f in files for line in Path(f).read_text(encoding="utf-8").splitlines()]
     assert rows == [_ids(i, eos=True) for i in _plan(run, cfg)]
-    assert main(["export", str(run.root), "--format", "megatron", "--out", str(tmp_path / "m")]) != 0
+    assert main(["export", str(run.root), "--format", "megatron", "--dest", str(tmp_path / "m")]) != 0
     assert "--format needs --tokenizer" in capsys.readouterr().err
 
 

@@ -107,11 +107,11 @@ def test_export_cli_takes_workers_and_the_engine(tmp_path, monkeypatch, capsys):
     run, cfg, _ = _many_units(tmp_path)
     monkeypatch.setattr(buckets, "BUCKET_BYTES", 700)
     monkeypatch.setattr(PlanStream, "bucketed", lambda self, memory_mb: True)
-    assert main(["export", str(run.root), "--out", str(tmp_path / "a"), "--workers", "2", "--engine", "local",
+    assert main(["export", str(run.root), "--dest", str(tmp_path / "a"), "--workers", "2", "--engine", "local",
                  "-q"]) == 0
     export_plan(run, cfg.name(), tmp_path / "b", workers=1)
     assert _files(tmp_path / "a") == _files(tmp_path / "b")
-    assert main(["export", str(run.root), "--out", str(tmp_path / "c"), "--workers", "0"]) == 2
+    assert main(["export", str(run.root), "--dest", str(tmp_path / "c"), "--workers", "0"]) == 2
     assert "--workers must be an integer >= 1" in capsys.readouterr().err
 
 

@@ -57,9 +57,9 @@ def test_refuses_a_folder_of_user_files_and_deletes_nothing(tmp_path, capsys):
     for i in range(10):
         (out / f"part-{i:05d}.jsonl").write_text(f'{{"mine": {i}}}\n')
     before = _tree(out)
-    err = _cli_error(capsys, str(run.root), "--plan", cfg.name(), "--out", str(out))
+    err = _cli_error(capsys, str(run.root), "--plan", cfg.name(), "--dest", str(out))
     assert f"{out}: not empty and not a clusterclip export (holds part-00000.jsonl" in err
-    assert "10 entries" in err and "choose an empty --out" in err
+    assert "10 entries" in err and "choose an empty --dest" in err
     assert _tree(out) == before
 
 
@@ -134,7 +134,7 @@ def test_refuses_an_existing_file_as_out(tmp_path, capsys):
     run, _, _ = _run(tmp_path)
     out = tmp_path / "file"
     out.write_text("mine")
-    assert "is a file, not a folder" in _cli_error(capsys, str(run.root), "--out", str(out))
+    assert "is a file, not a folder" in _cli_error(capsys, str(run.root), "--dest", str(out))
     assert out.read_text() == "mine"
 
 
@@ -158,7 +158,7 @@ def test_refuses_symlinks_where_it_writes_or_deletes(tmp_path, capsys, link):
     else:
         path.symlink_to(outside, target_is_directory=True)
     before = _tree(outside)
-    err = _cli_error(capsys, str(run.root), "--out", str(out), "--shard-size", "100")
+    err = _cli_error(capsys, str(run.root), "--dest", str(out), "--shard-size", "100")
     assert f"{path}: is a symbolic link (to {outside}" in err
     assert _tree(outside) == before
 
@@ -191,7 +191,7 @@ def test_damaged_labels_are_refused(tmp_path, capsys, damage):
         labels.write_bytes(bytes(labels.stat().st_size))
     else:
         labels.unlink()
-    err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "out"))
+    err = _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "out"))
     assert f"{labels}:" in err and "cluster" in err
     assert not (tmp_path / "out").exists()
 
@@ -200,7 +200,7 @@ def test_a_plan_without_its_cluster_stage_is_refused(tmp_path, capsys):
     """Exported with a null cluster column before."""
     run, _, _ = _run(tmp_path)
     run.record_path("cluster").unlink()
-    err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "out"))
+    err = _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "out"))
     assert "`cluster`" in err and re.search(r"`clusterclip (plan|cluster) ", err)
 
 
@@ -209,7 +209,7 @@ def test_a_plan_older_than_the_clusters_is_refused(tmp_path, capsys):
     run, cfg, labels = _run(tmp_path)
     save_npy(run.path("labels.npy"), (labels + 1) % 4)
     write_record(run, "cluster", {}, "x", ["labels.npy"], 0.0)
-    err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "out"))
+    err = _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "out"))
     assert f"stage `plans/{cfg.name()}/plan` is stale" in err and f"`clusterclip plan {run.root}" in err
 
 
@@ -219,7 +219,7 @@ def test_damaged_corpus_artifacts_are_refused(tmp_path, capsys, artifact, damage
     run, _, _ = _run(tmp_path)
     path = run.path(artifact)
     _flip_last_byte(path) if damage == "modified" else path.unlink()
-    err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "out"))
+    err = _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "out"))
     assert f"{path}:" in err and ("checksum" in err or "missing" in err)
 
 
@@ -237,7 +237,7 @@ def test_refuses_when_the_export_does_not_fit(tmp_path, monkeypatch):
     with pytest.raises(ClusterClipError, match=r"needs about [\d.]+ MiB but its filesystem has 0.0 MiB free"):
         export_plan(run, cfg.name(), out, shard_size=10)
     assert _tree(out) == before
-    with pytest.raises(ClusterClipError, match="free space or choose another --out"):
+    with pytest.raises(ClusterClipError, match="free space or choose another --dest"):
         export_plan(run, cfg.name(), tmp_path / "new")
     assert not (tmp_path / "new").exists()
 
@@ -265,10 +265,10 @@ def test_disk_full_while_writing_removes_the_partial_files_and_keeps_the_earlier
     export_plan(run, cfg.name(), out, shard_size=40)
     before = _tree(out)
     _failing_writer(monkeypatch, 2, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-    err = _cli_error(capsys, str(run.root), "--out", str(out), "--shard-size", "10")
+    err = _cli_error(capsys, str(run.root), "--dest", str(out), "--shard-size", "10")
     assert f"{out}: no space left on the device while exporting" in err and "earlier export is intact" in err
     assert _tree(out) == before and not (out / ".partial").exists()
-    _cli_error(capsys, str(run.root), "--out", str(tmp_path / "new"), "--shard-size", "10")
+    _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "new"), "--shard-size", "10")
     assert not (tmp_path / "new").exists()
 
 
@@ -281,7 +281,7 @@ def test_disk_full_while_claiming_the_folder_is_one_line(tmp_path, monkeypatch, 
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(E, "save_json", disk_full)
-    err = _cli_error(capsys, str(run.root), "--out", str(tmp_path / "new"))
+    err = _cli_error(capsys, str(run.root), "--dest", str(tmp_path / "new"))
     assert "no space left on the device" in err
     assert not (tmp_path / "new").exists()
 
@@ -295,7 +295,7 @@ def test_the_record_is_a_stage_record_and_a_same_reexport_is_skipped_unless_forc
     record = json.loads((out / "export.json").read_text())
     assert record["stage"] == "export" and sorted(record["artifacts"]) == record["files"] == [p.name for p in files]
     assert record["inputs_hash"] == record["identity"]["plan_sha256"] and record["upstream"] == {}
-    assert record["command"] == ["clusterclip", "export", str(run.root), "--plan", cfg.name(), "--out", "{run}",
+    assert record["command"] == ["clusterclip", "export", str(run.root), "--plan", cfg.name(), "--dest", "{run}",
                                  "--format", "jsonl", "--shard-size", "40"]
     assert sorted(p.name for p in out.iterdir()) == sorted([*record["files"], "export.json", ".lock"])
     times = {p.name: p.stat().st_mtime_ns for p in out.iterdir() if p.name != ".lock"}
@@ -319,7 +319,7 @@ def test_a_second_export_into_the_folder_fails_while_one_writes(tmp_path, capsys
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        err = _cli_error(capsys, str(run.root), "--out", str(out), "--shard-size", "10")
+        err = _cli_error(capsys, str(run.root), "--dest", str(out), "--shard-size", "10")
     finally:
         holder.kill()
         holder.wait()

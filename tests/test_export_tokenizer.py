@@ -51,7 +51,7 @@ def test_cli_export_with_an_unusable_tokenizer_exits_2(tmp_path, kind, capsys, m
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     run, cfg, _ = _run(tmp_path)
     code = main(["export", str(run.root), "--plan", cfg.name(), "--format", "jsonl", "--tokenizer",
-                 _bad(tmp_path, kind), "--out", str(tmp_path / "out")])
+                 _bad(tmp_path, kind), "--dest", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "--tokenizer" in err
     assert not (tmp_path / "out").exists()

@@ -336,6 +336,6 @@ def test_with_an_add_pending_the_other_commands_name_the_add_not_a_rebuild(tmp_p
             add(run, [new_file(tmp_path / "new.jsonl", {"sailing": 30})])
     assert run.path(A.ADD_JOURNAL).exists()
     for argv in (["plan", str(run.root), "-q"], ["dedup", str(run.root), "-q"],
-                 ["export", str(run.root), "--format", "jsonl", "--out", str(tmp_path / "x"), "-q"]):
+                 ["export", str(run.root), "--format", "jsonl", "--dest", str(tmp_path / "x"), "-q"]):
         err = one_line_error(argv, capsys)
         assert "an add is pending" in err and "--abort" in err and "--force" not in err, (argv, err)

@@ -196,7 +196,7 @@ def test_sampler_refuses_a_plan_made_stale_by_reclustering(tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 60, "astronomy": 30, "finance": 20, "sailing": 10})
     run = tmp_path / "run"
     assert main(["run", str(corpus), "--out", str(run), "--k", "4", "--embedder", "hashing",
-                 "--strategy", "clusterclip", "-q"]) == 0
+                 "--strategies", "clusterclip", "-q"]) == 0
     assert len(list(ClusterClipSampler(run, rank=0, world_size=1))) > 0
     assert main(["cluster", str(run), "--k", "3", "-q"]) == 0
     with pytest.raises(ClusterClipError, match=r"stale.*clusterclip plan"):

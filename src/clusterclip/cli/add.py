@@ -26,6 +26,9 @@ def add_add_parser(sub: Any) -> argparse.ArgumentParser:
                 "recommends `cluster --refit` when many new documents are far from every centroid. Killed, "
                 "re-run it to finish (or --abort it); re-run after it finished, it changes nothing. An input whose "
                 "bytes are already in the run is refused, documents whose text is are skipped (--allow-duplicates).",
+                ("clusterclip add runs/web data/2024-02/*.jsonl.gz",
+                 "clusterclip add runs/web new.parquet --text-field content --drift-threshold 0.2",
+                 "clusterclip add runs/web --abort                 # undo an interrupted add"),
                 run_dir="finished run directory (corpus, embed and cluster stages)")
     p.add_argument("new_inputs", nargs="*", metavar="NEW_INPUT", help="files or folders to add (formats as for run)")
     p.add_argument("--abort", action="store_true",

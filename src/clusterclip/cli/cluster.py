@@ -14,7 +14,10 @@ from clusterclip.store import RunDir
 def add_cluster_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "cluster", cmd_cluster, "spherical k-means over the embeddings",
                 "Fit centroids on a sample and assign every document: centroids.npy, labels.npy, scores.npy, "
-                "sizes.npy.", run_dir="run directory with embeddings")
+                "sizes.npy.",
+                ("clusterclip cluster runs/web --k 500",
+                 "clusterclip cluster runs/web --refit --force    # after `clusterclip add`; then re-plan"),
+                run_dir="run directory with embeddings")
     add_cluster(p, standalone=True)
     p.add_argument("--refit", action="store_true",
                    help="fit new centroids over all documents (after `clusterclip add`; the default k follows "

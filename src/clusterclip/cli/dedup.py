@@ -31,6 +31,9 @@ DESCRIPTION = (
 
 def add_dedup_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "dedup", cmd_dedup, "near-duplicate groups inside the clusters", DESCRIPTION,
+                ("clusterclip dedup runs/web",
+                 "clusterclip dedup runs/web --eps 0.03 --jaccard 0.8",
+                 "clusterclip plan runs/web --duplicates group-cap   # then plan over the groups"),
                 run_dir="run directory with clusters")
     g = p.add_argument_group("dedup")
     add_arguments(g, DedupConfig)

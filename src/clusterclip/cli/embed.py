@@ -13,7 +13,9 @@ from clusterclip.store import RunDir
 
 def add_embed_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "embed", cmd_embed, "read the corpus and embed every document",
-                "Corpus and embed stages: writes corpus/, tokens.npy and embeddings/.")
+                "Corpus and embed stages: writes corpus/, tokens.npy and embeddings/.",
+                ("clusterclip embed data/*.jsonl.gz --out runs/web",
+                 "clusterclip embed data.parquet --out runs/web --text-field content --embedder minilm"))
     add_inputs(p, required=True)
     add_common(p)
     return p

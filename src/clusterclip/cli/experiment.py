@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from clusterclip.cli.options import add_presets, add_verbosity, experiment_config, settings_error
+from clusterclip.cli.options import Renamed, add_presets, add_verbosity, command, experiment_config, settings_error
 from clusterclip.experiment.config import (
     DATA_FIELDS,
     MEASURING_FIELDS,
@@ -26,38 +26,42 @@ HELP = "train a small GPT per sampling strategy and compare held-out losses"
 DESCRIPTION = """\
 Hold out a stratified split (per cluster and per --group-field value), run the pipeline on the rest,
 and train one small decoder-only transformer per (strategy, seed) for the same token budget with the
-same model, optimiser and seeds; only the sampling plan differs. Writes OUT/experiment/results.json
+same model, optimiser and seeds; only the sampling plan differs. Writes RUN_DIR/experiment/results.json
 (rewritten after every training run; a restart skips finished runs), results.md and PNG plots.
 Options left unset take the value of the preset (the defaults shown, or --quick's).
-
-examples:
-  clusterclip experiment data/minipile.jsonl.gz --out runs/exp
-  clusterclip experiment data.jsonl --out runs/exp-k48 --k 48 --max-repeat 9,12,18 --seeds 0,1,2,3
-  clusterclip experiment data.jsonl --out /tmp/exp --quick
-  clusterclip experiment data.jsonl --out runs/exp --split-seeds 0,1,2,3,4 --seeds 0,1
-  clusterclip experiment data/minipile.jsonl.gz --out runs/skewed --preset skewed
 
 Every strategy is compared with random over (split, seed) pairs: the mean paired difference, its 95 %
 bootstrap interval and a verdict (better / worse / inconclusive: does the interval exclude zero?).
 """
+EXAMPLES = (
+    "clusterclip experiment data/minipile.jsonl.gz --out runs/exp",
+    "clusterclip experiment data.jsonl --out runs/k48 --k 48 --max-repeats 9,12,18 --seeds 0,1,2,3",
+    "clusterclip experiment data.jsonl --out /tmp/exp --quick",
+    "clusterclip experiment data.jsonl --out runs/exp --split-seeds 0,1,2,3,4 --seeds 0,1",
+    "clusterclip experiment data.jsonl --out runs/d --strategies clusterclip --duplicate-modes drop",
+    "clusterclip experiment data/minipile.jsonl.gz --out runs/skewed --preset skewed",
+)
+RENAMED = {"max_repeats": ("--max-repeat",), "duplicates": ("--duplicates",)}
+"""Former spellings of list options: a list's flag is plural, and ``--max-repeat``/``--duplicates`` mean one value
+in ``plan`` and ``run``."""
 
 
 def add_experiment_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``experiment`` subcommand to ``clusterclip``'s subparsers."""
-    p = sub.add_parser("experiment", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command(sub, "experiment", cmd_experiment, HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("inputs", nargs="*", metavar="INPUT",
                    help="corpus files or folders (as for `clusterclip run`); none: the embedded default corpus")
-    p.add_argument("--out", required=True, help="run directory of the training split; results go to OUT/experiment/")
+    p.add_argument("--out", required=True, metavar="RUN_DIR",
+                   help="run directory of the training split; results go to RUN_DIR/experiment/")
     add_presets(p)
     add_arguments(p.add_argument_group("data"), ExperimentConfig, DATA_FIELDS, unset=True)
-    add_arguments(p.add_argument_group("sampling"), ExperimentConfig, SAMPLING_FIELDS, unset=True)
+    add_arguments(p.add_argument_group("sampling"), ExperimentConfig, SAMPLING_FIELDS, unset=True,
+                  overrides={name: {"action": Renamed, "old": old} for name, old in RENAMED.items()})
     add_arguments(p.add_argument_group("model"), ModelConfig, unset=True)
     add_arguments(p.add_argument_group("training"), TrainConfig, unset=True)
     add_arguments(p.add_argument_group("measurement and hardware"), ExperimentConfig, MEASURING_FIELDS, unset=True)
-    p.add_argument("--force", action="store_true", help="discard results of a different configuration in OUT")
+    p.add_argument("--force", action="store_true", help="discard results of a different configuration in RUN_DIR")
     add_verbosity(p, "no progress output")
-    p.set_defaults(func=cmd_experiment)
     return p
 
 

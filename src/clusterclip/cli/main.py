@@ -31,16 +31,30 @@ Balanced data sampling for language-model training (ClusterClip Sampling, arXiv 
 embed every document, cluster the embeddings with spherical k-means, and plan a training order in
 which every cluster is sampled about equally often while no document repeats more than --max-repeat
 times. Every stage writes its artifacts into a run directory (see docs/run-directory.md).
-
+"""
+GRAMMAR = """\
+command-line grammar (every command; `clusterclip COMMAND --help` has its options and examples):
+  * The commands that create a run from INPUT files (run, embed, experiment, tune) take the
+    inputs as positional arguments and the run directory as --out RUN_DIR; every other command
+    takes RUN_DIR as its first positional argument. --out always names a run directory: export
+    writes to --dest DIR.
+  * An option means the same in every command: one that takes a comma-separated list (its help
+    says so) takes it everywhere, and the list form of a single-value option has a plural name
+    (run --strategies for plan's --strategy; experiment --max-repeats, --duplicate-modes).
+  * Former spellings (export --out, run --strategy, experiment --max-repeat and --duplicates)
+    still work and print a one-line deprecation note on stderr.
+"""
+EXAMPLES = """\
 examples:
-  clusterclip run                                   # the embedded default corpus (stdlib docstrings)
+  clusterclip run                                # the embedded default corpus (stdlib docstrings)
   clusterclip run data/*.jsonl.gz --out runs/web
   clusterclip embed data.parquet --out runs/web --embedder minilm
   clusterclip cluster runs/web --k 500
-  clusterclip plan runs/web --strategy clusterclip --max-repeat 4 --budget 2000000 --budget-unit tokens
+  clusterclip plan runs/web --max-repeat 4 --budget 2000000 --budget-unit tokens
   clusterclip plan runs/web --strategy clusterclip --order spread
-  clusterclip plan runs/web --continue clusterclip-R4-docs-Bepoch-s0 --consumed 300000 --max-repeat 2
+  clusterclip plan runs/web --continue PLAN --consumed 3000 --max-repeat 2  # PLAN: under plans/
   clusterclip report runs/web
+  clusterclip export runs/web --plan clusterclip-R4-docs-B2epochs-s0 --format parquet --dest out/
 """
 COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_dedup_parser, add_add_parser, add_plan_parser,
             add_report_parser, add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)
@@ -50,7 +64,8 @@ NOISY = ("sentence_transformers", "transformers", "faiss", "urllib3", "filelock"
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``clusterclip`` parser with every sub-command."""
-    parser = argparse.ArgumentParser(prog="clusterclip", description=DESCRIPTION, formatter_class=Formatter)
+    parser = argparse.ArgumentParser(prog="clusterclip", description=DESCRIPTION, epilog=f"{GRAMMAR}\n{EXAMPLES}",
+                                     formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"clusterclip {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

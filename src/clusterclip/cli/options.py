@@ -4,7 +4,11 @@ configs built back from them."""
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import re
+import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -25,19 +29,56 @@ SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
 """Nested configurations of :class:`ExperimentConfig`, by field name (``train.lr`` is TrainConfig's ``lr``)."""
 
 
-class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default unless its help already does."""
+class Formatter(argparse.HelpFormatter):
+    """Help in the one format of every command: prose paragraphs of the description wrapped to the terminal,
+    indented blocks (the examples) kept as written, each option's default shown unless its help already says
+    it or there is none to show (a required option, None, a flag), and renamed spellings left out."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = re.split(r"\n\s*\n", text.strip("\n"))
+        return "\n\n".join(block if any(line[:1].isspace() for line in block.splitlines())
+                             else textwrap.fill(" ".join(block.split()), width, initial_indent=indent,
+                                                subsequent_indent=indent) for block in blocks) + "\n"
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.help and "(default:" in action.help:
-            return action.help
-        return super()._get_help_string(action)
+        text = action.help or ""
+        default = action.default
+        if ("(default:" in text or action.required or default is None or default is False
+                or default == argparse.SUPPRESS or (not action.option_strings and action.nargs not in ("?", "*"))):
+            return text
+        return f"{text} (default: %(default)s)"
+
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        old = getattr(action, "old", ())
+        if old:
+            action = copy.copy(action)
+            action.option_strings = [s for s in action.option_strings if s not in old]
+        return super()._format_action_invocation(action)
+
+
+class Renamed(argparse._StoreAction):
+    """A stored option that also answers to its former spellings (``old``): they still work, print a one-line
+    deprecation note on stderr, and are left out of the help."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, old: Sequence[str] = (), **kw: Any) -> None:
+        super().__init__([*option_strings, *old], dest, **kw)
+        self.old = tuple(old)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if option_string in self.old:
+            new = next(s for s in self.option_strings if s not in self.old)
+            print(f"clusterclip: note: `{parser.prog} {option_string}` is deprecated; use {new}", file=sys.stderr)
+        super().__call__(parser, namespace, values, option_string)
 
 
 def command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], help: str, description: str,
-            run_dir: str | None = None) -> argparse.ArgumentParser:
-    """A sub-command running ``func``; ``run_dir`` is the help of its RUN_DIR argument, if it takes one."""
-    p = sub.add_parser(name, help=help, description=description, formatter_class=Formatter)
+            examples: Sequence[str], run_dir: str | None = None) -> argparse.ArgumentParser:
+    """A sub-command running ``func``, its ``examples`` (command lines, ``# comments`` allowed) as the help's
+    epilog; ``run_dir`` is the help of its RUN_DIR argument, the first positional argument of every command
+    that works on an existing run (the commands that create one take ``--out RUN_DIR``)."""
+    epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    p = sub.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=Formatter)
     if run_dir:
         p.add_argument("run_dir", metavar="RUN_DIR", help=run_dir)
     p.set_defaults(func=func)
@@ -70,7 +111,7 @@ def add_corpus(p: argparse.ArgumentParser) -> None:
 def add_inputs(p: argparse.ArgumentParser, **out: Any) -> None:
     """The corpus (INPUT arguments and reader options), ``--out`` (``out``: its keywords) and the embedding."""
     add_corpus(p)
-    p.add_argument("--out", help="run directory", **out)
+    p.add_argument("--out", metavar="RUN_DIR", help="run directory to create or complete", **out)
     add_embed(p)
 
 
@@ -96,13 +137,19 @@ def add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
 
 def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
     """The plan options (every setting of :data:`~clusterclip.plan.config.PLAN_FIELDS`, then ``--weights``, the
-    file behind the ``weights`` setting); ``multi`` takes a comma-separated list of strategies."""
+    file behind the ``weights`` setting); ``multi`` plans several strategies: ``--strategies``, a comma-separated
+    list (``--strategy``, its former spelling, still works), in place of ``--strategy``."""
     g = p.add_argument_group("sampling plan")
-    several = {"default": ",".join(DEFAULT_STRATEGIES), "choices": None,
-               "help": f"comma-separated strategies to plan: {', '.join(STRATEGIES)}"}
+    fields = PLAN_FIELDS
+    if multi:
+        g.add_argument("--strategies", "--strategy", action=Renamed, old=("--strategy",),
+                       default=",".join(DEFAULT_STRATEGIES),
+                       help=f"strategies to plan, comma-separated: {', '.join(STRATEGIES)} (each as `clusterclip "
+                            "plan --strategy`)")
+        fields = tuple(f for f in PLAN_FIELDS if f != "strategy")
     epochs = {"help": f"the budget in passes over the corpus when --budget is not given (default: {DEFAULT_EPOCHS}, "
                       "so that the cap can act; `clusterclip plan` defaults to 1)"}
-    add_arguments(g, PlanConfig, PLAN_FIELDS, overrides={"strategy": several, "epochs": epochs} if multi else None)
+    add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs} if multi else None)
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
 

@@ -20,6 +20,11 @@ from clusterclip.summary import format_summary
 def add_plan_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "plan", cmd_plan, "build a sampling plan from the clusters",
                 "Write plans/<name>/plan.npy (int64 document indices in training order) and its statistics.",
+                ("clusterclip plan runs/web --max-repeat 4 --budget 2000000 --budget-unit tokens   # clusterclip",
+                 "clusterclip plan runs/web --strategy temperature --tau 0.5",
+                 "clusterclip plan runs/web --strategy clusterclip --order spread",
+                 "clusterclip plan runs/web --duplicates group-cap          # after `clusterclip dedup`",
+                 "clusterclip plan runs/web --continue PLAN --consumed 600064 --max-repeat 3"),
                 run_dir="run directory with clusters")
     add_plan(p, multi=False)
     g = p.add_argument_group("continuing a plan mid-training (docs/workflows.md)")

@@ -17,6 +17,7 @@ from clusterclip.store.lineage import check_record_files
 def add_report_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "report", cmd_report, "HTML report with plots",
                 "Write RUN_DIR/report/report.html and its PNGs; prints the path.",
+                ("clusterclip report runs/web                 # prints runs/web/report/report.html",),
                 run_dir="run directory with clusters (and plans)")
     add_common(p)
     return p

@@ -23,7 +23,11 @@ from clusterclip.summary import format_summary
 
 def add_run_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "run", cmd_run, "every stage: corpus, embeddings, clusters, plans, summary",
-                "Run the whole pipeline into a run directory; finished stages are skipped.")
+                "Run the whole pipeline into a run directory; finished stages are skipped.",
+                ("clusterclip run                               # the embedded default corpus -> ./clusterclip-run",
+                 "clusterclip run data/*.jsonl.gz --out runs/web",
+                 "clusterclip run data/*.parquet --out runs/web --engine ray",
+                 "clusterclip run data.jsonl --out runs/web --strategies clusterclip,random --max-repeat 4"))
     add_inputs(p, default=DEFAULT_RUN_DIR)
     add_cluster(p)
     add_plan(p, multi=True)
@@ -32,7 +36,7 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    strategies = [s.strip() for s in a.strategy.split(",") if s.strip()]
+    strategies = [s.strip() for s in a.strategies.split(",") if s.strip()]
     if a.budget is None and a.epochs is None:
         a.epochs = DEFAULT_EPOCHS
     summary = run_pipeline(a.inputs, a.out, corpus_config(a), embed_config(a), cluster_config(a),

@@ -17,7 +17,10 @@ from clusterclip.summary import format_audit, format_summary, summarize
 
 def add_status_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "status", cmd_status, "which stages of a run directory are finished",
-                "Which stages are finished, from their records.", run_dir="run directory")
+                "Which stages are finished, from their records.",
+                ("clusterclip status runs/web",
+                 "clusterclip status runs/web --verify --json    # also hash every artifact"),
+                run_dir="run directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--verify", action="store_true",
                    help="also check every artifact of every stage against the SHA-256 in its record (reads "

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from clusterclip.cli.options import add_presets, add_verbosity, experiment_config, settings_error
+from clusterclip.cli.options import add_presets, add_verbosity, command, experiment_config, settings_error
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE, TuneConfig
 from clusterclip.experiment.tune.format import format_summary, print_event
@@ -28,30 +28,31 @@ seed) pair; successive halving keeps the best 1/--eta candidates and gives them 
 has it, else over clusters), judged by its paired difference to random with a 95 % (expanded) bootstrap
 interval, and no verdict from fewer than 6 (split, seed) pairs; a candidate must also keep the micro loss
 within --max-micro-regression of random's. If none is better than random, random is chosen. The chosen
-plan is written for the whole corpus into RUN (an ordinary plan), with the equivalent `clusterclip plan`
-command; `clusterclip report RUN` shows the search.
-Finished proxy runs are kept in RUN/tune/runs/, so a killed search resumes where it stopped; two
+plan is written for the whole corpus into RUN_DIR (an ordinary plan), with the equivalent `clusterclip plan`
+command; `clusterclip report RUN_DIR` shows the search.
+Finished proxy runs are kept in RUN_DIR/tune/runs/, so a killed search resumes where it stopped; two
 candidates whose plans are identical on a pair train once. --search weights searches per-cluster
 mixtures under --weights-cap in rounds guided by --predictor, within a trust region around the measured
 mixtures, over groups merged (or a cap raised) until the natural mixture fits every split (docs/tune.md);
 --from-csv proposes a mixture from a swarm file without training, and says when it extrapolates.
-
-examples:
-  clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90
-  clusterclip tune data.jsonl --out runs/tuned --caps 8,12,18 --taus 0.3,0.7 --check-split-seeds 10,11
-  clusterclip tune data.jsonl --out /tmp/tuned --quick
-  clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once
-  clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384 --heads 6
-  clusterclip tune data.jsonl --out runs/w --search grid,weights --weight-rounds 3 --check-split-seeds 10,11
-  clusterclip tune --out /tmp/p --from-csv train_mixture_1m.csv --loss-csv train_pile_loss_1m.csv
 """
+EXAMPLES = (
+    "clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90",
+    "clusterclip tune data.jsonl --out runs/t --caps 8,12,18 --taus 0.3,0.7 --check-split-seeds 10,11",
+    "clusterclip tune data.jsonl --out /tmp/tuned --quick",
+    "clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once",
+    "clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384",
+    "clusterclip tune data.jsonl --out runs/w --search grid,weights --weight-rounds 3",
+    "clusterclip tune --out /tmp/p --from-csv train_mixture_1m.csv --loss-csv train_pile_loss_1m.csv",
+)
 
 
 def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     """Add the ``tune`` subcommand to ``clusterclip``'s subparsers."""
-    p = sub.add_parser("tune", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = command(sub, "tune", cmd_tune, HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="corpus files or folders (as for `clusterclip run`)")
-    p.add_argument("--out", required=True, help="run directory: the whole corpus, the chosen plan, and tune/")
+    p.add_argument("--out", required=True, metavar="RUN_DIR",
+                   help="run directory: the whole corpus, the chosen plan, and tune/")
     add_presets(p)
     add_arguments(p.add_argument_group("search"), TuneConfig, unset=True)
     add_arguments(p.add_argument_group("data (as for experiment)"), ExperimentConfig, DATA_FIELDS, unset=True)
@@ -61,12 +62,11 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-plan", action="store_true", help="search only; do not write the plan for the whole corpus")
     g = p.add_argument_group("swarm made elsewhere (no training)")
     g.add_argument("--from-csv", metavar="FILE", help="fit --predictor on this swarm (single-file format, or a RegMix "
-                   "mixture file with --loss-csv) and write the proposed weights to OUT/tune/proposed_weights.json")
+                   "mixture file with --loss-csv) and write the proposed weights to RUN_DIR/tune/proposed_weights.json")
     g.add_argument("--loss-csv", metavar="FILE", help="RegMix loss file joined to --from-csv by its index column")
     g.add_argument("--target", default="pile-cc", help="RegMix loss column (exact or a unique fragment)")
     g.add_argument("--objective", default=None, help="objective column of a single-file swarm")
     add_verbosity(p, "no progress output")
-    p.set_defaults(func=cmd_tune)
     return p
 
 

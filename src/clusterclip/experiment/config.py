@@ -134,9 +134,9 @@ class ExperimentConfig(Settings):
     passes: float = setting(6.0, check=POSITIVE,
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
-                                           flag="--max-repeat", help="clusterclip caps to sweep, comma-separated")
+                                           flag="--max-repeats", help="clusterclip caps to sweep, comma-separated")
     duplicates: tuple[str, ...] = setting(
-        ("none",), check=each(one_of(DUPLICATES), distinct=True), parse=_strs,
+        ("none",), check=each(one_of(DUPLICATES), distinct=True), parse=_strs, flag="--duplicate-modes",
         help="clusterclip's near-duplicate handling to sweep, comma-separated: none (the per-document cap), drop "
              "(plan the kept documents only), group-cap (a group's members share the cap); drop and group-cap run "
              "`clusterclip dedup` on the training split (docs/dedup.md)")

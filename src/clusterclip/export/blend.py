@@ -174,7 +174,7 @@ def write_blend_export(src: PlanStream, folder: ExportFolder, memory_mb: int, sh
     """Write the sources and the blend into the staging folder; the record's counts and ``blend`` section."""
     if any(c.isspace() for c in str(folder.out.absolute())):
         raise ClusterClipError(f"{folder.out}: --blend writes its absolute path into {DATA_PATH}, whose entries "
-                               "Megatron splits at whitespace: choose an --out without spaces")
+                               "Megatron splits at whitespace: choose a --dest without spaces")
     tally = write_sources(src, folder, memory_mb, shard_size)
     blend = blend_record(src, folder, tally)
     written = int(sum(s["documents"] for s in blend["sources"]))

@@ -51,7 +51,7 @@ RECORD = "export.json"
 PREFIX = MegatronWriter.PREFIX
 ONLY_TRAIN = [(0.0, 1.0), None, None]
 """The split matrix of ``split="100,0,0"``: every document in the train split."""
-EXPORT_HINT = ("clusterclip export RUN --plan NAME --format megatron --tokenizer T --append-eos --out DIR, "
+EXPORT_HINT = ("clusterclip export RUN --plan NAME --format megatron --tokenizer T --append-eos --dest DIR, "
                "then pass the prefix DIR/data")
 
 

@@ -41,7 +41,7 @@ def _no_link(path: Path) -> None:
     """Refuse a symbolic link where export writes, deletes or reads its own records."""
     if path.is_symlink():
         raise ClusterClipError(f"{path}: is a symbolic link (to {os.readlink(path)}); clusterclip export does not "
-                               "follow links where it writes or deletes: remove the link or choose another --out")
+                               "follow links where it writes or deletes: remove the link or choose another --dest")
 
 
 def _target(out: Path, rel: str) -> Path:
@@ -58,17 +58,17 @@ def _read_record(path: Path) -> tuple[dict[str, Any], set[str]]:
     try:
         found = load_json(path)
     except (OSError, ValueError) as exc:
-        raise ClusterClipError(f"{path}: unreadable export record ({exc}); choose an empty --out, or delete the "
+        raise ClusterClipError(f"{path}: unreadable export record ({exc}); choose an empty --dest, or delete the "
                                "folder if it only holds an old export") from exc
     if not isinstance(found, dict) or not isinstance(found.get("identity"), dict):
         raise ClusterClipError(f"{path}: records no plan identity (not a clusterclip export, or one of an older "
-                               "version); choose an empty --out, or delete the folder if it only holds an old export")
+                               "version); choose an empty --dest, or delete the folder if it only holds an old export")
     files = found.get("files", [])
     bad = [f for f in files if not isinstance(f, str) or not f or PurePosixPath(f).is_absolute()
            or any(p in ("..", ".") for p in PurePosixPath(f).parts)] if isinstance(files, list) else [files]
     if bad:
         raise ClusterClipError(f"{path}: lists {bad[0]!r}, not a file inside the folder (edited?); refusing to "
-                               "write or delete anything there: choose an empty --out")
+                               "write or delete anything there: choose an empty --dest")
     return found["identity"], set(files)
 
 
@@ -90,7 +90,7 @@ def survey(out: Path) -> Survey:
     if not out.exists():
         return Survey([], set(), set(), [])
     if not out.is_dir():
-        raise ClusterClipError(f"{out}: is a file, not a folder; --out must name an empty or new folder")
+        raise ClusterClipError(f"{out}: is a file, not a folder; --dest must name an empty or new folder")
     manifest, staging = out / EXPORT_MANIFEST, out / EXPORT_STAGING
     journal = staging / EXPORT_IDENTITY
     for path in (manifest, staging, out / STREAM, journal):
@@ -120,9 +120,9 @@ def _refuse_foreign(out: Path, exported: bool, foreign: list[str]) -> None:
     shown = ", ".join(foreign[:3]) + (f" ... {len(foreign)} entries" if len(foreign) > 3 else "")
     if not exported:
         raise ClusterClipError(f"{out}: not empty and not a clusterclip export (holds {shown}); export writes only "
-                               "into an empty or new folder or its own export of the same plan: choose an empty --out")
+                               "into an empty or new folder or its own export of the same plan: choose an empty --dest")
     raise ClusterClipError(f"{out}: holds files clusterclip export did not write ({shown}) beside its export, and "
-                           "export never overwrites or deletes them: move them away or choose an empty --out")
+                           "export never overwrites or deletes them: move them away or choose an empty --dest")
 
 
 def write_error(out: Path, exc: OSError) -> ClusterClipError:
@@ -130,7 +130,7 @@ def write_error(out: Path, exc: OSError) -> ClusterClipError:
     if exc.errno in DISK_FULL_ERRNOS:
         return ClusterClipError(f"{out}: no space left on the device while exporting ({exc.strerror}); the partial "
                                 "files were removed and any earlier export is intact: free space or choose another "
-                                "--out")
+                                "--dest")
     return ClusterClipError(f"{out}: cannot write the export ({exc.filename or out}: {exc.strerror or exc}); the "
                             "partial files were removed and any earlier export is intact")
 
@@ -140,7 +140,7 @@ def check_space(out: Path, need: int) -> None:
     free = shutil.disk_usage(out).free
     if need > free:
         raise ClusterClipError(f"{out}: this export needs about {_mib(need)} but its filesystem has {_mib(free)} "
-                               "free; free space or choose another --out")
+                               "free; free space or choose another --dest")
 
 
 def _mib(n: int) -> str:
@@ -175,7 +175,7 @@ class ExportFolder:
                 diff = ", ".join(f"{k}: {other.get(k)!r} here, {self.identity.get(k)!r} now" for k in keys
                                  if other.get(k) != self.identity.get(k))
                 raise ClusterClipError(f"{self.out} holds an export of another plan or setting ({diff}); refusing "
-                                       "to mix them: delete the folder or choose another --out")
+                                       "to mix them: delete the folder or choose another --dest")
         _refuse_foreign(self.out, bool(found.identities), found.foreign)
         for rel in found.owned:
             _target(self.out, rel)
@@ -211,7 +211,7 @@ class ExportFolder:
             target = _target(self.out, rel)
             if rel not in found.owned and (target.exists() or target.is_symlink()):
                 raise ClusterClipError(f"{target}: appeared while exporting and was not written by clusterclip "
-                                       "export; refusing to overwrite it: move it away or choose an empty --out")
+                                       "export; refusing to overwrite it: move it away or choose an empty --dest")
         journal = {"identity": self.identity, "files": sorted(found.owned | set(files))}
         save_json(self.staging / EXPORT_IDENTITY, journal)
         self.stale = found.owned - set(files)

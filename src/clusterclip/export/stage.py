@@ -132,7 +132,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
             log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
-    command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--out", RUN,
+    command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--dest", RUN,
                *command_flags(ExportConfig, asdict(cfg), always=("fmt",)))
     # --blend joined the settings later: an export without it keeps the settings (and so the record) it had
     # --workers changes how, not what: it stays out of the settings
