@@ -1,14 +1,27 @@
-"""What the README and docs/ name exists: every ``import`` of clusterclip in their Python blocks imports, and every
-dotted ``clusterclip.…`` name in backticks resolves to a module or an attribute of one."""
+"""What the README and docs/ show works: every ``import`` of clusterclip in their Python blocks imports, every
+dotted ``clusterclip.…`` name in backticks resolves to a module or an attribute of one, every ``clusterclip`` command
+line follows the grammar, and every README command line and its Python API snippet run as written on a small
+fixture."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import glob
+import gzip
 import importlib
+import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from clusterclip.cli.main import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -67,3 +80,180 @@ def test_the_names_a_page_mentions_exist(page):
     skip = ("clusterclip.torch.hf", "clusterclip.export.megatron_dataset")
     unknown = [n for n in names if not n.startswith(skip) and not n.endswith(FILES) and not _resolves(n)]
     assert not unknown, f"{page.name} names what does not exist: {unknown}"
+
+
+# ------------------------------------------------------------------------------ command lines
+
+ASSIGN = re.compile(r"^(\w+)=\$\((.+)\)\s*(?:#.*)?$")
+CREATE = ("run", "embed", "experiment", "tune")
+"""Commands that create a run from inputs: they start from the fixture's inputs alone, the others from its run."""
+SMALLER = ("--quick", "--docs", "48", "--max-words", "30", "--curve-points", "2", "--curve-docs", "8",
+           "--context", "32")
+"""Appended to `experiment` and `tune` (later options win): proxy models of seconds instead of hours; every option
+the page gives still applies."""
+SCALED = {("--budget", "2000000000"): "tokens", ("--consumed", "600064"): "consumed"}
+"""Numbers sized for a real corpus, filled from the fixture (a budget the cap can meet, 30 % of the plan)."""
+SLOW = ("experiment", "tune", "--engine ray", "minilm")
+
+
+def shell_blocks(page: Path) -> list[str]:
+    """The page's fenced blocks marked ``bash``, ``sh`` or ``shell``, or not marked at all."""
+    blocks: list[str] = []
+    lines: list[str] | None = None
+    language = ""
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("```"):
+            if lines is not None:
+                lines.append(line)
+        elif lines is None:
+            lines, language = [], line[3:].strip()
+        else:
+            if language in ("", "bash", "sh", "shell"):
+                blocks.append("\n".join(lines))
+            lines = None
+    return blocks
+
+
+def command_lines(page: Path) -> list[str]:
+    """Every ``clusterclip ...`` line of the page's shell blocks (continuation lines joined, ``VAR=x`` prefixes
+    dropped)."""
+    found = []
+    for block in shell_blocks(page):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"^\s*(\w+=\S+\s+)*", "", line)
+            if line.startswith("clusterclip "):
+                found.append(line)
+    return found
+
+
+def shell_variables(page: Path) -> dict[str, str]:
+    """``{"$NAME": value}`` of the page's ``NAME=$(python -c ...)`` lines, evaluated with this interpreter."""
+    values = {}
+    for block in shell_blocks(page):
+        for line in block.splitlines():
+            if m := ASSIGN.match(line):
+                argv = shlex.split(m.group(2))
+                assert argv[0] == "python", line
+                done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, check=True)
+                values[f"${m.group(1)}"] = done.stdout.strip()
+    return values
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_command_lines_a_page_shows_follow_the_grammar(page, capsys):
+    for line in command_lines(page):
+        try:
+            build_parser().parse_args(shlex.split(line, comments=True)[1:])
+        except SystemExit:
+            pytest.fail(f"{page.name}: `{line}` does not parse: {capsys.readouterr().err.strip()}")
+        assert "deprecated" not in capsys.readouterr().err, f"{page.name}: `{line}` uses a former spelling"
+
+
+@dataclass
+class World:
+    """A folder with the README's inputs (``inputs``) and a copy with ``runs/web`` built from them (``full``), and
+    what fills the README's placeholders."""
+
+    inputs: Path
+    full: Path
+    values: dict[str, str]
+    scaled: dict[str, str]
+
+    def argv(self, line: str, cwd: Path) -> list[str]:
+        """The command line's arguments with placeholders filled and globs expanded (as the shell would)."""
+        words = shlex.split(line, comments=True)
+        out: list[str] = []
+        for prev, word in zip(["", *words], words, strict=False):
+            word = self.values.get(word, self.scaled.get(SCALED.get((prev, word), ""), word))
+            if word.startswith("/shared/"):
+                word = str(cwd / word[1:])
+            if "*" in word:
+                matches = sorted(glob.glob(word))
+                assert matches, f"{line}: nothing matches {word}"
+                out += matches
+            else:
+                out.append(word)
+        return out[1:]
+
+
+def _gzip(src: Path, dest: Path) -> None:
+    with open(src, "rb") as fh, gzip.open(dest, "wb") as gz:
+        shutil.copyfileobj(fh, gz)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    from clusterclip.store import load_npy
+    from tests.test_cli import make_corpus
+
+    root = tmp_path_factory.mktemp("readme")
+    inputs = root / "inputs"
+    for folder in ("data/2024-02", "shared/corpus", "raw"):
+        (inputs / folder).mkdir(parents=True, exist_ok=True)
+    corpora = {"data/web-1.jsonl.gz": ({"cooking": 200, "astronomy": 80}, 1),
+               "data/web-2.jsonl.gz": ({"finance": 140, "sailing": 100}, 2),
+               "data/2024-02/new.jsonl.gz": ({"cooking": 30, "sailing": 30}, 3),
+               "data.jsonl.gz": ({"cooking": 120, "astronomy": 60, "finance": 40, "sailing": 30}, 4)}
+    for i, (name, (sizes, seed)) in enumerate(corpora.items()):
+        _gzip(make_corpus(root / f"{i}.jsonl", sizes, seed), inputs / name)
+    table = pj.read_json(root / "3.jsonl")
+    pq.write_table(table.slice(0, 80), inputs / "data" / "web.parquet")
+    pq.write_table(table.slice(0, 60), inputs / "shared" / "corpus" / "part-0.parquet")
+    pq.write_table(table.slice(0, 60).rename_columns(["id", "content", "domain"]), inputs / "data.parquet")
+    full = root / "full"
+    shutil.copytree(inputs, full)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(full)
+        assert main(["run", *sorted(glob.glob("data/*.jsonl.gz")), "--out", "runs/web", "-q"]) == 0
+        assert main(["dedup", "runs/web", "-q"]) == 0
+    plan = "clusterclip-R4-docs-B2epochs-s0"
+    length = len(load_npy(full / "runs/web/plans" / plan / "plan.npy"))
+    tokens = int(load_npy(full / "runs/web/tokens.npy").sum())
+    return World(inputs, full, {"NAME": plan, "PLAN": plan, **shell_variables(ROOT / "README.md")},
+                 {"tokens": str(2 * tokens), "consumed": str(length * 3 // 10)})
+
+
+README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}",
+                             marks=[pytest.mark.slow] if any(s in line for s in SLOW) else [])
+                for i, line in enumerate(command_lines(ROOT / "README.md"))]
+
+
+@pytest.mark.parametrize("line", README_LINES)
+def test_a_readme_command_runs_as_written(line, world, tmp_path, monkeypatch):
+    """Each command on a copy of the fixture: the inputs alone for a command that creates a run, else the finished
+    run (with dedup groups); placeholders (NAME, PLAN, $TOK, HEAD:6379, /shared/) filled."""
+    cwd = tmp_path / "w"
+    shutil.copytree(world.inputs if line.split()[1] in CREATE else world.full, cwd)
+    monkeypatch.chdir(cwd)
+    argv = world.argv(line, cwd)
+    if argv[0] in ("experiment", "tune"):
+        argv += SMALLER
+    if "--engine" not in argv:
+        assert main(argv) == 0, line
+        return
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    with contextlib.ExitStack() as stack:
+        if "HEAD:6379" in argv:
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+            stack.callback(shutil.rmtree, cluster.head_node.get_session_dir_path(), ignore_errors=True)
+            stack.callback(cluster.shutdown)  # first: the callbacks run last-in first-out
+            cluster.add_node(num_cpus=1)  # two nodes, as the README's cluster (one CPU alone stalls Ray Data)
+            argv[argv.index("HEAD:6379")] = cluster.address
+        done = subprocess.run([sys.executable, "-m", "clusterclip", *argv], env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_readme_python_api_runs(world, tmp_path, monkeypatch):
+    code = next(block for block in BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))
+                if "run_pipeline(" in block)
+    shutil.copytree(world.inputs, tmp_path / "w")
+    monkeypatch.chdir(tmp_path / "w")
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert len(scope["plan"].order) == 2 * len(scope["labels"])
