@@ -11,6 +11,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -444,3 +445,24 @@ def test_an_artifact_that_cannot_be_replaced_is_one_line_naming_it(run, capsys, 
     assert not list(run.root.rglob(".tmp-*"))
     monkeypatch.setattr(files.os, "replace", real)
     assert main(["cluster", str(run.root), "--k", "3", "--force", "-q"]) == 0
+
+
+def test_while_another_process_writes_the_run_readers_say_so_instead_of_advising_a_rebuild(run, capsys):
+    """A reader that meets records half rewritten by a writer (here: `cluster --force` has removed cluster.json)
+    names the writer, not a rebuild; status says it is busy."""
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom clusterclip.store import exclusive\n"
+                               f"with exclusive({str(run.root)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        run.record_path(CLUSTER_STAGE).unlink()
+        plan = next(run.path("plans").iterdir()).name
+        err = fails(["export", str(run.root), "--plan", plan, "--dest", str(run.root.parent / "x"), "-q"], capsys)
+        assert "another clusterclip process is writing this run directory right now" in err and "rebuild" not in err
+        main(["status", str(run.root)])
+        assert "busy:     another clusterclip process is writing" in capsys.readouterr().out
+    finally:
+        holder.kill()
+        holder.wait()
+    main(["status", str(run.root)])
+    assert "busy:" not in capsys.readouterr().out

@@ -25,6 +25,8 @@ from clusterclip.plan.contract import (
     plan_stage_name,
 )
 from clusterclip.store import RunDir, load_npy
+from clusterclip.store import layout as A
+from clusterclip.store.lock import held_elsewhere
 from clusterclip.store.record import StageRecord
 
 R = TypeVar("R", bound=StageRecord)
@@ -91,6 +93,9 @@ def _lineage(run: RunDir, corpus: CorpusRecord | None, problems: dict[str, list[
             f"reader trusts them; rebuild: `{run.rebuild_command(stage, None, force=True)}`")
     if note := pending_note(run):
         out["pending"] = note
+    if held_elsewhere(run.root):
+        out["busy"] = (f"another clusterclip process is writing this run directory now (lock held on {A.LOCK}): "
+                       "what follows may be half written; run status again when it has finished")
     if corpus is not None and corpus.additions:
         with contextlib.suppress(ClusterClipError, KeyError, TypeError):
             cluster = ClusterRecord.read(run)
@@ -177,6 +182,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                      + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))
     if steps := summary.get("lineage", {}).get("rebuild"):
         lines.append("rebuild:  " + ", then ".join(f"`{c}`" for c in steps))
+    if summary.get("busy"):
+        lines.append(f"busy:     {summary['busy']}")
     if summary.get("pending"):
         lines.append(f"pending:  {summary['pending']}")
     lines += [f"stale:    {why}" for why in summary.get("stale", {}).values()]

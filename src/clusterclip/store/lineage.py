@@ -17,6 +17,7 @@ from typing import Any
 
 from clusterclip.store import layout as A
 from clusterclip.store.files import StaleArtifactError, config_hash
+from clusterclip.store.lock import held_elsewhere
 
 REGROW = "regrow"
 """Record field: the command lines (``argv`` with :data:`clusterclip.store.layout.RUN`) that re-apply, in
@@ -110,8 +111,12 @@ class Lineage:
         return rec
 
     def _pending_add(self) -> str | None:
-        """While ``clusterclip add`` is unfinished (its journal is there) its records are half rewritten, so stages
-        look stale: the way out is to finish or undo the add, not to rebuild them."""
+        """While another command writes the run directory, or ``clusterclip add`` is unfinished (its journal is
+        there), records are half rewritten, so stages look stale or gone: the way out is to wait for the writer,
+        or to finish or undo the add, not to rebuild them."""
+        if held_elsewhere(self.root):
+            return (f"{self.root}: another clusterclip process is writing this run directory right now (lock held "
+                    f"on {A.LOCK}); wait for it to finish, then run the command again")
         if not self.path(A.ADD_JOURNAL).exists():
             return None
         return (f"{self.root}: an add is pending ({A.ADD_JOURNAL}): finish it by running the same `clusterclip add "

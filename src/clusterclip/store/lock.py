@@ -92,3 +92,22 @@ def _flock(root: Path, wait: bool, timeout: float, what: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
         fh.close()
+
+
+def held_elsewhere(root: str | os.PathLike[str]) -> bool:
+    """Whether another process holds the writer lock of ``root`` now (a probe: nothing is created or kept)."""
+    if _held.get(os.path.realpath(root)):
+        return False
+    try:
+        fd = os.open(Path(root) / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
