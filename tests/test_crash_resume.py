@@ -210,3 +210,25 @@ def test_an_add_killed_while_it_extends_the_duplicate_groups_resumes_or_aborts_e
         assert [stage for stage, problems in audit(RunDir(out)).items() if problems] == []
         status = clusterclip_cli("status", str(out), "--verify")
         assert status.returncode == 0 and "dedup" in status.stdout, status.stdout + status.stderr
+
+
+@pytest.mark.parametrize("fault", ["export.json:before", "export.json:after", "identity.json:after"])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_killed_export_finishes_with_the_bytes_of_an_uninterrupted_one(tmp_path, added_reference, fault, workers):
+    """SIGKILL while the export writes its record (or its staging journal): the same command then finishes, its
+    own temp file beside the record is not taken for a user's file, and the files are those of an export that
+    was never killed."""
+    base, _, _ = added_reference
+    plan = sorted(p.name for p in (base / "plans").iterdir())[0]
+    argv = ["export", str(base), "--plan", plan, "--format", "parquet", "--shard-size", "40", "--memory-mb", "1",
+            "--workers", workers, "-q"]
+    assert clusterclip_cli(*argv, "--dest", str(tmp_path / "reference")).returncode == 0
+    env = {**os.environ, FAULT_ENV: fault}
+    killed = subprocess.run([sys.executable, "-m", "clusterclip", *argv, "--dest", str(tmp_path / "out")], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, f"the fault {fault} did not fire: {killed.stderr[-500:]}"
+    done = clusterclip_cli(*argv, "--dest", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert artifacts(tmp_path / "out") == artifacts(tmp_path / "reference")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(p.name for p in (tmp_path / "reference")
+                                                                           .iterdir())

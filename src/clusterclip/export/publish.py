@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
 from clusterclip.export.contract import EXPORT_IDENTITY, EXPORT_MANIFEST, EXPORT_STAGING
-from clusterclip.store import atomic_write, load_json, save_json
+from clusterclip.store import TMP_PREFIX, atomic_write, load_json, save_json
 from clusterclip.store import layout as A
 
 STREAM = EXPORT_STAGING + ".arrow"
@@ -106,10 +106,22 @@ def survey(out: Path) -> Survey:
     ours = {A.LOCK} | ({EXPORT_MANIFEST} if manifest.is_file() else set())
     if journal.is_file() or (staging.is_dir() and not any(staging.iterdir())):
         ours |= {EXPORT_STAGING, STREAM}
+    entries = list(_entries(out))
+    if found.identities:  # a killed atomic write's temp file beside one of the export's files is the export's own
+        mine = found.owned | {EXPORT_MANIFEST}
+        found.owned.update(rel for rel, is_dir in entries if not is_dir and _temp_target(rel) in mine)
     parents = {p.as_posix() for rel in found.owned for p in PurePosixPath(rel).parents}
-    found.foreign.extend(rel for rel, is_dir in _entries(out) if rel not in found.owned
+    found.foreign.extend(rel for rel, is_dir in entries if rel not in found.owned
                          and rel.split("/")[0] not in ours and not (is_dir and rel in parents))
     return found
+
+
+def _temp_target(rel: str) -> str | None:
+    """The file whose atomic write left the temp file ``rel`` (``.tmp-NAME.XXXX``), or None."""
+    path = PurePosixPath(rel)
+    if not path.name.startswith(TMP_PREFIX) or "." not in path.name[len(TMP_PREFIX):]:
+        return None
+    return (path.parent / path.name[len(TMP_PREFIX):].rsplit(".", 1)[0]).as_posix()
 
 
 def _refuse_foreign(out: Path, exported: bool, foreign: list[str]) -> None:
