@@ -135,21 +135,16 @@ def test_ray_tasks_write_the_bytes_of_one_process(tmp_path, monkeypatch):
 def test_ray_tasks_on_two_nodes_write_the_bytes_of_one_process(tmp_path, monkeypatch):
     """Scatter and gather tasks on a two-node cluster reached through ``--ray-address``."""
     pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
     from clusterclip.engines import EngineConfig
+    from tests.ray_cluster import two_node_cluster
 
     run, cfg, _ = _many_units(tmp_path)
     monkeypatch.setattr(buckets, "BUCKET_BYTES", 700)
     monkeypatch.setattr(PlanStream, "bucketed", lambda self, memory_mb: True)
     export_plan(run, cfg.name(), tmp_path / "local", fmt="jsonl", shard_size=16, workers=1)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1)
+    with two_node_cluster() as cluster:
         engine = EngineConfig(engine="ray", ray_address=cluster.address)
         export_plan(run, cfg.name(), tmp_path / "ray", fmt="jsonl", shard_size=16, engine=engine)
-    finally:
-        cluster.shutdown()
     local = _files(tmp_path / "local")
     assert local and _files(tmp_path / "ray") == local

@@ -215,25 +215,50 @@ def test_a_local_ray_session_removes_its_session_folder(tmp_path):
     assert session.name.startswith("session_") and not session.exists(), "the Ray session folder was left behind"
 
 
+def test_the_cli_on_ray_prints_none_of_rays_own_lines_and_leaves_no_session(tmp_path):
+    """No token-authentication notice, no ``core_worker.cc ... E`` line, no Ray Data INFO lines: the bars and
+    clusterclip's own messages only; and the local instance's session folder is gone afterwards."""
+    import os
+    import subprocess
+    import sys
+
+    corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 40, "astronomy": 30})
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "HF_HUB_OFFLINE": "1"}
+    code = ("import sys, ray\n"
+            "from clusterclip.cli.main import main\n"
+            "import clusterclip.ray_session as s\n"
+            "folders = []\n"
+            "folder = s.session_folder\n"
+            "s.session_folder = lambda r: folders.append(folder(r)) or folders[-1]\n"
+            "rc = main(sys.argv[1:])\n"
+            "print(folders[0])\n"
+            "sys.exit(rc)\n")
+    done = subprocess.run([sys.executable, "-c", code, "run", str(corpus), "--embedder", "hashing", "--k", "2",
+                           "--out", str(tmp_path / "run"), "--engine", "ray"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for noise in ("Token authentication", "core_worker.cc", "streaming_executor", "Progress bars disabled"):
+        assert noise not in done.stderr, done.stderr[-2000:]
+    assert "embed (hashing, ray)" in done.stderr
+    session = Path(done.stdout.strip().splitlines()[-1])
+    assert session.name.startswith("session_") and not session.exists()
+
+
 @pytest.mark.slow
 def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path):
     import os
     import subprocess
     import sys
 
-    from ray.cluster_utils import Cluster
+    from tests.ray_cluster import two_node_cluster
 
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 40, "astronomy": 30, "finance": 20})
     argv = ["run", str(corpus), "--embedder", "hashing", "--k", "3", "-q"]
     assert main([*argv, "--out", str(tmp_path / "local")]) == 0
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1)
+    with two_node_cluster() as cluster:
         env = {**os.environ, "RAY_ADDRESS": cluster.address, "HF_HUB_OFFLINE": "1"}
         done = subprocess.run([sys.executable, "-m", "clusterclip", *argv, "--out", str(tmp_path / "ray"),
                                "--engine", "ray"], env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        cluster.shutdown()
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("labels.npy", "tokens.npy", "embeddings/shard-00000.npy"):
         np.testing.assert_array_equal(load_npy(tmp_path / "ray" / name), load_npy(tmp_path / "local" / name),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.ray_session import load_ray as _ray
+from clusterclip.ray_session import ray_session, started_locally
 from clusterclip.settings import Settings, SettingsError, is_text, one_of, optional, setting
 
 log = logging.getLogger(__name__)
@@ -62,88 +64,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
-
-
-def _ray() -> Any:
-    try:
-        import ray
-        import ray.data
-    except ImportError:
-        raise SettingsError("engine", "ray needs `pip install 'clusterclip[ray]'`") from None
-    return ray
-
-
-@contextlib.contextmanager
-def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
-    """Connect to Ray (``address``, else ``RAY_ADDRESS``: an existing cluster; neither: start a local
-    instance) for a block.
-
-    Reuses a session that is already initialised, and shuts down only one it started itself, so the
-    stages of one ``clusterclip run`` share a single Ray instance. The session folder of a local instance
-    (logs, sockets: ``/tmp/ray/session_*``) is removed after shutdown, so runs leave nothing behind.
-    """
-    ray = _ray()
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    started, session = False, None
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "configure_logging": False}
-        if address:
-            _probe(address)
-            kwargs["address"] = address  # the cluster's resources are its own: no num_cpus
-        else:
-            kwargs["num_cpus"] = num_cpus or os.cpu_count()
-        try:
-            ray.init(**kwargs)
-        except ConnectionError as exc:
-            raise ClusterClipError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
-        started = True
-        session = None if address else _session_folder(ray)
-    try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = False
-        yield ray
-    finally:
-        if started:
-            ray.shutdown()
-            _remove_session(session)
-
-
-def _probe(address: str, timeout: float = 3.0) -> None:
-    """Refuse in one line, within seconds, a ``host:port`` (or ``ray://host:port``) where nothing listens: Ray itself
-    retries such an address for minutes. ``auto`` and addresses without a port are left to Ray."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        return
-    import socket
-
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise ClusterClipError(f"cannot connect to the Ray cluster at {address}: nothing answers there "
-                               f"({exc.strerror or exc}); start one (`ray start --head`) or fix --ray-address"
-                               ) from None
-
-
-def _session_folder(ray: Any) -> Path | None:
-    """The session folder of the local instance this process started (Ray exposes it only privately; its
-    socket paths must stay short, so the folder is not moved with ``_temp_dir``)."""
-    try:
-        return Path(ray._private.worker._global_node.get_session_dir_path())
-    except Exception:  # a Ray without that attribute: leave the folder, as Ray does
-        return None
-
-
-def _remove_session(session: Path | None) -> None:
-    if session is None or not session.name.startswith("session_"):
-        return
-    shutil.rmtree(session, ignore_errors=True)
-    latest = session.parent / "session_latest"
-    if latest.is_symlink() and Path(os.readlink(latest)).name == session.name:
-        latest.unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        session.parent.rmdir()  # the Ray temp folder, when no other session is in it
 
 
 def ray_tasks(fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
@@ -271,6 +191,18 @@ def _raise_task_error(exc: Any) -> NoReturn:
     raise exc
 
 
+def _map_actors(ds: Any, cls: type, **options: Any) -> Any:
+    """``ds.map_batches`` with the actor class ``cls``. On a local instance this process started, a dead actor is
+    not restarted (Ray Data restarts actors without end): it fails the stage, whose finished shards a new run
+    reuses, instead of restarting on a crash that repeats, and the driver prints no ``core_worker.cc ... E`` line
+    about restarting actors whose arguments Ray Data put in the object store. A cluster keeps Ray's restarts,
+    which outlive a lost node."""
+    extra = {"max_restarts": 0} if started_locally() else {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")
+        return ds.map_batches(cls, batch_format="numpy", **options, **extra)
+
+
 def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:
     """Actors for a map stage: one per GPU, or one per CPU but one (reads need a CPU to run on)."""
     resources = ray.cluster_resources()
@@ -313,9 +245,8 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
         from ray.data.expressions import col
 
         ds = ds.filter(expr=col("index") >= int(start_row))
-    ds = ds.map_batches(_Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None),
-                        batch_size=batch_rows, batch_format="numpy",
-                        compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)
+    ds = _map_actors(ds, _Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None), batch_size=batch_rows,
+                     compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)
     batches = ((b["index"], b["embedding"]) for b in ds.iter_batches(batch_size=None, batch_format="numpy"))
     yield from in_document_order(batches, start_row, n_docs, shard_size)
 
@@ -372,8 +303,8 @@ def ray_assign(shards: Sequence[Path], centroids: np.ndarray,
     ray = _ray()
     actors, _ = _pool_size(ray, 0.0)
     ds = ray.data.read_numpy([str(p) for p in shards])
-    ds = ds.map_batches(_Assigner, fn_constructor_args=(centroids,), batch_size=batch_rows,
-                        batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors))
+    ds = _map_actors(ds, _Assigner, fn_constructor_args=(centroids,), batch_size=batch_rows,
+                     compute=ray.data.ActorPoolStrategy(size=actors))
     labels, scores = [], []
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         labels.append(batch["label"])
