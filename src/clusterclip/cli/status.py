@@ -33,7 +33,11 @@ def cmd_status(a: argparse.Namespace) -> int:
     run = RunDir(a.run_dir)
     if not run.root.is_dir():
         raise ClusterClipError(f"{run.root}: not a run directory")
-    check_record_files(record_paths(run))
+    records = record_paths(run)
+    if not any(p.exists() or p.is_symlink() for p in records):
+        raise ClusterClipError(f"{run.root}: not a run directory, or none of its stages has finished yet (no "
+                               "stage record in it)")
+    check_record_files(records)
     summary = summarize(run)
     audit = stage_audit(run) if a.verify else None
     if audit is not None:

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -28,8 +29,11 @@ _guard = threading.Lock()
 @contextlib.contextmanager
 def exclusive(root: str | os.PathLike[str], wait: bool = False, timeout: float = 0.0,
               what: str = "run directory") -> Iterator[None]:
-    """Hold the writer lock of ``root`` (created if missing) inside the ``with`` block."""
+    """Hold the writer lock of ``root`` (created if missing) inside the ``with`` block. When the block fails and
+    ``root`` was created here and holds nothing but the lock file, ``root`` is removed (with the parents created
+    for it), so a command that failed before writing anything leaves no empty run directory behind."""
     root = Path(root)
+    created = [d for d in (root, *root.parents) if not d.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -49,14 +53,34 @@ def exclusive(root: str | os.PathLike[str], wait: bool = False, timeout: float =
             with _guard:
                 _held[key] -= 1
         return
-    with _flock(root, wait, timeout, what):
-        with _guard:
-            _held[key] = 1
-        try:
-            yield
-        finally:
+    try:
+        with _flock(root, wait, timeout, what):
             with _guard:
-                _held.pop(key, None)
+                _held[key] = 1
+            try:
+                yield
+            finally:
+                with _guard:
+                    _held.pop(key, None)
+    except BaseException:
+        if created:
+            _remove_unused(created)
+        raise
+
+
+def _remove_unused(created: list[Path]) -> None:
+    """Remove ``created[0]`` (a directory this process created) if it holds only the lock file and empty folders,
+    then the parents in ``created[1:]`` that are left empty."""
+    root = created[0]
+    for path in root.rglob("*"):
+        if path.is_symlink() or not (path.is_dir() or path == root / LOCK_FILE):
+            return
+    shutil.rmtree(root, ignore_errors=True)
+    for parent in created[1:]:
+        try:
+            parent.rmdir()
+        except OSError:
+            return
 
 
 @contextlib.contextmanager
