@@ -3,11 +3,12 @@ unit-norm output, cached weight digests and the offline switch for Hugging Face 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -69,6 +70,21 @@ def set_offline() -> None:
     """Forbid Hugging Face network access; must run before transformers/huggingface_hub are imported."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+@contextlib.contextmanager
+def hf_progress(enabled: bool) -> Iterator[None]:
+    """transformers' own bars (``Loading weights``) shown inside the block only when ``enabled``."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown and not enabled:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown and not enabled:
+            hf_logging.enable_progress_bar()
 
 
 def minilm_path() -> Path:
@@ -148,13 +164,14 @@ class EmbedderBase:
         """Embed ``texts`` as float32 ``[len(texts), dim]`` with unit-norm rows, in input order."""
         return self.encode_with_confidence(texts, progress=progress)[0]
 
-    def encode_with_confidence(self, texts: Sequence[str], *,
-                               progress: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def encode_with_confidence(self, texts: Sequence[str], *, progress: bool | None = None,
+                               on_rows: Callable[[int], Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Unit-norm vectors of ``texts`` and, per document, how much of it they represent: float32 ``[n, 2]``
         of ``coverage`` (the share of the document's text the embedder saw: for a fitted vocabulary, its words in
         it; for a model, what truncation kept; 1 for a model-free embedder) and ``norm`` (the vector's norm before
         normalising: for ``lsa``, the share of the document's TF-IDF row that the fitted directions hold).
-        See :data:`clusterclip.embed.contract.CONFIDENCE_COLUMNS` and ``docs/embedders.md``."""
+        See :data:`clusterclip.embed.contract.CONFIDENCE_COLUMNS` and ``docs/embedders.md``. ``on_rows`` is called
+        with the row count of each encoder batch as it is done (a caller's progress bar)."""
         texts = list(texts)
         show = self.progress if progress is None else progress
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -165,6 +182,8 @@ class EmbedderBase:
                 if cov and cov[0] is not None:
                     coverage[idx] = cov[0]
                 bar.update(len(vecs))
+                if on_rows is not None:
+                    on_rows(len(vecs))
         norms = np.linalg.norm(out, axis=1).astype(np.float32) if len(texts) else np.zeros(0, np.float32)
         return normalise_rows(out), np.stack([np.clip(coverage, 0.0, 1.0), norms], axis=1)
 
@@ -270,12 +289,20 @@ class FittedEmbedder(EmbedderBase):
         return emb
 
 
-def confidence_of(emb: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def confidence_of(emb: Any, texts: list[str],
+                  on_rows: Callable[[int], Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Vectors and confidence of ``texts`` from any embedder: one with ``encode_with_confidence`` (every
     :class:`EmbedderBase`) says how much it saw; a foreign one (the :class:`Embedder` protocol only) is taken to
-    see everything, its vectors' norms recorded."""
+    see everything, its vectors' norms recorded. ``on_rows`` sees the rows done: per encoder batch from an
+    :class:`EmbedderBase`, at the end from any other."""
+    if isinstance(emb, EmbedderBase):
+        return emb.encode_with_confidence(texts, progress=False, on_rows=on_rows)
     if hasattr(emb, "encode_with_confidence"):
-        return emb.encode_with_confidence(texts, progress=False)
-    vecs = np.asarray(emb.encode(texts), dtype=np.float32)
-    norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if vecs.ndim == 2 else np.zeros(0, np.float32)
-    return vecs, np.stack([np.ones(len(texts), np.float32), norms], axis=1) if norms.size else np.zeros((0, 2))
+        found = emb.encode_with_confidence(texts, progress=False)
+    else:
+        vecs = np.asarray(emb.encode(texts), dtype=np.float32)
+        norms = np.linalg.norm(vecs, axis=1).astype(np.float32) if vecs.ndim == 2 else np.zeros(0, np.float32)
+        found = vecs, np.stack([np.ones(len(texts), np.float32), norms], axis=1) if norms.size else np.zeros((0, 2))
+    if on_rows is not None:
+        on_rows(len(texts))
+    return found

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.embed.base import MINILM_ID, digest, minilm_path, set_offline
+from clusterclip.embed.base import MINILM_ID, digest, hf_progress, minilm_path, set_offline
 from clusterclip.embed.minilm import MiniLMEmbedder
 from clusterclip.errors import ClusterClipError
-from clusterclip.progress import progress_bar
+from clusterclip.progress import progress_bar, progress_note
 from clusterclip.store import TMP_PREFIX
 
 STATIC_RECIPE = 1
@@ -99,11 +99,13 @@ def distill_static_model(
     keep = _distillable_tokens(tok_spec, dim, vocab_limit)
     words = list(extra_words or [])
     _check_words(words, vocab, pooling)
-    hidden = _token_vectors(src, keep, vocab, pooling=pooling, batch_size=DISTIL_BATCH_SIZE, device=device,
-                            progress=progress)
+    started = time.perf_counter()
+    model = _load_minilm(src, device, progress)
+    hidden = _token_vectors(model, keep, vocab, pooling=pooling, batch_size=DISTIL_BATCH_SIZE, progress=progress)
     if words:
-        hidden = np.vstack([hidden, _word_vectors(src, words, batch_size=DISTIL_BATCH_SIZE, device=device,
+        hidden = np.vstack([hidden, _word_vectors(model, src, words, batch_size=DISTIL_BATCH_SIZE,
                                                   progress=progress)])
+    progress_note(f"distil: PCA to {dim} dimensions, SIF weights, writing {out}", progress)
     reduced, explained = _pca_sif(hidden, dim, sif_coefficient)
     embeddings = _vocabulary_rows(vocab, keep, words, reduced)
     provenance = {
@@ -120,6 +122,7 @@ def distill_static_model(
         files["vocabulary.json"] = json.dumps(words, ensure_ascii=False) + "\n"
     files["clusterclip.json"] = json.dumps(provenance, indent=2) + "\n"
     _install_model_dir(out, embeddings, files)
+    progress_note(f"distil: done in {time.perf_counter() - started:.0f} s", progress)
     return out
 
 
@@ -189,14 +192,22 @@ def _distillable_tokens(tok_spec: dict[str, Any], dim: int, vocab_limit: int | N
     return keep
 
 
-def _token_vectors(src: Path, keep: np.ndarray, vocab: dict[str, int], *, pooling: str, batch_size: int,
-                   device: str, progress: bool) -> np.ndarray:
-    """MiniLM's output for each token ``t`` run as ``[CLS] t [SEP]``, pooled over the three positions."""
-    import torch
+def _load_minilm(src: Path, device: str, progress: bool) -> Any:
+    """MiniLM's transformer (without sentence-transformers' pooling), on ``device``, for inference."""
+    progress_note(f"distil: loading {MINILM_ID} on {device}", progress)
     from transformers import AutoModel
 
+    with hf_progress(progress):
+        return AutoModel.from_pretrained(str(src)).to(device).eval()
+
+
+def _token_vectors(model: Any, keep: np.ndarray, vocab: dict[str, int], *, pooling: str, batch_size: int,
+                   progress: bool) -> np.ndarray:
+    """MiniLM's output for each token ``t`` run as ``[CLS] t [SEP]``, pooled over the three positions."""
+    import torch
+
     cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
-    model = AutoModel.from_pretrained(str(src)).to(device).eval()
+    device = model.device
     hidden = np.empty((len(keep), model.config.hidden_size), dtype=np.float64)
     with torch.inference_mode(), progress_bar("distil static model", "tok", len(keep), progress) as bar:
         for start in range(0, len(keep), batch_size):
@@ -210,7 +221,7 @@ def _token_vectors(src: Path, keep: np.ndarray, vocab: dict[str, int], *, poolin
     return hidden
 
 
-def _word_vectors(src: Path, words: Sequence[str], *, batch_size: int, device: str, progress: bool) -> np.ndarray:
+def _word_vectors(model: Any, src: Path, words: Sequence[str], *, batch_size: int, progress: bool) -> np.ndarray:
     """MiniLM's output for each word run as its own text (``[CLS]`` word pieces ``[SEP]``), mean-pooled.
 
     Words are batched in order of their piece count, so padding is small; padded positions are masked
@@ -218,7 +229,6 @@ def _word_vectors(src: Path, words: Sequence[str], *, batch_size: int, device: s
     """
     import torch
     from tokenizers import Tokenizer
-    from transformers import AutoModel
 
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
     tok.no_padding()
@@ -226,7 +236,7 @@ def _word_vectors(src: Path, words: Sequence[str], *, batch_size: int, device: s
     ids = [e.ids for e in tok.encode_batch(list(words), add_special_tokens=True)]
     lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
     order = np.argsort(lengths, kind="stable")
-    model = AutoModel.from_pretrained(str(src)).to(device).eval()
+    device = model.device
     hidden = np.empty((len(ids), model.config.hidden_size), dtype=np.float64)
     with torch.inference_mode(), progress_bar("distil corpus words", "word", len(ids), progress) as bar:
         for start in range(0, len(ids), batch_size):

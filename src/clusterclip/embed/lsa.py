@@ -12,6 +12,7 @@ import numpy as np
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
 from clusterclip.embed.contract import model_dir
 from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_steps
 
 
 class LsaEmbedder(FittedEmbedder):
@@ -74,13 +75,16 @@ class LsaEmbedder(FittedEmbedder):
         vec = TfidfVectorizer(lowercase=True, token_pattern=self.TOKEN_PATTERN, stop_words="english",
                               min_df=min(self.min_df, len(texts)), max_df=self.max_df,
                               max_features=self.max_features, sublinear_tf=True, dtype=np.float32)
-        try:
-            x = vec.fit_transform(texts)
-        except ValueError:
-            vec.set_params(max_df=1.0, min_df=1)
-            x = vec.fit_transform(texts)
-        k = min(self.dim, *x.shape)
-        _, _, vt = randomized_svd(x, n_components=k, n_iter=5, random_state=self.seed)
+        with progress_steps(f"fit {self.name}", 2, self.progress) as step:
+            step(f"vocabulary and TF-IDF of {len(texts):,} documents")
+            try:
+                x = vec.fit_transform(texts)
+            except ValueError:
+                vec.set_params(max_df=1.0, min_df=1)
+                x = vec.fit_transform(texts)
+            k = min(self.dim, *x.shape)
+            step(f"SVD of {x.shape[0]:,} x {x.shape[1]:,} words to {k} dimensions")
+            _, _, vt = randomized_svd(x, n_components=k, n_iter=5, random_state=self.seed)
         components = np.zeros((self.dim, x.shape[1]), dtype=np.float32)
         components[:k] = vt
         self.vocabulary = [str(t) for t in vec.get_feature_names_out()]

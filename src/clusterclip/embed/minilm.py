@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, minilm_path, set_offline
+from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, hf_progress, minilm_path, set_offline
+from clusterclip.progress import progress_note
 
 if TYPE_CHECKING:
     from clusterclip.embed.contract import EmbedRecord
@@ -18,7 +19,9 @@ class MiniLMEmbedder(EmbedderBase):
     """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the local package.
 
     Texts are sorted by length (longest first) before batching, so batches hold similar lengths and
-    little padding; results are put back in input order. The model is loaded on first use.
+    little padding; results are put back in input order. The model is loaded on first use. A caller's bar
+    advances by ``batch_size`` documents, a few seconds on a CPU (the batch size is part of the record, since
+    it changes the last bits, so it is not cut finer for the bar).
     """
 
     name = "minilm"
@@ -65,9 +68,11 @@ class MiniLMEmbedder(EmbedderBase):
         if self._model is None:
             path = minilm_path()
             set_offline()
+            progress_note(f"minilm: loading {MINILM_ID} on {self.device}", self.progress)
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(str(path), device=self.device)
+            with hf_progress(self.progress):
+                self._model = SentenceTransformer(str(path), device=self.device)
             self._model.max_seq_length = self.max_seq_length
         return self._model
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +86,11 @@ def _chunk_rows(emb: Embedder, shard_size: int) -> int:
     return min(shard_size, CHUNKS_PER_CALL * int(getattr(emb, "batch_size", 1024)))
 
 
-def _encode_checked(emb: Embedder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """``emb``'s vectors and confidence of ``texts``; a wrong shape or a non-finite value (a foreign embedder)
-    is an error."""
-    vecs, conf = confidence_of(emb, texts)
+def _encode_checked(emb: Embedder, texts: list[str],
+                    on_rows: Callable[[int], Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``emb``'s vectors and confidence of ``texts`` (``on_rows``: each encoder batch's row count, for the bar);
+    a wrong shape or a non-finite value (a foreign embedder) is an error."""
+    vecs, conf = confidence_of(emb, texts, on_rows)
     if vecs.shape != (len(texts), emb.dim) or not np.isfinite(vecs).all() or not np.isfinite(conf).all():
         raise ClusterClipError(f"embedder {emb.name!r} returned shape {vecs.shape} or non-finite "
                                f"values for {len(texts)} texts (expected dim {emb.dim})")
@@ -102,7 +103,8 @@ Shard = tuple[np.ndarray, np.ndarray]
 
 def encode_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
                   bar: Any) -> Iterator[Shard]:
-    """Encode the shards from ``first_shard`` on in this process (``shard_size`` rows but the last)."""
+    """Encode the shards from ``first_shard`` on in this process (``shard_size`` rows but the last); ``bar``
+    advances with every encoder batch."""
     chunk_rows = _chunk_rows(emb, shard_size)
     reader = TextReader(parts, first_shard * shard_size)
     for start in range(first_shard * shard_size, n_docs, shard_size):
@@ -111,8 +113,7 @@ def encode_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_
         conf = np.empty((rows, len(CONFIDENCE_COLUMNS)), dtype=np.float32)
         for off in range(0, rows, chunk_rows):
             texts = reader.take(min(chunk_rows, rows - off))
-            shard[off:off + len(texts)], conf[off:off + len(texts)] = _encode_checked(emb, texts)
-            bar.update(len(texts))
+            shard[off:off + len(texts)], conf[off:off + len(texts)] = _encode_checked(emb, texts, bar.update)
         yield shard, conf
 
 

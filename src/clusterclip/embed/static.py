@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from clusterclip.embed.distill import (
     static_cache_dir,
 )
 from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_note
 
 
 class StaticEmbedder(EmbedderBase):
@@ -56,9 +56,8 @@ class StaticEmbedder(EmbedderBase):
                 raise ClusterClipError(f"{self.path}: not a model2vec model folder "
                                        "(needs config.json, model.safetensors, tokenizer.json)")
             _distiller_installed()
-            if self.progress:
-                print(f"clusterclip: distilling the static embedder from all-MiniLM-L6-v2 into {self.path} "
-                      "(once; about a minute)", file=sys.stderr)
+            progress_note(f"distilling the static embedder from all-MiniLM-L6-v2 into {self.path} (once; about "
+                          "a minute)", self.progress)
             distill_static_model(self.path, dim=self.dim, vocab_limit=self.vocab_limit, device=self.device,
                                  progress=self.progress)
         return self.path
@@ -125,10 +124,16 @@ class StaticEmbedder(EmbedderBase):
 
 
 def _distiller_installed() -> None:
-    """Import what the distillation needs before announcing it, so a core install fails at once with the extra to
-    install (the CLI turns the ImportError into one line) instead of after "distilling ... about a minute"."""
-    import importlib
+    """Check that what the distillation needs is installed before announcing it (without the seconds of importing
+    it), so a core install fails at once with the extra to install (the CLI turns the ImportError into one line)
+    instead of after "distilling ... about a minute"."""
+    import importlib.util
 
     minilm_path()
     for module in ("torch", "transformers"):
-        importlib.import_module(module)
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # ValueError: blocked in sys.modules
+            found = False
+        if not found:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)

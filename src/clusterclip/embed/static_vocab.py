@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from clusterclip.embed.distill import (
 from clusterclip.embed.minilm import MiniLMEmbedder
 from clusterclip.embed.static import StaticEmbedder
 from clusterclip.errors import ClusterClipError
+from clusterclip.progress import progress_note
 from clusterclip.store import TMP_PREFIX, atomic_path, load_json, save_json
 
 WORD_PATTERN = r"(?u)[^\W_]{2,}"
@@ -149,9 +149,8 @@ class StaticVocabEmbedder(StaticEmbedder, FittedEmbedder):
                 trash = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + path.name + ".old.", dir=path.parent))
                 os.replace(path, trash / path.name)
                 shutil.rmtree(trash, ignore_errors=True)
-            if self.progress:
-                print(f"clusterclip: distilling all-MiniLM-L6-v2 with {len(words):,} corpus words into {path} "
-                      "(once per corpus vocabulary; a minute or two)", file=sys.stderr)
+            progress_note(f"distilling all-MiniLM-L6-v2 with {len(words):,} corpus words into {path} (once per "
+                          "corpus vocabulary; a minute or two)", self.progress)
             distill_static_model(path, dim=self.dim, vocab_limit=self.vocab_limit, extra_words=words,
                                  device=self.device, progress=self.progress)
         self.adopt_model(words, path, path.name)
