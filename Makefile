@@ -1,8 +1,11 @@
 # Two entry points: `make demo` (the main job on the embedded default corpus) and `make test`.
-# Both create the virtual environment and install what they need.
+# Each creates the virtual environment it needs and installs into it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# `make demo` needs only the core and the report extra (matplotlib): its own small environment, not .venv's 2 GB.
+DEMO_VENV ?= .venv-demo
+DEMO_BIN := $(DEMO_VENV)/bin
 # MosaicML Streaming's own reader checks `--format mds` exports from an environment of its own (docs/export.md).
 MDS_VENV ?= .venv-mds
 MDS_PYTHON := $(abspath $(MDS_VENV))/bin/python
@@ -28,14 +31,22 @@ $(MDS_VENV)/.installed: scripts/mds-env.sh scripts/mds-requirements.txt
 	rm -f $@
 	PYTHON=$(PYTHON) bash scripts/mds-env.sh $(MDS_VENV)
 
-demo: $(BIN)/.installed
-	$(BIN)/clusterclip run --out $(RUN_DIR)
-	$(BIN)/clusterclip report $(RUN_DIR)
+$(DEMO_BIN)/.installed: pyproject.toml constraints.txt
+	rm -rf $(DEMO_VENV)
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_BIN)/pip install -q -c constraints.txt -e '.[report]'
+	touch $@
 
+demo: $(DEMO_BIN)/.installed
+	$(DEMO_BIN)/clusterclip run --out $(RUN_DIR)
+	$(DEMO_BIN)/clusterclip report $(RUN_DIR)
+
+# The whole suite against real dependencies: .venv (every extra), .venv-mds (streaming's own MDS reader) and, as root
+# with apt-get, a system-wide Chromium for the browser test of the report; then the 15 slowest tests are listed.
 test: $(BIN)/.installed $(MDS_VENV)/.installed
 	bash scripts/install-chromium.sh
 	$(BIN)/ruff check src tests benchmarks
-	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra
+	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra --durations=15
 
 mds-check: $(BIN)/.installed $(MDS_VENV)/.installed
 	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra tests/test_export_mds.py
@@ -44,4 +55,4 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(MDS_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_VENV) $(MDS_VENV) runs clusterclip-run .pytest_cache .ruff_cache

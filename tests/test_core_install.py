@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SKIP = shutil.ignore_patterns(".venv", ".git", "runs", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-                              ".hypothesis", "out")
+SKIP = shutil.ignore_patterns(".venv*", ".git", "runs", "clusterclip-run", "build", "dist", "*.egg-info", "__pycache__",
+                              ".*_cache", ".hypothesis", "out")
+"""Not copied with the sources: the virtual environments (.venv-mds alone is 1.2 GB), runs, caches, build output."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def core(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One core install per test session (about 30 s), shared by every test that runs a command in it."""
     tmp = tmp_path_factory.mktemp("core")
     shutil.copytree(REPO, tmp / "src", ignore=SKIP)
     venv.create(tmp / "venv", with_pip=True)
