@@ -196,3 +196,28 @@ def test_an_export_is_read_through_its_record_a_link_to_it_or_a_linked_record(tm
     shutil.copy(out / "export.json", tmp_path / "records" / "export.json")
     (moved / "export.json").symlink_to(tmp_path / "records" / "export.json")
     assert read_export(moved).rows == rows
+
+
+@pytest.mark.parametrize("edit", ["rows", "identity", "pad_rows", "files"])
+def test_an_export_record_edited_by_hand_is_refused_by_every_reader(tmp_path, edit):
+    """export.json's rows, identity and files are covered by its content_hash: a row count raised by hand (which no
+    file size betrays) or another plan identity written in is refused, not trusted."""
+    _, _, out = _export(tmp_path, "jsonl")
+    record = load_json(out / "export.json")
+    assert record["content_hash"]
+    if edit == "rows":
+        record["rows"] += 1
+    elif edit == "identity":
+        record["identity"]["plan_identity"] = "0" * 16
+    elif edit == "pad_rows":
+        record["pad_rows"] += 3
+    else:
+        record["files"] = [*record["files"], "part-99999.jsonl"]
+    (out / "export.json").write_text(json.dumps(record))
+    for read in (read_export, ClusterClipSampler.from_export):
+        with pytest.raises(ExportMismatchError, match=r"changed since the export \(its content_hash"):
+            read(out)
+    del record["content_hash"]  # an export written before content_hash: nothing to check against
+    (out / "export.json").write_text(json.dumps(record))
+    if edit in ("rows", "pad_rows"):
+        read_export(out)

@@ -217,6 +217,10 @@ def test_refuses_a_dataset_that_is_not_the_export(exported, tmp_path):
         _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
     record["identity"]["format"], record["rows"] = "megatron", record["rows"] + 1
     (foreign / "export.json").write_text(json.dumps(record))
+    with pytest.raises(ClusterClipError, match=r"export\.json: its rows, identity or files were changed"):
+        _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
+    del record["content_hash"]  # as an export written before content_hash: the index still betrays the rows
+    (foreign / "export.json").write_text(json.dumps(record))
     with pytest.raises(ClusterClipError, match=r"data\.idx holds 130 documents, export\.json records 131 rows"):
         _build(PlanOrderGPTDataset, _config([str(foreign / "data")]), [None, None, None])
     shutil.copy(Path(exported.packed).parent / "data.idx", foreign / "data.idx")

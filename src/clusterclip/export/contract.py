@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import load_json
+from clusterclip.store import config_hash, load_json
 from clusterclip.store.record import RecordError, StageRecord
 
 EXPORT_STAGE = "export"
@@ -68,6 +68,22 @@ class ExportRecord(StageRecord):
     buckets: int
     files: list[str]
     blend: dict[str, Any] | None = None
+    content_hash: str | None = None
+
+    def edited(self) -> bool:
+        """Whether the fields that say what the export holds were changed since it was written (exports written
+        before ``content_hash`` existed cannot tell)."""
+        return self.content_hash is not None and self.content_hash != content_hash(dataclasses.asdict(self))
+
+
+CONTENT_FIELDS = ("identity", "stream_identity", "rows", "columns", "documents", "dropped_tokens", "pad_rows", "files",
+                  "blend")
+"""What ``content_hash`` covers: the fields a trainer trusts (an edited row count or identity is refused)."""
+
+
+def content_hash(fields: Mapping[str, Any]) -> str:
+    """The ``content_hash`` of an export record with these fields (:data:`CONTENT_FIELDS`)."""
+    return config_hash({name: fields.get(name) for name in CONTENT_FIELDS})
 
 
 class ExportMismatchError(ClusterClipError):
@@ -151,6 +167,8 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
         record = ExportRecord.from_json(raw, str(path), "export the plan again with `clusterclip export`")
     except RecordError as exc:
         raise ExportMismatchError(str(exc)) from None
+    if record.edited():
+        raise ExportMismatchError(edited_message(path))
     info = ExportInfo(folder, str(identity["plan"]), str(identity["plan_identity"]), stream_identity(identity),
                       str(identity["format"]), record.rows, record.pad_rows,
                       identity.get("seq_len"), record, bool(identity.get("blend")))
@@ -171,6 +189,11 @@ def file_sizes(folder: Path, record: ExportRecord,
     for rel in rels:
         path = folder / rel
         yield path, path.stat().st_size if path.is_file() else None, (record.artifacts.get(rel) or {}).get("size")
+
+
+def edited_message(path: Path) -> str:
+    return (f"{path}: its rows, identity or files were changed since the export (its content_hash does not match "
+            "them); export the plan again")
 
 
 def _check_sizes(folder: Path, record: ExportRecord) -> None:

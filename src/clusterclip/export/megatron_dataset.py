@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, file_sizes
+from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, edited_message, file_sizes
 from clusterclip.export.writers.megatron import MegatronWriter
 from clusterclip.store.record import RecordError
 
@@ -82,6 +82,8 @@ def read_export_record(prefix: str | Path) -> ExportRecord:
         record = ExportRecord.from_json(obj, str(record_path), f"export again ({EXPORT_HINT})")
     except RecordError as exc:
         raise _refuse(prefix, str(exc)) from None
+    if record.edited():
+        raise _refuse(prefix, edited_message(record_path))
     if record.identity.get("blend"):
         raise _refuse(prefix, f"{record_path} is a --blend export (one source per cluster): blend its sources with "
                               "GPTDataset and the weights of megatron_data_path.txt; PlanOrderGPTDataset reads a "

@@ -21,7 +21,7 @@ from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
 from clusterclip.export.blend import write_blend_export
-from clusterclip.export.contract import EXPORT_MANIFEST, metadata, stream_identity
+from clusterclip.export.contract import EXPORT_MANIFEST, content_hash, metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
 from clusterclip.export.writers.registry import FORMATS, WRITERS
@@ -183,5 +183,6 @@ def _build(write: Callable[[ExportFolder], dict[str, Any]], folder: ExportFolder
             raise write_error(folder.out, exc) from exc
         raise
     folder.publish(files)
-    return Built(files, {"identity": folder.identity, "stream_identity": stream_identity(folder.identity), **fields,
-                         **counts, "files": files})
+    record = {"identity": folder.identity, "stream_identity": stream_identity(folder.identity), **fields, **counts,
+              "files": files}
+    return Built(files, {**record, "content_hash": content_hash(record)})
