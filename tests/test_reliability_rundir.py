@@ -450,9 +450,9 @@ def test_an_artifact_that_cannot_be_replaced_is_one_line_naming_it(run, capsys, 
 def test_while_another_process_writes_the_run_readers_say_so_instead_of_advising_a_rebuild(run, capsys):
     """A reader that meets records half rewritten by a writer (here: `cluster --force` has removed cluster.json)
     names the writer, not a rebuild; status says it is busy."""
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom clusterclip.store import exclusive\n"
-                               f"with exclusive({str(run.root)!r}):\n    print('held', flush=True)\n    time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    script = ("import time\nfrom clusterclip.store import exclusive\n"
+              f"with exclusive({str(run.root)!r}):\n    print('held', flush=True)\n    time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         run.record_path(CLUSTER_STAGE).unlink()

@@ -43,6 +43,7 @@ import numpy as np
 from clusterclip.errors import ClusterClipError
 
 __all__ = [
+    "INT32_MAX",
     "Check",
     "Settings",
     "SettingsError",
@@ -106,15 +107,22 @@ def _is_number(x: Any) -> bool:
     return is_int(x) or isinstance(x, (float, np.floating))
 
 
-def at_least(lo: float, *, integer: bool = True) -> Check:
-    """A number ``>= lo``; an integer unless ``integer=False``."""
+def at_least(lo: float, *, integer: bool = True, at_most: int | None = None) -> Check:
+    """A number ``>= lo`` (and ``<= at_most``: e.g. the 32-bit parameters of faiss); an integer unless
+    ``integer=False``."""
     kind = "an integer" if integer else "a number"
 
     def check(x: Any) -> str | None:
         ok = is_int(x) if integer else _is_number(x) and math.isfinite(x)
+        if at_most is not None and ok and not lo <= x <= at_most:
+            return f"must be {kind} in [{lo:g}, {at_most}], got {x!r}"
         return None if ok and x >= lo else f"must be {kind} >= {lo:g}, got {x!r}"
 
     return check
+
+
+INT32_MAX = (1 << 31) - 1
+"""The largest value of a C ``int`` (faiss' k-means parameters)."""
 
 
 def uint64() -> Check:
@@ -123,6 +131,7 @@ def uint64() -> Check:
     def check(x: Any) -> str | None:
         return None if is_int(x) and 0 <= x < 1 << 64 else f"must be an integer in [0, 2**64), got {x!r}"
 
+    check.wide = True  # type: ignore[attr-defined]
     return check
 
 
@@ -213,8 +222,18 @@ def check_settings(obj: Any) -> None:
         problem = one_of(choices)(value) if choices is not None else None
         check = f.metadata.get("check")
         problem = problem or (check(value) if check is not None else None)
+        if problem is None and not getattr(check, "wide", False):
+            problem = _beyond_64_bits(value)
         if problem:
             raise getattr(obj, "error_class", SettingsError)(f.name, problem, type(obj))
+
+
+def _beyond_64_bits(value: Any) -> str | None:
+    """Every integer setting fits a signed 64-bit word (NumPy, faiss and the native libraries take no more), so
+    2**64 is one line naming the option, not an OverflowError deep inside a stage."""
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    big = next((v for v in values if is_int(v) and not -(1 << 63) <= v < 1 << 63), None)
+    return None if big is None else f"must fit 64 bits (|x| < 2**63), got {big!r}"
 
 
 class Settings:

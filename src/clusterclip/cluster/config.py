@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.settings import Settings, SettingsError, at_least, optional, setting
+from clusterclip.settings import INT32_MAX, Settings, SettingsError, at_least, optional, setting
 
 DEFAULT_POINTS_PER_CENTROID = 256
 INITS = ("kmeans++", "random", "afkmc2")
@@ -29,10 +29,10 @@ class ClusterConfig(Settings):
 
     k: int | None = setting(None, check=optional(at_least(1)),
                             help="number of clusters (default: sqrt(N/2) clipped to [2, 10000])")
-    seed: int = setting(0, check=at_least(0), flag="--cluster-seed", help="k-means seed")
-    niter: int = setting(25, check=at_least(1), help="k-means iterations")
-    nredo: int = setting(1, check=at_least(1), help="k-means restarts; the best objective is kept")
-    points_per_centroid: int = setting(DEFAULT_POINTS_PER_CENTROID, check=at_least(1),
+    seed: int = setting(0, check=at_least(0, at_most=INT32_MAX), flag="--cluster-seed", help="k-means seed")
+    niter: int = setting(25, check=at_least(1, at_most=INT32_MAX), help="k-means iterations")
+    nredo: int = setting(1, check=at_least(1, at_most=INT32_MAX), help="k-means restarts; the best objective is kept")
+    points_per_centroid: int = setting(DEFAULT_POINTS_PER_CENTROID, check=at_least(1, at_most=INT32_MAX),
                                        help="training sample size per centroid (sample = k x this, at most N)")
     init: str = setting("kmeans++", choices=INITS,
                         help="centroid seeding: greedy k-means++ (robust), or faiss' random or AFK-MC2 seeding")
