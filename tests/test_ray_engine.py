@@ -161,10 +161,10 @@ def test_encoder_actors_take_one_gpu_each_when_the_cluster_has_gpus():
         def cluster_resources(self):
             return self.resources
 
-    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 1.0) == (8, 1.0)
-    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 0.0) == (63, 0.0), "assignment stays on CPUs"
-    assert _pool_size(FakeRay({"CPU": 16.0}), 1.0) == (15, 0.0), "no GPU: one actor per CPU but one"
-    assert _pool_size(FakeRay({"CPU": 1.0}), 0.0) == (1, 0.0)
+    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 1.0) == (8, 1.0, 1.0)
+    assert _pool_size(FakeRay({"CPU": 64.0, "GPU": 8.0}), 0.0) == (63, 0.0, 1.0), "assignment stays on CPUs"
+    assert _pool_size(FakeRay({"CPU": 16.0}), 1.0) == (15, 0.0, 1.0), "no GPU: one actor per CPU but one"
+    assert _pool_size(FakeRay({"CPU": 1.0}), 0.0) == (1, 0.0, 0.0), "one CPU: the reads need it"
 
 
 def test_ray_tasks_keep_call_order_and_surface_errors(ray_local):
@@ -245,7 +245,10 @@ def test_the_cli_on_ray_prints_none_of_rays_own_lines_and_leaves_no_session(tmp_
 
 
 @pytest.mark.slow
-def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path):
+@pytest.mark.parametrize("nodes", [2, 1])
+def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path, nodes):
+    """Through RAY_ADDRESS, on two one-CPU nodes and on a cluster of one CPU (where the encoder actor once took
+    the only CPU and the reads waited for it forever): the local engine's bytes."""
     import os
     import subprocess
     import sys
@@ -255,10 +258,10 @@ def test_ray_address_alone_connects_to_an_existing_two_node_cluster(tmp_path):
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 40, "astronomy": 30, "finance": 20})
     argv = ["run", str(corpus), "--embedder", "hashing", "--k", "3", "-q"]
     assert main([*argv, "--out", str(tmp_path / "local")]) == 0
-    with two_node_cluster() as cluster:
+    with two_node_cluster(nodes) as cluster:
         env = {**os.environ, "RAY_ADDRESS": cluster.address, "HF_HUB_OFFLINE": "1"}
         done = subprocess.run([sys.executable, "-m", "clusterclip", *argv, "--out", str(tmp_path / "ray"),
-                               "--engine", "ray"], env=env, capture_output=True, text=True, timeout=600)
+                               "--engine", "ray"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("labels.npy", "tokens.npy", "embeddings/shard-00000.npy"):
         np.testing.assert_array_equal(load_npy(tmp_path / "ray" / name), load_npy(tmp_path / "local" / name),

@@ -203,13 +203,15 @@ def _map_actors(ds: Any, cls: type, **options: Any) -> Any:
         return ds.map_batches(cls, batch_format="numpy", **options, **extra)
 
 
-def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float]:
-    """Actors for a map stage: one per GPU, or one per CPU but one (reads need a CPU to run on)."""
+def _pool_size(ray: Any, per_actor_gpus: float) -> tuple[int, float, float]:
+    """``(actors, GPUs, CPUs)`` each for a map stage: one actor per GPU, or one per CPU but one (reads need a CPU to
+    run on); on a cluster of one CPU, one actor that reserves none, so the reads still get it (an actor that
+    reserved the CPU, or half of it, left the reads waiting forever)."""
     resources = ray.cluster_resources()
-    gpus = float(resources.get("GPU", 0))
+    gpus, cpus = float(resources.get("GPU", 0)), float(resources.get("CPU", 1))
     if per_actor_gpus and gpus >= 1:
-        return max(1, int(gpus)), 1.0
-    return max(1, int(resources.get("CPU", 1)) - 1), 0.0
+        return max(1, int(gpus)), 1.0, 1.0
+    return (int(cpus) - 1, 0.0, 1.0) if cpus >= 2 else (1, 0.0, 0.0)
 
 
 class _Encoder:
@@ -239,14 +241,14 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
     if start_row % shard_size:
         raise ValueError("start_row must be a multiple of shard_size")
     wants_gpu = bool(getattr(embedder, "USES_GPU", False))
-    actors, gpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
+    actors, gpus, cpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
     ds = ray.data.read_parquet([str(p) for p in parts]).select_columns(["index", "text"])
     if start_row:
         from ray.data.expressions import col
 
         ds = ds.filter(expr=col("index") >= int(start_row))
     ds = _map_actors(ds, _Encoder, fn_constructor_args=(embedder, "cuda" if gpus else None), batch_size=batch_rows,
-                     compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus)
+                     compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus, num_cpus=cpus)
     batches = ((b["index"], b["embedding"]) for b in ds.iter_batches(batch_size=None, batch_format="numpy"))
     yield from in_document_order(batches, start_row, n_docs, shard_size)
 
@@ -301,10 +303,10 @@ def ray_assign(shards: Sequence[Path], centroids: np.ndarray,
                batch_rows: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
     """Labels and cosine scores of every embedding row in the shards, computed on Ray Data, in order."""
     ray = _ray()
-    actors, _ = _pool_size(ray, 0.0)
+    actors, _, cpus = _pool_size(ray, 0.0)
     ds = ray.data.read_numpy([str(p) for p in shards])
     ds = _map_actors(ds, _Assigner, fn_constructor_args=(centroids,), batch_size=batch_rows,
-                     compute=ray.data.ActorPoolStrategy(size=actors))
+                     compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus)
     labels, scores = [], []
     for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
         labels.append(batch["label"])
