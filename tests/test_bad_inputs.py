@@ -241,7 +241,7 @@ def test_out_naming_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--lr", "-1"], "--lr must be in (0, inf), got -1.0"),
+    (["--lr", "-1"], "--lr must be in (0, 10), got -1.0"),
     (["--docs", "-5"], "--docs must be an integer >= 1 (or 0 for all), got -5"),
     (["--max-words", "-1"], "--max-words must be an integer >= 1 (or 0 for no cut), got -1"),
 ])

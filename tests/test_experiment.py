@@ -301,7 +301,7 @@ def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
         ModelConfig(d_model=130)
     assert info.value.render(lambda n: experiment_flag(n, info.value.owner)).startswith(
         "--d-model 130 is not divisible by --heads 4")
-    with pytest.raises(SettingsError, match=r"^lr must be in \(0, inf\)"):
+    with pytest.raises(SettingsError, match=r"^lr must be in \(0, 10\)"):
         TrainConfig(lr=0)
     with pytest.raises(SettingsError, match=r"^model\.vocab_size must be at least 300") as info:
         ExperimentConfig(model=ModelConfig(vocab_size=100))
@@ -315,7 +315,7 @@ def test_config_errors_name_the_parameter_and_the_cli_its_flag() -> None:
         (["--heads", "3"], "--d-model 128 is not divisible by --heads 3"),
         (["--vocab-size", "100"], "--vocab-size must be at least 300"),
         (["--passes", "6", "--max-repeats", "4,9"], "--max-repeats [4] must exceed --passes 6"),
-        (["--lr", "-1"], "--lr must be in (0, inf)"),
+        (["--lr", "-1"], "--lr must be in (0, 10)"),
         (["--docs", "-5"], "--docs must be an integer >= 1"),
     ],
 )

@@ -281,3 +281,16 @@ def test_every_integer_option_takes_a_value_the_code_below_can_hold_or_says_so(s
     assert "Traceback" not in err and "OverflowError" not in err, err
     if value == str(2**64) and flag != "--lexical-seed":
         assert code == 2 and flag in err and len([x for x in err.splitlines() if "error:" in x]) == 1, err
+
+
+@pytest.mark.parametrize(("command", "flag"), [(c, f) for c in ("experiment", "tune") for f, a in _actions(c).items()
+                                               if f.startswith("--") and getattr(a.type, "__name__", "") == "float"])
+def test_every_float_option_of_the_proxy_commands_has_a_finite_range(tmp_path, capsys, command, flag):
+    """1e300 is refused by name before any work (a learning rate of 1e300 reached torch as an overflow, a weight
+    decay or gradient clip of 1e300 trained silently)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "a b c"}\n')
+    capsys.readouterr()
+    code = cli.main([command, str(corpus), "--out", str(tmp_path / "run"), flag, "1e300", "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and flag in err, err

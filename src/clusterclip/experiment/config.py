@@ -16,14 +16,13 @@ from typing import Any
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, clusterclip_spec, plain_spec, temperature_spec
-from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES
+from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT
 from clusterclip.settings import (
     Settings,
     SettingsError,
     at_least,
     between,
     each,
-    finite,
     one_of,
     optional,
     setting,
@@ -98,12 +97,13 @@ class TrainConfig(Settings):
     """Optimiser recipe shared by every run: AdamW, linear warm-up, cosine decay, gradient clipping."""
 
     batch_size: int = setting(8, check=at_least(1), help="sequences per step")
-    lr: float = setting(3e-3, check=POSITIVE, help="peak learning rate")
+    lr: float = setting(3e-3, check=between(0, 10), help="peak learning rate, in (0, 10)")
     min_lr_ratio: float = setting(0.1, check=between(0, 1, closed=True),
                                   help="the cosine decay ends at lr x this ratio")
     warmup_steps: int = setting(100, check=at_least(0), help="linear warm-up steps (at most a tenth of the run)")
-    weight_decay: float = setting(0.1, check=at_least(0, integer=False), help="AdamW weight decay of the matrices")
-    grad_clip: float = setting(1.0, check=at_least(0, integer=False), help="gradient norm clip; 0: none")
+    weight_decay: float = setting(0.1, check=between(0, 10, closed=True),
+                                  help="AdamW weight decay of the matrices, in [0, 10]")
+    grad_clip: float = setting(1.0, check=between(0, 1e6, closed=True), help="gradient norm clip; 0: none")
     curve_points: int = setting(8, check=at_least(1), help="points of the loss curves")
 
 
@@ -140,7 +140,8 @@ class ExperimentConfig(Settings):
         help="clusterclip's near-duplicate handling to sweep, comma-separated: none (the per-document cap), drop "
              "(plan the kept documents only), group-cap (a group's members share the cap); drop and group-cap run "
              "`clusterclip dedup` on the training split (docs/dedup.md)")
-    tau: float = setting(DEFAULT_TAU, check=finite(), help="temperature strategy: cluster weight n_c**tau")
+    tau: float = setting(DEFAULT_TAU, check=between(-TAU_LIMIT, TAU_LIMIT, closed=True),
+                         help="temperature strategy: cluster weight n_c**tau")
     seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0), distinct=True), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")

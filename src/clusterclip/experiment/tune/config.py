@@ -9,7 +9,17 @@ from typing import Any
 from clusterclip.experiment.config import ExperimentConfig, _ints, _strs
 from clusterclip.experiment.specs import clusterclip_spec, plain_spec, temperature_spec
 from clusterclip.plan.config import DEFAULT_TAU, ORDERS
-from clusterclip.settings import Settings, SettingsError, at_least, each, finite, one_of, optional, setting
+from clusterclip.settings import (
+    Settings,
+    SettingsError,
+    at_least,
+    between,
+    each,
+    finite,
+    one_of,
+    optional,
+    setting,
+)
 
 QUICK_TUNE: dict[str, Any] = {"taus": (DEFAULT_TAU,), "caps": (5,)}
 """What ``--quick`` changes in the search: one temperature and one cap (it also trains two seeds)."""
@@ -33,14 +43,14 @@ class TuneConfig(Settings):
     orders: tuple[str, ...] = setting(ORDERS, check=each(one_of(ORDERS), nonempty=False), parse=_strs,
                                       help="ClusterClip orders to try, comma-separated")
     max_micro_regression: float = setting(
-        0.02, check=at_least(0, integer=False),
+        0.02, check=between(0, 100, closed=True),
         help="a candidate may not raise the micro held-out loss above random's by more than this (nats/token): "
              "macro gains bought with the natural distribution's loss are refused")
     eta: int = setting(3, check=at_least(2), help="successive halving keeps the best 1/eta and gives them eta x pairs")
     max_runs: int | None = setting(None, check=optional(at_least(1)), parse=lambda t: int(t) or None,
                                    cli_none="0 for no limit",
                                    help="stop after this many proxy runs (finished ones reused count too); 0: no limit")
-    max_minutes: float | None = setting(90.0, check=optional(at_least(0, integer=False)),
+    max_minutes: float | None = setting(90.0, check=optional(between(0, 1e6, closed=True)),
                                         parse=lambda t: float(t) or None, cli_none="0 for no limit",
                                         help="stop starting search runs after this many minutes (the decision "
                                              "uses the last complete rung); 0: no limit")
