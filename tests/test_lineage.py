@@ -339,3 +339,18 @@ def test_with_an_add_pending_the_other_commands_name_the_add_not_a_rebuild(tmp_p
                  ["export", str(run.root), "--format", "jsonl", "--dest", str(tmp_path / "x"), "-q"]):
         err = one_line_error(argv, capsys)
         assert "an add is pending" in err and "--abort" in err and "--force" not in err, (argv, err)
+
+
+def test_abort_after_a_kill_before_the_journal_removes_the_new_parts(tmp_path, capsys):
+    """An add killed after it wrote its new corpus part but before its journal changed no record; `--abort` removes
+    the part (no file of the add is left behind) instead of saying there is nothing to abort."""
+    run, _ = build_run(tmp_path)
+    parts = sorted(run.path(CORPUS_DIR).iterdir())
+    stray = run.path(CORPUS_DIR) / parts[-1].name.replace("00000", "00001")
+    shutil.copy(parts[-1], stray)
+    hashes = {s: run.output_hash(s) for s in ("corpus", "embed", "cluster")}
+    assert main(["add", str(run.root), "--abort", "-q"]) == 0
+    assert "killed before its journal" in capsys.readouterr().out
+    assert sorted(run.path(CORPUS_DIR).iterdir()) == parts and not any(audit(run).values())
+    assert {s: run.output_hash(s) for s in ("corpus", "embed", "cluster")} == hashes
+    one_line_error(["add", str(run.root), "--abort", "-q"], capsys)  # now nothing is left

@@ -105,18 +105,19 @@ def abort_add(run: RunDir) -> str:
     The caller holds the lock. Returns what was done, one line."""
     path = run.path(A.ADD_JOURNAL)
     if not path.is_file():
-        raise ClusterClipError(f"{run.root}: no interrupted `clusterclip add` to abort ({A.ADD_JOURNAL} is absent)")
+        current = {c.NAME: run.record(c.NAME) for c in GROWN}  # only a finished run's unlisted files are an add's
+        if any(rec is None for rec in current.values()) or not _remove_unlisted(run, current):  # type: ignore[arg-type]
+            raise ClusterClipError(f"{run.root}: no interrupted `clusterclip add` to abort ({A.ADD_JOURNAL} is "
+                                   "absent, and no file of one is left)")
+        return (f"{run.root}: removed the new corpus parts of an add killed before its journal; no record had "
+                "changed")
     try:
         journal = load_json(path)
         base = {contract.NAME: dict(journal["base"][contract.NAME]) for contract in GROWN}
     except (ClusterClipError, OSError, KeyError, TypeError):
         base = {contract.NAME: run.record(contract.NAME) or {"artifacts": {}} for contract in GROWN}
         journal = None
-    listed = {rel for rec in base.values() for rel in rec.get("artifacts", {})}
-    for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB), (EMBED_DIR, CONFIDENCE_GLOB)):
-        for part in run.path(folder).glob(glob):
-            if f"{folder}/{part.name}" not in listed:
-                part.unlink()
+    _remove_unlisted(run, base)
     groups = ""
     if journal is not None:
         _restore(run, journal, base)
@@ -126,6 +127,19 @@ def abort_add(run: RunDir) -> str:
     return (f"{run.root}: undid the interrupted add of {' '.join(map(str, journal['inputs']))}{groups}" if journal else
             f"{run.root}: removed a damaged add journal and the files no record lists; check `clusterclip status "
             f"{run.root} --verify`")
+
+
+def _remove_unlisted(run: RunDir, records: Mapping[str, Mapping[str, Any]]) -> int:
+    """Remove the corpus parts, embedding shards and confidence shards no record of ``records`` lists (an add's
+    new files); how many went."""
+    listed = {rel for rec in records.values() for rel in rec.get("artifacts", {})}
+    removed = 0
+    for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB), (EMBED_DIR, CONFIDENCE_GLOB)):
+        for part in run.path(folder).glob(glob):
+            if f"{folder}/{part.name}" not in listed:
+                part.unlink()
+                removed += 1
+    return removed
 
 
 def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[str, Any]]) -> None:
