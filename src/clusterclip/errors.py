@@ -30,6 +30,11 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
+def one_line(exc: BaseException) -> str:
+    """A library's error on one line (its whitespace collapsed, at most 200 characters), for a one-line message."""
+    return " ".join(str(exc).split())[:200]
+
+
 def install_command(module: str) -> str | None:
     """The pip command that installs optional module ``module`` (an import name), or None for another module.
     litdata goes in without its requirements (see the Makefile)."""

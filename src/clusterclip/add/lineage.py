@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -29,7 +29,7 @@ from clusterclip.dedup.grow import restore_groups
 from clusterclip.embed.contract import CONFIDENCE_GLOB, EMBED_DIR, EMBED_SHARD_GLOB
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
-from clusterclip.store import RUN, RunDir, file_digest, load_json, save_json, save_npy
+from clusterclip.store import RUN, RunDir, load_json, save_json, save_npy
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import append_npy
 from clusterclip.store.record import StageRecord
@@ -105,8 +105,8 @@ def abort_add(run: RunDir) -> str:
     The caller holds the lock. Returns what was done, one line."""
     path = run.path(A.ADD_JOURNAL)
     if not path.is_file():
-        current = {c.NAME: run.record(c.NAME) for c in GROWN}  # only a finished run's unlisted files are an add's
-        if any(rec is None for rec in current.values()) or not _remove_unlisted(run, current):  # type: ignore[arg-type]
+        current = [run.record(c.NAME) for c in GROWN]  # only a finished run's unlisted files are an add's
+        if None in current or not _remove_unlisted(run, [rec for rec in current if rec is not None]):
             raise ClusterClipError(f"{run.root}: no interrupted `clusterclip add` to abort ({A.ADD_JOURNAL} is "
                                    "absent, and no file of one is left)")
         return (f"{run.root}: removed the new corpus parts of an add killed before its journal; no record had "
@@ -117,7 +117,7 @@ def abort_add(run: RunDir) -> str:
     except (ClusterClipError, OSError, KeyError, TypeError):
         base = {contract.NAME: run.record(contract.NAME) or {"artifacts": {}} for contract in GROWN}
         journal = None
-    _remove_unlisted(run, base)
+    _remove_unlisted(run, base.values())
     groups = ""
     if journal is not None:
         _restore(run, journal, base)
@@ -129,10 +129,10 @@ def abort_add(run: RunDir) -> str:
             f"{run.root} --verify`")
 
 
-def _remove_unlisted(run: RunDir, records: Mapping[str, Mapping[str, Any]]) -> int:
-    """Remove the corpus parts, embedding shards and confidence shards no record of ``records`` lists (an add's
-    new files); how many went."""
-    listed = {rel for rec in records.values() for rel in rec.get("artifacts", {})}
+def _remove_unlisted(run: RunDir, records: Iterable[Mapping[str, Any]]) -> int:
+    """Remove the corpus parts, embedding shards and confidence shards none of ``records`` lists (an add's new
+    files); how many went."""
+    listed = {rel for rec in records for rel in rec.get("artifacts", {})}
     removed = 0
     for folder, glob in ((CORPUS_DIR, CORPUS_PART_GLOB), (EMBED_DIR, EMBED_SHARD_GLOB), (EMBED_DIR, CONFIDENCE_GLOB)):
         for part in run.path(folder).glob(glob):
@@ -154,12 +154,7 @@ def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[st
         sizes = np.asarray(journal["sizes"], dtype=np.load(run.path(SIZES), mmap_mode="r").dtype)
         save_npy(run.path(SIZES), sizes)
     for stage, rec in base.items():
-        for rel, meta in rec.get("artifacts", {}).items():
-            with contextlib.suppress(OSError):
-                st = run.path(rel).stat()
-                if st.st_size == meta.get("size") and st.st_mtime_ns != meta.get("mtime_ns") \
-                        and file_digest(run.path(rel)) == meta.get("sha256"):
-                    meta["mtime_ns"] = st.st_mtime_ns
+        run.adopt_times(rec)
         save_json(run.record_path(stage), rec)
     drift = run.path(A.DRIFT_REPORT)
     with contextlib.suppress(OSError, ClusterClipError, KeyError, TypeError):

@@ -21,7 +21,7 @@ from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.contract import DEDUP_STAGE, INDEX_ARTIFACTS, DedupRecord, inputs_of
 from clusterclip.dedup.stage import build_artifacts, dedup_stage
 from clusterclip.stages.growth import Growth
-from clusterclip.store import RunDir, artifact_checksums, file_digest, save_json
+from clusterclip.store import RunDir, artifact_checksums, save_json
 
 JOURNAL_KEY = "dedup"
 """Field of the add journal: the dedup record the add extends (saved before anything grew), or None."""
@@ -62,10 +62,7 @@ def restore_groups(run: RunDir, saved: Mapping[str, Any]) -> str:
     build_artifacts(run, DedupConfig(**saved["config"]), reuse=False, engine="local",
                     appended=int(saved["documents"]))
     restored = {**saved, "artifacts": {rel: dict(meta) for rel, meta in saved["artifacts"].items()}}
-    for rel, meta in restored["artifacts"].items():
-        path = run.path(rel)
-        if file_digest(path) != meta.get("sha256"):
-            return f"left to recompute: `clusterclip dedup {run.root} --force`"
-        meta["mtime_ns"] = path.stat().st_mtime_ns
+    if not run.adopt_times(restored):
+        return f"left to recompute: `clusterclip dedup {run.root} --force`"
     save_json(run.record_path(DEDUP_STAGE), restored)
     return "restored"

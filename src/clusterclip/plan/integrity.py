@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.errors import one_line
 from clusterclip.plan.files import PLAN_BLOCKS, PLAN_ORDER, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.plan.locate import (
     PlanIntegrityError,
@@ -261,8 +262,7 @@ def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, A
     except FileNotFoundError as exc:
         raise PlanIntegrityError(f"{path}: missing (the plan's block checksums){fix}") from exc
     except (ValueError, OSError, EOFError) as exc:
-        reason = " ".join(str(exc).split())[:200]
-        raise PlanIntegrityError(f"{path}: unreadable block checksums ({reason}){fix}") from exc
+        raise PlanIntegrityError(f"{path}: unreadable block checksums ({one_line(exc)}){fix}") from exc
     if sums is None:
         raise PlanIntegrityError(f"{path}: does not match the SHA-256 in its record (modified){fix}")
     if sums.shape != (count,) or sums.dtype != np.uint32:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, one_line
 from clusterclip.plan.files import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.store import RunDir
 
@@ -78,7 +78,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
         rec = json.loads(rec_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         run_root = shlex.quote(str(path.parent.parent.parent))
-        raise PlanIntegrityError(f"{rec_path}: corrupt plan record ({' '.join(str(exc).split())[:200]}); rebuild "
+        raise PlanIntegrityError(f"{rec_path}: corrupt plan record ({one_line(exc)}); rebuild "
                                  "the plan with `clusterclip "
                                  f"plan {run_root} --force` and its options") from exc
     if not isinstance(rec, dict):

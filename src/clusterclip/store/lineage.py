@@ -99,18 +99,18 @@ class Lineage:
         rec = self.require(stage, verify=False)
         if upstream is not None:
             if rec.get("inputs_hash") != self.output_hash(upstream):
-                raise StaleArtifactError(self._pending_add() or (
+                raise StaleArtifactError(self._unfinished_write() or (
                     f"{self.root}: stage `{stage}` was built from an older `{upstream}` output; "
                     f"re-run it: `{self.rebuild_command(stage)}`"))
         else:
             why = self.stale_reason(stage)
             if why:
-                raise StaleArtifactError(self._pending_add() or why)
+                raise StaleArtifactError(self._unfinished_write() or why)
         if verify:
             self.verify(stage, rec, only=only)
         return rec
 
-    def _pending_add(self) -> str | None:
+    def _unfinished_write(self) -> str | None:
         """While another command writes the run directory, or ``clusterclip add`` is unfinished (its journal is
         there), records are half rewritten, so stages look stale or gone: the way out is to wait for the writer,
         or to finish or undo the add, not to rebuild them."""

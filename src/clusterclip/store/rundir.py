@@ -33,6 +33,7 @@ from pathlib import Path
 from types import EllipsisType
 from typing import Any
 
+from clusterclip.errors import one_line
 from clusterclip.store import layout as A
 from clusterclip.store.files import (
     TMP_PREFIX,
@@ -81,7 +82,7 @@ class RunDir(Lineage):
             rec = load_json(p)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise StaleArtifactError(
-                f"{p}: corrupt stage record ({_one_line(exc)}); {self._rerun(stage, None)}") from None
+                f"{p}: corrupt stage record ({one_line(exc)}); {self._rerun(stage, None)}") from None
         except OSError as exc:
             raise StaleArtifactError(f"{p}: cannot read the stage record ({exc.strerror})") from None
         if isinstance(rec, dict) and not {"config_hash", "inputs_hash", "artifacts"} & rec.keys():
@@ -128,7 +129,7 @@ class RunDir(Lineage):
         :meth:`problems` (the full check, or the quick one with ``checksums=False``)."""
         problem = next(self._problems(stage, rec, checksums, only), None)
         if problem:
-            raise StaleArtifactError(self._pending_add() or problem)
+            raise StaleArtifactError(self._unfinished_write() or problem)
 
     def problems(self, stage: str, rec: Mapping[str, Any] | None = None, checksums: bool = True,
                  only: Collection[str] | None = None) -> list[str]:
@@ -200,6 +201,23 @@ class RunDir(Lineage):
         if rec is None or rec.get("config_hash") != config_hash(config) or rec.get("inputs_hash") != inputs_hash:
             return False
         return not self.problems(stage, rec, checksums=False)
+
+    def adopt_times(self, rec: Mapping[str, Any]) -> bool:
+        """Record in ``rec`` (a record put back, e.g. by ``add --abort``) the current modification time of each
+        artifact whose size and SHA-256 are the recorded ones, so the quick check passes it again; False when one
+        is not (or is missing)."""
+        same = True
+        for rel, meta in rec.get("artifacts", {}).items():
+            try:
+                st = self.path(rel).stat()
+                if st.st_size == meta.get("size") and (st.st_mtime_ns == meta.get("mtime_ns")
+                                                       or file_digest(self.path(rel)) == meta.get("sha256")):
+                    meta["mtime_ns"] = st.st_mtime_ns
+                    continue
+            except OSError:
+                pass
+            same = False
+        return same
 
     def invalidate(self, stage: str) -> None:
         """Forget that ``stage`` finished (its record goes; artifacts are overwritten by the re-run).
@@ -306,7 +324,3 @@ class RunDir(Lineage):
 
     def _rerun(self, stage: str, rec: Mapping[str, Any] | EllipsisType | None = ..., force: bool = True) -> str:
         return f"re-run `{stage}` with `{self.rebuild_command(stage, rec, force=force)}`"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
