@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hostile_cases import FORMATS, Case, all_cases
 
+from tests.procs import GROUP, alive, cmdline, processes
 from tests.test_cli import make_corpus
 
 BAD = ("silent", "refused", "traceback", "hang", "orphan")
@@ -94,22 +95,6 @@ def _fill(argv: list[str], values: dict[str, str]) -> list[str]:
     return [a.format(**values) for a in argv]
 
 
-def _group_alive(pgid: int) -> list[str]:
-    """The command lines of the live (not zombie) processes of process group ``pgid``."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(cmd)
-    return alive
-
-
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
@@ -130,7 +115,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str, str
         out, err = proc.communicate()
         return None, out, err, []
     deadline = time.monotonic() + ORPHAN_GRACE_S
-    while (left := _group_alive(proc.pid)) and time.monotonic() < deadline:
+    while (left := [cmdline(p) for p in processes(GROUP, proc.pid) if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.5)
     if left:
         _kill_group(proc.pid)

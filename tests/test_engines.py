@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import GROUP, PARENT, alive, cmdline, processes
+
 SCRIPT = """
 import sys, time
 from clusterclip.engines import ordered_map
@@ -19,28 +21,6 @@ print("started", flush=True)
 for _ in ordered_map(time.sleep, [(60,)] * 4, workers=2):
     pass
 """
-
-
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -51,7 +31,7 @@ def test_workers_end_when_their_parent_is_killed():
         deadline = time.monotonic() + 60
         workers: list[int] = []
         while time.monotonic() < deadline:  # the pool's two workers (and the resource tracker) have started
-            workers = [p for p in _children(proc.pid) if "spawn_main" in (Path("/proc") / str(p) / "cmdline")
+            workers = [p for p in processes(PARENT, proc.pid) if "spawn_main" in (Path("/proc") / str(p) / "cmdline")
                        .read_bytes().decode(errors="replace")]
             if len(workers) >= 2:
                 break
@@ -61,9 +41,9 @@ def test_workers_end_when_their_parent_is_killed():
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        while time.monotonic() < deadline and any(alive(p) for p in workers):
             time.sleep(0.2)
-        assert not any(_alive(p) for p in workers), "a worker outlived the process that started it"
+        assert not any(alive(p) for p in workers), "a worker outlived the process that started it"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -132,37 +112,16 @@ def test_ray_processes_end_when_the_command_is_killed():
         assert started == "started"
         session = Path(folder)
         time.sleep(3.0)  # the tasks are running
-        group = [p for p in _group(proc.pid) if p != proc.pid]
+        group = [p for p in processes(GROUP, proc.pid) if p != proc.pid]
         assert group, "no Ray process found"
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and any(_alive(p) for p in group):
+        while time.monotonic() < deadline and any(alive(p) for p in group):
             time.sleep(1.0)
-        assert not [p for p in group if _alive(p)], [_cmdline(p) for p in group if _alive(p)]
+        assert not [p for p in group if alive(p)], [cmdline(p) for p in group if alive(p)]
     finally:
-        for p in _group(proc.pid):
-            if _alive(p):
+        for p in processes(GROUP, proc.pid):
+            if alive(p):
                 os.kill(p, signal.SIGKILL)
         remove_session(session)
-
-
-def _group(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                out.append(int(entry.name))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
-    except OSError:
-        return "?"
