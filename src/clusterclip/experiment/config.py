@@ -15,7 +15,15 @@ from typing import Any
 
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
-from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, clusterclip_spec, plain_spec, temperature_spec
+from clusterclip.experiment.specs import (
+    CLUSTERCLIP_VARIANTS,
+    DEFAULT_ONLINE_UPDATES,
+    ONLINE_RULES,
+    clusterclip_spec,
+    online_spec,
+    plain_spec,
+    temperature_spec,
+)
 from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT
 from clusterclip.settings import (
     Settings,
@@ -29,13 +37,17 @@ from clusterclip.settings import (
 )
 from clusterclip.store import config_hash
 
-STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS)
-RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "device", "threads")
+STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
+CAPPED = (*CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
+"""The strategies swept over ``max_repeats``."""
+RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "online_updates", "device",
+                  "threads")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
-reuses the finished runs; every other setting changes the numbers of every run."""
+reuses the finished runs (a cap or ``online_updates`` is part of the names of the runs it changes); every other
+setting changes the numbers of every run."""
 DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder",
                "k")
-SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "duplicates", "tau", "seeds")
+SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "duplicates", "tau", "online_updates", "seeds")
 MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
@@ -130,7 +142,8 @@ class ExperimentConfig(Settings):
     strategies: tuple[str, ...] = setting(
         ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
         help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread (the planner's "
-             "order spread), and the diagnostic clusterclip-shuffled (ClusterClip's draws in random order)")
+             "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), and "
+             "online[:bandit|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md)")
     passes: float = setting(6.0, check=POSITIVE,
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
@@ -142,6 +155,8 @@ class ExperimentConfig(Settings):
              "`clusterclip dedup` on the training split (docs/dedup.md)")
     tau: float = setting(DEFAULT_TAU, check=between(-TAU_LIMIT, TAU_LIMIT, closed=True),
                          help="temperature strategy: cluster weight n_c**tau")
+    online_updates: int = setting(DEFAULT_ONLINE_UPDATES, check=at_least(1),
+                                  help="online strategies: times the controller changes the weights over a run")
     seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0), distinct=True), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
@@ -159,13 +174,13 @@ class ExperimentConfig(Settings):
         if self.model.vocab_size < MIN_BPE_VOCAB:
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
-        if not any(s in CLUSTERCLIP_VARIANTS for s in self.strategies):
+        if not any(s in CAPPED for s in self.strategies):
             if set(self.duplicates) - {"none"}:
                 raise SettingsError("duplicates", f"{','.join(self.duplicates)} applies to the clusterclip strategies; "
                                     "add one to {strategies}", type(self))
             return
         if not self.max_repeats:
-            raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip strategies",
+            raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip and online strategies",
                                 type(self))
         low = [r for r in self.max_repeats if r <= self.passes]
         if low:
@@ -204,11 +219,13 @@ class ExperimentConfig(Settings):
             if s in CLUSTERCLIP_VARIANTS:
                 specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s], duplicates=d)
                           for r in self.max_repeats for d in self.duplicates]
+            elif s in ONLINE_RULES:
+                specs += [online_spec(ONLINE_RULES[s], r, self.online_updates) for r in self.max_repeats]
             elif s == "temperature":
                 specs.append(temperature_spec(self.tau))
             else:
                 specs.append(plain_spec(s))
-        return specs
+        return list({spec["name"]: spec for spec in specs}.values())
 
 
 QUICK: dict[str, Any] = dict(

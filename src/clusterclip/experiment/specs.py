@@ -2,7 +2,8 @@
 spec to the :class:`~clusterclip.plan.PlanConfig` of a proxy run.
 
 A spec is a small JSON-able dict: ``name``, ``strategy`` and the options that strategy needs (``tau``;
-``max_repeat``, ``order``, ``shuffle`` and, when not ``none``, ``duplicates`` for ClusterClip).
+``max_repeat``, ``order``, ``shuffle`` and, when not ``none``, ``duplicates`` for ClusterClip; ``online`` (the
+controller's rule) and ``updates`` for an online run, which starts on ClusterClip's plan).
 ``clusterclip tune`` stores it in its results and hashes it into the key of every proxy run, so its shape is
 part of the on-disk format.
 """
@@ -32,6 +33,20 @@ def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool 
     if duplicates != "none":
         spec.update(name=f"{spec['name']}-{duplicates.replace('-', '')}", duplicates=duplicates)
     return spec
+
+
+ONLINE_RULES = {"online": "bandit", "online:bandit": "bandit", "online:gradient": "gradient"}
+"""The experiment's online strategies (``online[:rule]``) and their controller rule; ``online`` is the default
+rule, ODM's bandit."""
+DEFAULT_ONLINE_UPDATES = 8
+
+
+def online_spec(rule: str, max_repeat: int, updates: int = DEFAULT_ONLINE_UPDATES) -> dict[str, Any]:
+    """An online candidate ``online-<rule>-R<cap>[-u<updates>]``: ClusterClip's plan at the cap to start, then
+    ``updates`` continuations steered by the controller's ``rule`` (:mod:`clusterclip.experiment.online`)."""
+    name = f"online-{rule}-R{max_repeat}" + ("" if updates == DEFAULT_ONLINE_UPDATES else f"-u{updates}")
+    return {"name": name, "strategy": "clusterclip", "max_repeat": int(max_repeat), "order": DEFAULT_ORDER,
+            "shuffle": False, "online": rule, "updates": int(updates)}
 
 
 def temperature_spec(tau: float) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from clusterclip.experiment.evaluate import (
     unigram_doc_losses,
 )
 from clusterclip.experiment.model import GPT
+from clusterclip.experiment.online import Steering
 from clusterclip.experiment.prepare import Prepared, Tokenized
 from clusterclip.experiment.results import PRIMARY
 from clusterclip.experiment.specs import plan_config
@@ -77,25 +78,30 @@ class SplitData:
 
 @dataclass(frozen=True)
 class PlannedProxy:
-    """One (strategy, seed): its plan, as the sampler replays it (the ``Plan``, or its draws permuted)."""
+    """One (strategy, seed): its plan, as the sampler replays it (the ``Plan``, or its draws permuted), and
+    the spec's ``online`` rule and ``updates`` when the controller steers it."""
 
     name: str
     seed: int
     plan_config: PlanConfig
     plan_stats: dict[str, Any]
     plan: Plan | np.ndarray
+    online: str | None = None
+    updates: int = 0
 
 
 @dataclass(frozen=True)
 class TrainedProxy:
     """The trained model, its loss curve, the plan's documents it read (``used``, first pass), the tokens
-    taken from a second pass, and the sampler's state after training."""
+    taken from a second pass, the sampler's state after training, and an online run's record (weights over
+    the run)."""
 
     model: GPT
     curve: list[dict[str, Any]]
     used: np.ndarray
     wrapped_tokens: int
     sampler_state: dict[str, Any]
+    online: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ def proxy_run(d: SplitData, spec: dict[str, Any], seed: int, device: str = "cpu"
     """Plan, train and evaluate one (strategy, seed) on a prepared split; its record for ``results["runs"]``."""
     t0 = time.perf_counter()
     planned = plan_proxy(spec, seed, d.prep, d.tok, d.setup)
-    trained = train_proxy(planned, d.tok, d.setup, device)
+    trained = train_proxy(planned, d.tok, d.setup, device, d.prep.labels, d.prep.data["k"])
     metrics = evaluate_proxy(trained, d.prep, d.tok, d.setup)
     return {**proxy_record(planned, trained, metrics, seconds_before + time.perf_counter() - t0), "split": d.split}
 
@@ -166,7 +172,7 @@ def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, 
     if spec.get("shuffle"):
         replayed = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(np.asarray(plan.order, dtype=np.int64))
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
-    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed)
+    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0))
 
 
 def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
@@ -184,10 +190,13 @@ def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup
     return build_grouped_plan(prep.labels, cfg, group, kept, tokens=lengths, n_clusters=k)
 
 
-def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str = "cpu") -> TrainedProxy:
+def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str = "cpu",
+                labels: np.ndarray | None = None, n_clusters: int | None = None) -> TrainedProxy:
     """A fresh model seeded with the run's seed, trained on the plan in order: ``ClusterClipSampler`` replays
     it into a ``DataLoader`` over the training documents, packed into sequences as they come
-    (:class:`PlanBatches`). The loss curve also scores the fixed held-out subset at every point."""
+    (:class:`PlanBatches`). The loss curve also scores the fixed held-out subset at every point. An online
+    run (``planned.online``) needs the training split's cluster ``labels`` and ``n_clusters``: its
+    :class:`~clusterclip.experiment.online.Steering` re-plans from the losses as it trains."""
     t0 = time.perf_counter()
     key = f"{planned.name}/{planned.seed}"
 
@@ -200,10 +209,19 @@ def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str
         log.info("experiment: %s: step %d/%d, train loss %.3f, %.0fs", key, step, setup.steps, loss,
                  time.perf_counter() - t0)
 
-    batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context)
+    steering = None
+    if planned.online is not None:
+        if labels is None or n_clusters is None:
+            raise ValueError(f"{key}: an online run needs the training split's cluster labels and their number")
+        batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context, labels=labels)
+        steering = Steering(batches, tok.train.lengths, planned.plan_config, setup.budget, n_clusters,
+                            planned.online, setup.steps, planned.updates)
+    else:
+        batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context)
     model, curve = train_model(setup.model, setup.train, batches, setup.steps, planned.seed, device,
                                on_curve, report)
-    return TrainedProxy(model, curve, batches.used(), batches.wrapped_tokens, batches.state())
+    return TrainedProxy(model, curve, batches.used(), batches.wrapped_tokens, batches.state(),
+                        None if steering is None else steering.record())
 
 
 def evaluate_proxy(trained: TrainedProxy, prep: Prepared, tok: Tokenized, setup: Setup) -> ProxyMetrics:
@@ -246,6 +264,7 @@ def proxy_record(planned: PlannedProxy, trained: TrainedProxy, metrics: ProxyMet
         "wrapped_tokens": trained.wrapped_tokens,
         "sampler": {k: trained.sampler_state[k] for k in ("epoch", "consumed", "plan_length")},
         "curve": trained.curve, "seconds": round(seconds, 1),
+        **({} if trained.online is None else {"online": trained.online}),
     }
 
 

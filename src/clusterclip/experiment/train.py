@@ -40,6 +40,20 @@ def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
                               {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
 
 
+def _step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, lr: float,
+          grad_clip: float) -> torch.Tensor:
+    """One optimiser step at learning rate ``lr``; the per-token losses, detached."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    losses = token_losses(model, x, y)
+    opt.zero_grad(set_to_none=True)
+    losses.mean().backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return losses.detach()
+
+
 def train_model(
     model_cfg: ModelConfig,
     cfg: TrainConfig,
@@ -55,6 +69,9 @@ def train_model(
 
     Returns the model and its loss curve: at ``curve_points`` evenly spaced steps, the mean training
     loss since the previous point plus whatever ``on_curve(model)`` measures (held-out losses).
+    When ``batches`` has an ``on_step(step, losses)`` hook (not None), it sees every step's per-token losses
+    (detached, ``[batch, context]``) after the update, before the next batch is requested: an online run
+    steers the next documents with them.
     """
     torch.manual_seed(seed)
     model = GPT(model_cfg).to(device)
@@ -65,6 +82,7 @@ def train_model(
     if on_curve is not None:
         curve.append({"step": 0, "tokens": 0, **on_curve(model)})
     feed = iter(batches)
+    on_step: Callable[[int, torch.Tensor], None] | None = getattr(batches, "on_step", None)
     running = torch.zeros((), dtype=torch.float64, device=device)
     since = 0
     t0 = time.perf_counter()
@@ -73,17 +91,11 @@ def train_model(
         batch = next(feed, None)
         if batch is None:
             raise ValueError(f"the batches ran out after {step} of {steps} steps")
-        x, y = batch[0].to(device), batch[1].to(device)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, cfg)
-        loss = token_losses(model, x, y).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        running += loss.detach().double()
+        losses = _step(model, opt, batch[0].to(device), batch[1].to(device), lr_at(step, steps, cfg), cfg.grad_clip)
+        running += losses.mean().double()
         since += 1
+        if on_step is not None:
+            on_step(step + 1, losses)
         if step + 1 in marks:
             point: dict[str, Any] = {"step": step + 1, "tokens": (step + 1) * tokens_per_step,
                                      "train_loss": round(float(running) / since, 5),

@@ -23,10 +23,14 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.config import PlanConfig
 
 RULES = ("bandit", "gradient")
 """The update rules: ODM's EXP3 bandit on loss (the default) and exponentiated gradient on loss decrease."""
 CONTROLLER_FORMAT = 1
+WEIGHT_DECIMALS = 10
+"""Weights are rounded to this many decimals before they name a plan, so a chain's bytes do not hang on the
+last bits of ``exp``."""
 TINY = 1e-12
 """Losses and weights below this are treated as 0 (no relative decrease of a zero loss, no log of a zero weight)."""
 
@@ -48,19 +52,21 @@ def exploration(k: int, rounds: float) -> float:
 
 
 def bandit_step(weights: np.ndarray, estimate: np.ndarray, sums: np.ndarray, counts: np.ndarray, rounds: float,
-                eta: float | None, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """One EXP3 update of ODM (Albalak et al. 2023, Algorithm 1) over a window of samples.
+                eta: float | None, alpha: float, steps: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """One EXP3 update of ODM (Albalak et al. 2023, Algorithm 1) over a window of ``steps`` training steps.
 
     The reward of cluster ``c`` is the mean over its samples of ODM's importance-weighted loss ``loss / p_c``
-    (``p_c`` its weight while they were drawn). The estimate is ODM's moving average ``R_c <- alpha R_c +
-    (1 - alpha) r_c`` (clusters without samples keep theirs) and the weights ``(1 - K eps) softmax(eta R) + eps``
-    with ODM's exploration ``eps`` after ``rounds`` rounds (:func:`exploration`; a round is one reported sample)
+    (``p_c`` its weight while they were drawn). The estimate is ODM's per-step moving average ``R_c <- alpha R_c
+    + (1 - alpha) r_c`` applied over the window's steps, ``R_c <- alpha^steps R_c + (1 - alpha^steps) r_c``
+    (clusters without samples keep theirs), and the weights ``(1 - K eps) softmax(eta R) + eps`` with ODM's
+    exploration ``eps`` after ``rounds`` rounds (:func:`exploration`; a round is one training step, as in ODM)
     and ``eta = eps`` unless given. Returns ``(weights, estimate)``.
     """
     k = weights.size
     seen = counts > 0
     reward = np.divide(sums, counts * np.maximum(weights, TINY), out=np.zeros(k), where=seen)
-    estimate = np.where(seen, alpha * estimate + (1.0 - alpha) * reward, estimate)
+    keep = alpha ** max(int(steps), 1)
+    estimate = np.where(seen, keep * estimate + (1.0 - keep) * reward, estimate)
     eps = exploration(k, max(rounds, 1.0))
     z = (eps if eta is None else eta) * estimate
     soft = np.exp(z - z.max())
@@ -94,7 +100,7 @@ def _nan_list(a: np.ndarray) -> list[float | None]:
 class Controller:
     """The state of the online mixture: ``weights`` (sum 1), the per-cluster ``estimate`` the rule keeps
     (bandit: reward estimates, start 0; gradient: last mean loss, NaN until seen), the mean loss per cluster of
-    the last window (``losses``, NaN where none), the number of updates ``step`` and of samples reported
+    the last window (``losses``, NaN where none), the number of updates ``step`` and of training steps reported
     ``rounds``, and the settings (``eta``, ``alpha``, ``floor``: each weight is at least ``floor / K``,
     ``smoothing``: share of the previous weights kept, ``seed``: the seed of the plans it writes)."""
 
@@ -132,25 +138,28 @@ class Controller:
         first = 0.0 if rule == "bandit" else math.nan
         return cls(rule, (1.0 / k,) * k, (first,) * k, (math.nan,) * k, **settings)
 
-    def update(self, sums: Any, counts: Any) -> Controller:
-        """The next state after a window whose samples of cluster ``c`` number ``counts[c]`` and have losses
-        summing to ``sums[c]`` (over every rank). Deterministic: the same state and window give the same bytes."""
+    def update(self, sums: Any, counts: Any, steps: int = 1) -> Controller:
+        """The next state after a window of ``steps`` training steps whose samples (or tokens) of cluster ``c``
+        number ``counts[c]`` and have losses summing to ``sums[c]`` (over every rank). Deterministic: the same
+        state and window give the same bytes."""
         s, n = np.asarray(sums, np.float64), np.asarray(counts, np.float64)
         k = len(self.weights)
         if s.shape != (k,) or n.shape != (k,):
             raise ControllerError(f"sums and counts need {k} values (one per cluster), got {s.shape} and {n.shape}")
         if not (np.isfinite(s).all() and np.isfinite(n).all() and (n >= 0).all()):
             raise ControllerError("loss sums must be finite and sample counts finite and >= 0")
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ControllerError(f"steps must be an integer >= 1 (training steps in the window), got {steps!r}")
         w, est = np.asarray(self.weights), np.asarray(self.estimate, np.float64)
         if self.rule == "bandit":
-            new, est = bandit_step(w, est, s, n, self.rounds + float(n.sum()), self.eta, self.alpha)
+            new, est = bandit_step(w, est, s, n, self.rounds + steps, self.eta, self.alpha, int(steps))
         else:
             new, est = gradient_step(w, est, s, n, self.eta)
         weights = guard(new, w, self.floor, self.smoothing)
         losses = np.divide(s, n, out=np.full(k, np.nan), where=n > 0)
         return dataclasses.replace(self, weights=tuple(weights.tolist()), estimate=tuple(est.tolist()),
                                    losses=tuple(losses.tolist()), step=self.step + 1,
-                                   rounds=self.rounds + float(n.sum()))
+                                   rounds=self.rounds + int(steps))
 
     def to_json(self) -> dict[str, Any]:
         """The state as JSON (NaN as null)."""
@@ -168,3 +177,12 @@ class Controller:
         for name in ("weights", "estimate", "losses"):
             fields[name] = tuple(math.nan if x is None else float(x) for x in obj[name])
         return cls(**fields)
+
+
+def continuation_config(controller: Controller, root: PlanConfig, **changes: Any) -> PlanConfig:
+    """The plan settings of a continuation steered by ``controller``: strategy ``weights`` with its weights
+    (rounded to :data:`WEIGHT_DECIMALS`), the root plan's cap, order and window, the controller's seed, and
+    ``changes`` (a budget)."""
+    weights = tuple((c, round(w, WEIGHT_DECIMALS)) for c, w in enumerate(controller.weights))
+    return PlanConfig(strategy="weights", weights=weights, max_repeat=root.effective_max_repeat, order=root.order,
+                      window=root.window, seed=controller.seed, **changes)

@@ -19,7 +19,7 @@ import torch
 
 from clusterclip.cluster.contract import LABELS, SIZES
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.controller import Controller
+from clusterclip.online.controller import Controller, continuation_config
 from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.contract import PlanRecord, list_plans, plan_path, plan_records, plan_stage_name
 from clusterclip.plan.stage import continuation, plan_stage
@@ -29,9 +29,6 @@ from clusterclip.torch.sampler import ClusterClipSampler
 MIXER_FORMAT = 1
 ONLINE_RECORD = "online.json"
 """Beside a continuation's ``plan.json``: the controller state that chose its weights and the window behind it."""
-WEIGHT_DECIMALS = 10
-"""Weights are rounded to this many decimals before they name a plan, so the chain's bytes do not hang on the
-last bits of ``exp``."""
 
 
 def _distributed() -> tuple[int, int]:
@@ -84,7 +81,7 @@ class OnlineMixer:
 
     def _reset(self) -> None:
         k = len(self.controller.weights)
-        self.sums, self.counts = np.zeros(k), np.zeros(k)
+        self.sums, self.counts, self.steps = np.zeros(k), np.zeros(k), 0
 
     def report(self, cluster_ids: Any, losses: Any) -> None:
         """Add trained samples: their clusters (``mixer.labels[documents]``) and losses, one per sample. Every
@@ -100,6 +97,7 @@ class OnlineMixer:
         window = _all_reduce(window)
         self.sums += window[:k]
         self.counts += window[k:]
+        self.steps += 1
 
     def position(self, state: Mapping[str, Any]) -> int:
         """The run's global position at a sampler ``state`` of the current plan."""
@@ -115,11 +113,9 @@ class OnlineMixer:
         left = self.end - position
         if position - self.start < self.every or left < _distributed()[1]:
             return None
-        controller = self.controller.update(self.sums, self.counts)
-        weights = tuple((c, round(w, WEIGHT_DECIMALS)) for c, w in enumerate(controller.weights))
-        cfg = PlanConfig(strategy="weights", weights=weights, max_repeat=self.config.effective_max_repeat,
-                         order=self.config.order, window=self.config.window, seed=controller.seed)
-        cfg, continues = continuation(self.run, cfg, self.plan, position - self.start)
+        controller = self.controller.update(self.sums, self.counts, max(self.steps, 1))
+        cfg, continues = continuation(self.run, continuation_config(controller, self.config), self.plan,
+                                      position - self.start)
         if _distributed()[0] == 0:
             with self.run.lock(wait=True):
                 name = plan_stage(self.run, cfg, continues=continues).name
@@ -135,7 +131,7 @@ class OnlineMixer:
     def _record(self, controller: Controller, position: int) -> dict[str, Any]:
         return {"format": MIXER_FORMAT, "root": self.root, "parent": self.plan, "position": position,
                 "every": self.every, "controller": controller.to_json(),
-                "window": {"sums": self.sums.tolist(), "counts": self.counts.tolist()}}
+                "window": {"sums": self.sums.tolist(), "counts": self.counts.tolist(), "steps": self.steps}}
 
     def sampler(self, state: Mapping[str, Any] | None = None, **options: Any) -> ClusterClipSampler:
         """A sampler on the current plan (``options``: the sampler's), loaded with ``state``: the parent's state
@@ -155,7 +151,7 @@ class OnlineMixer:
         this window's sums (the same on every rank)."""
         return {"format": MIXER_FORMAT, "root": self.root, "every": self.every, "plan": self.plan,
                 "start": self.start, "controller": self.controller.to_json(),
-                "sums": self.sums.tolist(), "counts": self.counts.tolist()}
+                "sums": self.sums.tolist(), "counts": self.counts.tolist(), "steps": self.steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` (any world size). The current plan must be in the run directory."""
@@ -169,6 +165,7 @@ class OnlineMixer:
         self.controller = Controller.from_json(state["controller"])
         self.sums = np.asarray(state["sums"], np.float64)
         self.counts = np.asarray(state["counts"], np.float64)
+        self.steps = int(state.get("steps", 0))
 
 
 def _find(run: RunDir, config: PlanConfig, continues: Mapping[str, Any]) -> str:
