@@ -20,8 +20,8 @@ def _save(fig: Any, path: Path) -> str:
 
 
 def write_plots(results: dict[str, Any], out_dir: Path) -> list[str]:
-    """Write ``loss-curves.png``, ``differences.png``, ``per-domain.png`` and ``domain-mixture.png``;
-    returns file names."""
+    """Write ``loss-curves.png``, ``differences.png``, ``per-domain.png``, ``domain-mixture.png`` and, per online
+    strategy, ``online-<strategy>.png``; returns file names."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,7 +38,15 @@ def write_plots(results: dict[str, Any], out_dir: Path) -> list[str]:
         written.append(_save(_per_domain(results, strategies, domains), out_dir / "per-domain.png"))
         if shares:
             written.append(_save(_domain_mixture(shares, domains), out_dir / "domain-mixture.png"))
-    return written
+    return written + _online_weights(results, out_dir)
+
+
+def _online_weights(results: dict[str, Any], out_dir: Path) -> list[str]:
+    """``online-<strategy>.png``: the cluster weights over the run of each online strategy's first proxy run
+    (the report's chart, aggregated for large K)."""
+    from clusterclip.report.online import experiment_online_charts
+
+    return [draw(out_dir / file).path.name for file, draw in experiment_online_charts(results, prefix="online-")]
 
 
 DIFFERENCES = {"heldout_macro_cluster": "macro over clusters", "heldout_macro_domain": "macro over domains",

@@ -30,6 +30,7 @@ from clusterclip.report.experiment import experiment_curves, is_scalar, summary_
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number, top_share
+from clusterclip.report.online import OnlineSection, experiment_online_charts, online_section
 from clusterclip.report.scale import RepeatScale, charted, repeat_scale, shown_path
 
 TOP_IN_MIXTURE = 8
@@ -37,7 +38,7 @@ MAX_EXPERIMENT_CHARTS = 6
 SIZES_CHART = "sizes.png"
 EFFECTIVE_CHART = "effective-clusters.png"
 CENTROID_CHART = "centroid-map.png"
-OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment)-.+)\.png$")
+OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment|online)-.+)\.png$")
 """Names of the PNGs the report writes; a rebuild removes those it no longer makes, and nothing else."""
 
 PLAN_OPTIONS = (*PLAN_FIELDS, "weights")
@@ -131,6 +132,7 @@ class Page:
     charts: tuple[ChartSpec, ...]
     tune: dict[str, Any] | None = None
     dedup: DedupSection | None = None
+    online: OnlineSection | None = None
 
 
 def page_model(run: RunView, scan: CorpusScan | None) -> Page:
@@ -142,7 +144,10 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
     effective = _effective_chart(shown, run)
     centroid_map = _centroid_map(run, majority)
     experiment, experiment_charts = _experiment(run.experiment)
-    wanted = [_size_chart(run), *chain.from_iterable(plan_charts), effective, centroid_map, *experiment_charts]
+    online = online_section(run)
+    online_charts = [ChartSpec(file, draw) for file, draw in online.charts] if online else []
+    wanted = [_size_chart(run), *chain.from_iterable(plan_charts), effective, centroid_map, *online_charts,
+              *experiment_charts]
     return Page(
         run_dir=run.root,
         summary=_summary(run),
@@ -153,10 +158,11 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
         centroid_map=CentroidMap(centroid_map.file, majority is not None) if centroid_map else None,
         ground_truth=ground_truth(run, scan),
         experiment=experiment,
-        notes=run.notes,
+        notes=run.notes + (online.notes if online else ()),
         charts=tuple(c for c in wanted if c is not None),
         tune=run.tune,
         dedup=dedup_section(run.root),
+        online=online,
     )
 
 
@@ -312,5 +318,6 @@ def _experiment(results: dict[str, Any] | None) -> tuple[ExperimentSection | Non
         )
         for i, (metric, (xlabel, series)) in enumerate(curves)
     ]
+    specs += [ChartSpec(file, draw) for file, draw in experiment_online_charts(results, prefix="experiment-online-")]
     section = ExperimentSection(tuple(cols), numeric, tuple(map(tuple, rows)), tuple(s.file for s in specs))
     return section, specs

@@ -23,6 +23,7 @@ from clusterclip.report.model import (
     SizeSummary,
     Summary,
 )
+from clusterclip.report.online_html import online_html
 from clusterclip.report.plan_table import plans_section
 from clusterclip.report.scale import hide_paths, shown_path
 
@@ -37,6 +38,7 @@ BADGE_CLASS = {"largest": "large", "smallest": "small"}
 
 def render_page(page: Page, made: Charts, elapsed: float) -> str:
     """The HTML of ``page``; ``made`` maps chart file names to the charts drawn, ``elapsed`` is the build time."""
+    online = [("online", "Online mixing", online_html(page.online, made))] if page.online is not None else []
     sections = [
         ("summary", "Summary", _summary(page.summary, elapsed)),
         ("sizes", "Cluster sizes", _sizes(page.sizes, made)),
@@ -45,6 +47,7 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
         ("mixture", "Mixture over training", _mixture(page.plans, made)),
         ("repetition", "Repetition", _repetition(page.plans, made)),
         ("effective-clusters", "Effective clusters", _effective(page.effective_chart, made)),
+        *online,
         ("centroid-map", "Centroid map", _centroid_map(page, made)),
         ("ground-truth", "Ground truth", _ground_truth(page.ground_truth)),
     ]

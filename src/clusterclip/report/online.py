@@ -1,0 +1,280 @@
+"""Online mixing as data: the cluster weights an ``OnlineMixer`` chose over a run, per chain of continuations.
+
+A mixer writes, at every update, a continuation plan with ``online.json`` beside its ``plan.json`` (the controller
+state that chose its weights and the window of losses behind it). A *chain* is a root plan followed by its online
+continuations in order, each trained from its parent's switch position; this module rebuilds the chains from those
+records and reduces the weights to what a chart and a table can show at any K (:class:`WeightTrack`,
+:class:`OnlineUpdate`). ``online.json`` is read with the store's JSON reader, not through
+:mod:`clusterclip.online.mixer`, which imports torch: the report runs where torch is not installed.
+
+:func:`experiment_online` does the same for the ``online`` record of ``clusterclip experiment``'s proxy runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusterclip.errors import ClusterClipError
+from clusterclip.plan.contract import plan_path
+from clusterclip.report.charts import Chart
+from clusterclip.report.load import PlanView, RunView
+from clusterclip.report.metrics import effective_number
+from clusterclip.report.online_chart import WeightTrack, plot_online_weights, weight_track
+from clusterclip.store import load_json
+
+ONLINE_RECORD = "online.json"
+"""Beside a continuation's ``plan.json`` (``clusterclip.online.mixer.ONLINE_RECORD``, which imports torch)."""
+TOP_MOVES = 3
+"""Clusters named per update as gaining and as losing most weight."""
+MAX_CHAINS = 8
+MAX_EXPERIMENT_RUNS = 6
+
+Draw = Callable[[Path], Chart]
+
+
+@dataclass(frozen=True)
+class OnlineUpdate:
+    """One row of a chain's table: the weights that held from ``position`` (``step`` 0: the controller's uniform
+    start, trained on the root plan's own strategy). ``gained``/``lost``: (cluster, weight before, after) of the
+    clusters that moved most; ``window_loss``: mean loss of the window behind the update over its ``samples``;
+    ``effective``: exp(entropy) of the weights; ``realised_tv``: total variation between the weights and the
+    mixture the plan realised until the next switch (None when not recorded)."""
+
+    plan: str
+    position: int
+    rule: str
+    step: int
+    gained: tuple[tuple[int, float, float], ...]
+    lost: tuple[tuple[int, float, float], ...]
+    window_loss: float | None
+    samples: float | None
+    effective: float
+    realised_tv: float | None
+
+
+@dataclass(frozen=True)
+class OnlineChain:
+    """A root plan and its online continuations up to ``leaf``: the table rows, the chart's data and file."""
+
+    root: str
+    leaf: str
+    every: int | None
+    end: int
+    updates: tuple[OnlineUpdate, ...]
+    track: WeightTrack
+    chart: str
+
+
+@dataclass(frozen=True)
+class OnlineSection:
+    """The online mixing section: one chain per leaf continuation, notes on what was left out, charts to draw."""
+
+    chains: tuple[OnlineChain, ...]
+    notes: tuple[str, ...]
+    charts: tuple[tuple[str, Draw], ...]
+
+
+def _numbers(v: object, k: int | None) -> np.ndarray | None:
+    """``v`` as floats (null: NaN) when it is a list of ``k`` numbers (any length for None), else None."""
+    if not isinstance(v, list) or not v or (k is not None and len(v) != k):
+        return None
+    if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v):
+        return None
+    return np.array([math.nan if x is None else x for x in v], np.float64)
+
+
+def _checked(rec: object, k: int | None) -> dict[str, Any] | None:
+    """An ``online.json`` with what the section uses, its ``k`` weights as an array (None when malformed)."""
+    if not isinstance(rec, dict) or not isinstance(ctrl := rec.get("controller"), dict):
+        return None
+    weights = _numbers(ctrl.get("weights"), k)
+    position = rec.get("position")
+    if weights is None or not np.isfinite(weights).all() or not isinstance(position, int) or position < 0:
+        return None
+    window = rec.get("window") if isinstance(rec.get("window"), dict) else {}
+    n = len(weights)
+    return {**rec, "weights": weights, "sums": _numbers(window.get("sums"), n),
+            "counts": _numbers(window.get("counts"), n)}
+
+
+def _online_records(run: RunView, notes: list[str]) -> dict[str, dict[str, Any]]:
+    """The checked ``online.json`` of every plan that has one, by plan name (K weights each: the clustering's, or
+    without one the first record's)."""
+    found: dict[str, dict[str, Any]] = {}
+    k = run.k or None
+    for plan in run.plans:
+        path = run.root / plan_path(plan.name, ONLINE_RECORD)
+        if not path.exists():
+            continue
+        try:
+            rec = _checked(load_json(path), k)
+        except (OSError, ClusterClipError) as exc:
+            notes.append(f"{exc}; plan {plan.name} left out of online mixing")
+            continue
+        if rec is None:
+            notes.append(f"plan {plan.name}: {ONLINE_RECORD} is not a mixer's record with {k or 'K'} weights; "
+                         "left out of online mixing")
+        else:
+            found[plan.name] = rec
+            k = len(rec["weights"])
+    return found
+
+
+def _chain(leaf: str, records: Mapping[str, dict[str, Any]]) -> tuple[str, list[str]]:
+    """The plan a leaf's chain starts from and its online plans in order (following ``parent``)."""
+    names = [leaf]
+    parent = records[leaf].get("parent")
+    while parent in records and parent not in names:
+        names.append(parent)
+        parent = records[parent].get("parent")
+    return str(parent), names[::-1]
+
+
+def _realised(plan: PlanView | None, consumed: int) -> np.ndarray | None:
+    """The cluster counts a plan's first ``consumed`` draws realised, from its recorded mixture windows (the window
+    that straddles ``consumed`` left out; the whole plan when it is all trained); None when not recorded."""
+    if plan is None or plan.mixture is None or not plan.window:
+        return None
+    m = np.asarray(plan.mixture, np.float64)
+    rows = len(m) if plan.n_draws is not None and consumed >= plan.n_draws else consumed // plan.window
+    return m[:rows].sum(axis=0) if rows else None
+
+
+def _moves(before: np.ndarray, after: np.ndarray) -> tuple[tuple[tuple[int, float, float], ...], ...]:
+    """The :data:`TOP_MOVES` clusters gaining most weight and those losing most."""
+    d = after - before
+    up, down = np.argsort(-d, kind="stable")[:TOP_MOVES], np.argsort(d, kind="stable")[:TOP_MOVES]
+    return tuple(tuple((int(c), float(before[c]), float(after[c])) for c in idx if sign * d[c] > 0)
+                 for idx, sign in ((up, 1), (down, -1)))
+
+
+def _window_loss(rec: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """The mean loss of the window behind an update and its number of samples (None: not recorded)."""
+    sums, counts = rec.get("sums"), rec.get("counts")
+    if sums is None or counts is None:
+        return None, None
+    n = float(np.nansum(counts))
+    return (float(np.nansum(sums)) / n if n > 0 else None), n
+
+
+def _table(names: list[str], records: Mapping[str, dict[str, Any]], base: str, starts: list[int],
+           weights: np.ndarray, realised: np.ndarray) -> tuple[OnlineUpdate, ...]:
+    """The chain's rows: the uniform start on ``base`` (when the chain starts at position 0), then each update."""
+    rule = str(records[names[0]]["controller"].get("rule", "–"))
+    rows = [(base, None)] * (len(starts) - len(names)) + [(n, records[n]) for n in names]
+    effective = effective_number(weights, axis=1)
+    tv = 0.5 * np.abs(realised - weights).sum(axis=1)
+    out = []
+    for i, (plan, rec) in enumerate(rows):
+        gained, lost = _moves(weights[i - 1], weights[i]) if i else ((), ())
+        loss, samples = _window_loss(rec) if rec is not None else (None, None)
+        step = int(rec["controller"].get("step", i)) if rec is not None else 0
+        out.append(OnlineUpdate(plan, starts[i], rule if rec is not None else "start", step, gained, lost, loss,
+                                samples, float(effective[i]), None if math.isnan(tv[i]) else float(tv[i])))
+    return tuple(out)
+
+
+def online_chain(leaf: str, records: Mapping[str, dict[str, Any]], plans: Mapping[str, PlanView], chart: str,
+                 notes: list[str]) -> OnlineChain:
+    """The chain that ends in ``leaf``, from its records and the plans' recorded mixtures."""
+    base, names = _chain(leaf, records)
+    root = str(records[names[0]].get("root", base))
+    from_root = base == root
+    if not from_root:
+        notes.append(f"online chain ending in {leaf}: plan {base} has no {ONLINE_RECORD} (missing or unreadable), "
+                     f"so its weights before position {records[names[0]]['position']:,} are not shown")
+    rows = [np.asarray(records[n]["weights"]) for n in names]
+    k = len(rows[0])
+    weights = np.vstack(([np.full(k, 1.0 / k)] if from_root else []) + rows)
+    starts = ([0] if from_root else []) + [int(records[n]["position"]) for n in names]
+    leaf_plan = plans.get(leaf)
+    end = starts[-1] + (leaf_plan.n_draws if leaf_plan is not None and leaf_plan.n_draws else 1)
+    segment_plans = ([base] if from_root else []) + names
+    bounds = [*starts[1:], end]
+    realised = np.full_like(weights, np.nan)
+    for i, name in enumerate(segment_plans):
+        counts = _realised(plans.get(name), bounds[i] - starts[i])
+        if counts is not None and counts.size == k and counts.sum() > 0:
+            realised[i] = counts / counts.sum()
+    every = records[names[0]].get("every")
+    return OnlineChain(root, leaf, every if isinstance(every, int) else None, end,
+                       _table(names, records, base, starts, weights, realised),
+                       weight_track(weights, starts, end, realised), chart)
+
+
+def online_section(run: RunView) -> OnlineSection | None:
+    """The online mixing section of a run (None when no plan has an ``online.json``)."""
+    notes: list[str] = []
+    records = _online_records(run, notes)
+    if not records and not notes:
+        return None
+    parents = {rec.get("parent") for rec in records.values()}
+    leaves = sorted((str(records[n].get("root")), n) for n in records if n not in parents)
+    if len(leaves) > MAX_CHAINS:
+        notes.append(f"{len(leaves)} online chains; the section shows the first {MAX_CHAINS} (by root and name)")
+    plans = {p.name: p for p in run.plans}
+    chains = [online_chain(leaf, records, plans, f"online-{plans[leaf].slug}.png", notes)
+              for _, leaf in leaves[:MAX_CHAINS]]
+    draws = [(c.chart, partial(plot_online_weights, c.track, title=f"Online weights: {c.root} -> {c.leaf}",
+                               xlabel="training position (draws)")) for c in chains]
+    return OnlineSection(tuple(chains), tuple(notes), tuple(draws))
+
+
+def experiment_online(results: object) -> dict[str, tuple[WeightTrack, str]]:
+    """The weights over the run of each online strategy's first proxy run (first split, first seed) in an
+    experiment's ``results.json``: ``{strategy: (track, rule)}``. Runs without a well-formed ``online`` record
+    are left out (the report does not own that format)."""
+    if not isinstance(results, dict) or not isinstance(runs := results.get("runs"), dict):
+        return {}
+    chosen: dict[str, dict[str, Any]] = {}
+    for key, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("online"), dict) or "/split-" in str(key):
+            continue
+        name = str(run.get("strategy") or str(key).split("/")[0])
+        seed = run.get("seed") if isinstance(run.get("seed"), int) else math.inf
+        if name not in chosen or seed < chosen[name]["seed"]:
+            chosen[name] = {"seed": seed, "online": run["online"]}
+    steps = results["data"].get("steps") if isinstance(results.get("data"), dict) else None
+    tracks = {}
+    for name in sorted(chosen)[:MAX_EXPERIMENT_RUNS]:
+        track = _experiment_track(chosen[name]["online"], steps)
+        if track is not None:
+            tracks[name] = (track, str(chosen[name]["online"].get("rule", "–")))
+    return tracks
+
+
+def _experiment_track(online: Mapping[str, Any], steps: object) -> WeightTrack | None:
+    """The weights of one proxy run (uniform until its first update) against training steps."""
+    updates = online.get("updates")
+    if not isinstance(updates, list) or not updates or not all(isinstance(u, dict) for u in updates):
+        return None
+    rows = [_numbers(u.get("weights"), None) for u in updates]
+    k = len(rows[0]) if rows[0] is not None else 0
+    at = [u.get("step") for u in updates]
+    if not k or any(r is None or r.size != k or not np.isfinite(r).all() for r in rows) \
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in at):
+        return None
+    every = online.get("every_steps") if isinstance(online.get("every_steps"), int) else 1
+    last = at[-1]
+    end = steps if isinstance(steps, int) and steps > last else last + max(every, 1)
+    return weight_track(np.vstack([np.full(k, 1.0 / k), *rows]), [0, *at], end)
+
+
+def experiment_online_charts(results: object, prefix: str) -> list[tuple[str, Draw]]:
+    """A weights chart per online strategy of :func:`experiment_online`, named ``<prefix><strategy>.png``."""
+    out: list[tuple[str, Draw]] = []
+    taken: set[str] = set()
+    for i, (name, (track, rule)) in enumerate(experiment_online(results).items()):
+        slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-.") or "strategy"
+        slug = f"{slug}-{i}" if slug in taken else slug
+        taken.add(slug)
+        out.append((f"{prefix}{slug}.png", partial(plot_online_weights, track, xlabel="training step",
+                                                   title=f"Online weights ({rule}): {name}, first split and seed")))
+    return out
