@@ -18,7 +18,6 @@ from clusterclip.cli.experiment import add_experiment_parser
 from clusterclip.cli.options import experiment_config
 from clusterclip.experiment.batches import PlanBatches
 from clusterclip.experiment.config import quick_config
-from clusterclip.experiment.data import TokenizedDocs
 from clusterclip.experiment.model import ModelConfig
 from clusterclip.experiment.online import Steering, update_steps
 from clusterclip.experiment.proxy_runs import run_experiment
@@ -36,7 +35,7 @@ def test_switch_reads_the_continuation_from_the_next_document() -> None:
     labels = np.array([0, 1, 0, 2, 1])
     batches = PlanBatches(d, np.array([0, 1, 2, 3, 4]), batch_size=1, context=4, labels=labels)
     it = iter(batches)
-    _, y = next(it)
+    next(it)
     assert batches.consumed == [0, 1]  # 5 tokens were needed for inputs and targets
     stream = np.concatenate([np.full(3, 0), np.full(5, 1)])
     assert batches.last_clusters.tolist() == [stream[1:5].tolist()], "the cluster of every target token"
