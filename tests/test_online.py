@@ -1,12 +1,16 @@
 """Online mixing: the controller's rules and invariants, the chain of continuations a mixer writes (the cap over
 the whole chain, the same bytes for the same losses), the plain-loop recipe of docs/sampling.md end to end, and
-a 2-rank gloo run stopped mid-run and resumed at 1 or 3 ranks that trains exactly the chain's plans in order."""
+a 2-rank gloo run stopped mid-run and resumed at 1 or 3 ranks that trains exactly the chain's plans in order, and
+2 ranks whose rank 0 fails to write a continuation both ending with an error instead of hanging."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import math
+import multiprocessing
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader
 
 from clusterclip.online.mixer import OnlineMixer, online_record
-from tests.test_resume_loops import run_ranks
+from tests.test_resume_loops import _free_port, run_ranks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "sampling.md"
 K = 5
@@ -280,3 +284,60 @@ def test_two_ranks_stopped_and_resumed_at_one_or_three_train_the_chain_in_order(
     if ranks * batch == 8:  # a round of the bandit is a step: the same chain needs the same global batch
         alone, end = _train(run_dir, batch_size=8, every=48)
         assert alone == stream and end["mixer"]["plan"] == last, "the same chain as one rank from the start"
+
+
+# -- rank 0 fails to write a continuation
+
+WAIT = 30
+"""Seconds the test gives the ranks to end (each takes about one)."""
+
+
+def _disk_full(*args: Any, **kwargs: Any) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def _update_with_a_failing_rank_0(rank: int, job: dict[str, Any]) -> None:
+    import torch.distributed as dist
+
+    import clusterclip.online.mixer as mixer_module
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    if rank == 0:
+        mixer_module.plan_stage = _disk_full  # this forked process only
+    try:
+        mixer = OnlineMixer(job["run"], ROOT, every=40)
+        mixer.report([rank], [1.0])
+        mixer.maybe_update(40)
+        outcome = "no error"
+    except Exception as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    Path(f"{job['out']}.rank{rank}").write_text(outcome)
+    deadline = time.monotonic() + 2 * WAIT
+    while rank == 0 and not Path(f"{job['out']}.rank1").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # rank 0 lives on (as after a caught error): a peer's wait ends only by the protocol
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_0_that_fails_to_write_ends_every_rank_with_an_error(run_dir, tmp_path):
+    job = {"run": str(run_dir), "port": _free_port(), "out": str(tmp_path / "out")}
+    ranks = [multiprocessing.get_context("fork").Process(target=_update_with_a_failing_rank_0, args=(r, job))
+             for r in range(2)]
+    for p in ranks:
+        p.start()
+    deadline = time.monotonic() + WAIT
+    for p in ranks:
+        p.join(timeout=max(deadline - time.monotonic(), 0))
+    hung = [r for r, p in enumerate(ranks) if p.is_alive()]
+    for p in ranks:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert not hung, f"rank {hung} still running {WAIT} s after rank 0 failed to write"
+    outcome = [Path(f"{job['out']}.rank{r}").read_text() for r in range(2)]
+    assert outcome[0] == "OSError: [Errno 28] No space left on device", "rank 0 raises its own error"
+    assert outcome[1].startswith("ClusterClipError: "), outcome[1]
+    assert f"rank 0 failed to write the continuation of plan {ROOT!r} at position 40" in outcome[1]
+    assert "the log of rank 0" in outcome[1]
+    assert list_plans(RunDir(run_dir)) == [ROOT]

@@ -48,9 +48,14 @@ def _all_reduce(values: np.ndarray) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def _barrier() -> None:
-    if _distributed()[1] > 1:
-        torch.distributed.barrier()
+def _agree(rank: int, world: int, failed: bool) -> list[int]:
+    """The ranks that failed to prepare or write (rank 0) a continuation: one collective that every rank enters
+    in success and failure alike, where a barrier would leave the others waiting forever on a rank that raised."""
+    if world == 1:
+        return [rank] if failed else []
+    flags = np.zeros(world)
+    flags[rank] = float(failed)
+    return np.flatnonzero(_all_reduce(flags)).tolist()
 
 
 class OnlineMixer:
@@ -60,7 +65,8 @@ class OnlineMixer:
     total length stays the root's). ``every``: plan positions (global samples) between updates. ``rule`` and
     the controller settings (``eta``, ``alpha``, ``floor``, ``smoothing``, ``seed``: default the root's) are
     :class:`~clusterclip.online.controller.Controller`'s. Under ``torch.distributed`` every rank keeps the same
-    state (reports are all-reduced); rank 0 writes the plans, the others wait on a barrier and open them.
+    state (reports are all-reduced); rank 0 writes the plans, the others open them, and a rank that fails to
+    write one makes every rank raise instead of leaving them waiting.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], plan_name: str, every: int, rule: str = "bandit",
@@ -114,18 +120,30 @@ class OnlineMixer:
         if position - self.start < self.every or left < _distributed()[1]:
             return None
         controller = self.controller.update(self.sums, self.counts, max(self.steps, 1))
-        cfg, continues = continuation(self.run, continuation_config(controller, self.config), self.plan,
-                                      position - self.start)
-        if _distributed()[0] == 0:
-            with self.run.lock(wait=True):
-                name = plan_stage(self.run, cfg, continues=continues).name
-            save_json(self.run.path(plan_path(name, ONLINE_RECORD)), self._record(controller, position))
-            _barrier()
-        else:
-            _barrier()
+        rank, world = _distributed()
+        try:
+            cfg, continues = continuation(self.run, continuation_config(controller, self.config), self.plan,
+                                          position - self.start)
+            name = self._write(cfg, continues, controller, position) if rank == 0 else None
+        except BaseException:
+            _agree(rank, world, failed=True)
+            raise
+        failed = _agree(rank, world, failed=False)
+        if failed:
+            who = ", ".join(map(str, failed))
+            raise ClusterClipError(f"{self.run.root}: rank {who} failed to write the continuation of plan "
+                                   f"{self.plan!r} at position {position}; the error is in the log of rank {who}")
+        if name is None:
             name = _find(self.run, cfg, continues)
         self.plan, self.start, self.controller = name, position, controller
         self._reset()
+        return name
+
+    def _write(self, cfg: PlanConfig, continues: dict[str, Any], controller: Controller, position: int) -> str:
+        """Rank 0: the continuation and its record, written under the run-directory lock; the plan's name."""
+        with self.run.lock(wait=True):
+            name = plan_stage(self.run, cfg, continues=continues).name
+        save_json(self.run.path(plan_path(name, ONLINE_RECORD)), self._record(controller, position))
         return name
 
     def _record(self, controller: Controller, position: int) -> dict[str, Any]:

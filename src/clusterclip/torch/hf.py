@@ -5,7 +5,8 @@ a checkpoint resumed with another number of processes or batch size lands elsewh
 never reads a sampler's state. :class:`PlanTrainer` instead gives the Trainer an endless
 ``ClusterClipSampler`` over the global plan (accelerate deals its batches out to the processes), writes the
 plan position reached at each checkpoint (``clusterclip_plan.json``: global step x global batch after the
-position the run started at), restores it on resume and turns the Trainer's own batch skipping off.
+position the run started at), restores it on resume and turns the Trainer's own batch skipping off. With
+``online=OnlineMixer(...)`` it steers the cluster mixture as it trains (:mod:`clusterclip.torch.hf_online`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.online.mixer import OnlineMixer
+from clusterclip.torch.hf_online import OnlineMixing
 from clusterclip.torch.sampler import ClusterClipSampler
 
 __all__ = ["PLAN_STATE_FILE", "PlanTrainer", "PlanTrainerError"]
@@ -41,18 +44,31 @@ class PlanTrainer(Trainer):
     counted in steps of the global batch (per device x processes x accumulation) along the plan, epochs
     following each other without a pad. Resuming (``train(resume_from_checkpoint=...)``) continues at the
     checkpoint's plan position with any number of processes or batch size.
+
+    ``online``: an :class:`~clusterclip.online.mixer.OnlineMixer` on the run (``plan``/``plan_name`` default to
+    its run and root plan, or must name them): every step's per-sample causal-LM losses (``labels`` in the batch)
+    go to the mixer with their documents' clusters, and at each update training continues on the continuation
+    from the position reached; checkpoints hold the mixer's state and resume in the plan they reached
+    (``docs/sampling.md``, "Online mixing").
     """
 
     def __init__(self, *args: Any, plan: Any = None, plan_name: str | None = None,
-                 export: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+                 export: str | os.PathLike[str] | None = None, online: OnlineMixer | None = None,
+                 **kwargs: Any) -> None:
+        if online is not None:
+            plan, plan_name = _online_plan(online, plan, plan_name, export)
         if (plan is None) == (export is None):
             raise PlanTrainerError("give PlanTrainer either plan= (a run's plan; train_dataset: the run's documents "
                                    "in corpus order) or export= (a clusterclip export; train_dataset: its rows)")
         super().__init__(*args, **kwargs)
         self.export = export
-        self.plan_sampler = ClusterClipSampler.from_export(export, rank=0, world_size=1, endless=True) \
-            if export is not None else \
-            ClusterClipSampler(plan, rank=0, world_size=1, plan_name=plan_name, endless=True)
+        self.online = None if online is None else OnlineMixing(self, online)
+        if export is not None:
+            self.plan_sampler = ClusterClipSampler.from_export(export, rank=0, world_size=1, endless=True)
+        elif self.online is not None:
+            self.plan_sampler = self.online.current_sampler()
+        else:
+            self.plan_sampler = ClusterClipSampler(plan, rank=0, world_size=1, plan_name=plan_name, endless=True)
         if self.args.max_steps <= 0:
             raise PlanTrainerError(
                 f"PlanTrainer counts training in steps: set TrainingArguments(max_steps=...) (one epoch of the "
@@ -61,8 +77,10 @@ class PlanTrainer(Trainer):
             raise PlanTrainerError("this transformers version skips batches on resume on its own; set "
                                    "TrainingArguments(ignore_data_skip=True) (the plan position is restored instead)")
         self._check_rows()
-        self._start = (0, 0)  # (stream position, global step) this train() call began at
+        self._start = (0, 0)  # (stream position, global step) this train() call or plan of the chain began at
         self.add_callback(_SaveState(self))
+        if self.online is not None:
+            self.add_callback(self.online)
 
     def _global_batch(self) -> int:
         return int(self.get_total_train_batch_size(self.args))
@@ -78,8 +96,18 @@ class PlanTrainer(Trainer):
             f"train_dataset has {len(self.train_dataset)} rows but the plan indexes a run of {n_docs} documents; "
             "pass the run's documents in corpus order (row i = document i), not a reordered dataset")
 
-    def _get_train_sampler(self, train_dataset: Any = None) -> ClusterClipSampler:
-        return self.plan_sampler
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        return self.plan_sampler if self.online is None else self.online.loader_sampler
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        """``Trainer.compute_loss``; under online mixing a training batch's per-sample losses are kept too."""
+        if self.online is None or not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        labels = inputs.get("labels")
+        loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+        self.online.keep(outputs, labels)
+        return (loss, outputs) if return_outputs else loss
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         """No skipping: the sampler already starts at the checkpoint's plan position."""
@@ -93,6 +121,8 @@ class PlanTrainer(Trainer):
             self._restore(os.fspath(resume_from_checkpoint))
         else:
             self._start = (self.plan_sampler.epoch * self.plan_sampler.total + self.plan_sampler.consumed, 0)
+            if self.online is not None:
+                self.online.begin()
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _restore(self, checkpoint: str) -> None:
@@ -102,16 +132,40 @@ class PlanTrainer(Trainer):
                                    "by another Trainer?); resume it with the Trainer that wrote it")
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
+        if self.online is not None:
+            self.online.restore(saved)
+        elif "mixer" in saved:
+            raise PlanTrainerError(f"{checkpoint} was written by an online run (it holds a mixer state): resume it "
+                                   "with PlanTrainer(..., online=OnlineMixer(...)) on the same root plan")
         state = saved["sampler"]
         self.plan_sampler.load_state_dict(state)
         self._start = (state["epoch"] * self.plan_sampler.total + state["consumed"], int(saved["global_step"]))
 
+    def stream_start(self) -> int:
+        """The stream position (``epoch x plan length + position``) of the current plan this run began at."""
+        return self._start[0]
+
+    def steps_since_start(self, global_step: int) -> int:
+        """Optimizer steps trained from :meth:`stream_start` to ``global_step``."""
+        return global_step - self._start[1]
+
+    def position_at(self, global_step: int) -> tuple[int, int]:
+        """``(epoch, position)`` in the current plan after ``global_step``."""
+        stream = self._start[0] + self.steps_since_start(global_step) * self._global_batch()
+        return divmod(stream, self.plan_sampler.total)
+
+    def switch_plan(self, sampler: ClusterClipSampler, global_step: int) -> None:
+        """Train on ``sampler`` (a continuation, at its start) from ``global_step`` on."""
+        self.plan_sampler, self._start = sampler, (sampler.consumed, global_step)
+
     def plan_state(self, global_step: int) -> dict[str, Any]:
-        """What a checkpoint at ``global_step`` stores: the sampler state at the plan position trained so far."""
-        stream, step0 = self._start
-        epoch, consumed = divmod(stream + (global_step - step0) * self._global_batch(), self.plan_sampler.total)
-        return {"global_step": global_step, "global_batch": self._global_batch(), "processes": self.args.world_size,
-                "sampler": self.plan_sampler.state_at(epoch, consumed)}
+        """What a checkpoint at ``global_step`` stores: the sampler state at the plan position trained so far
+        (and under online mixing the mixer's state)."""
+        state = {"global_step": global_step, "global_batch": self._global_batch(), "processes": self.args.world_size,
+                 "sampler": self.plan_sampler.state_at(*self.position_at(global_step))}
+        if self.online is not None:
+            state["mixer"] = self.online.mixer.state_dict()
+        return state
 
 
 class _SaveState(TrainerCallback):
@@ -127,3 +181,16 @@ class _SaveState(TrainerCallback):
         if os.path.isdir(folder):
             with open(os.path.join(folder, PLAN_STATE_FILE), "w", encoding="utf-8") as f:
                 json.dump(self.trainer.plan_state(state.global_step), f, indent=1)
+
+
+def _online_plan(mixer: OnlineMixer, plan: Any, plan_name: str | None, export: Any) -> tuple[Any, str]:
+    """The run and root plan of ``mixer``, which ``plan``/``plan_name`` must name when given."""
+    if export is not None:
+        raise PlanTrainerError("online mixing re-plans the run as it trains: give plan= (or nothing: the mixer's "
+                               "run), not export=, whose order is fixed")
+    other = plan is not None and not (isinstance(plan, (str, os.PathLike))
+                                      and os.path.realpath(plan) == os.path.realpath(mixer.run.root))
+    if other or plan_name not in (None, mixer.root):
+        raise PlanTrainerError(f"plan={plan!r} plan_name={plan_name!r} but the mixer steers plan {mixer.root!r} of "
+                               f"{mixer.run.root}; leave them out or name the mixer's")
+    return mixer.run.root, mixer.root
