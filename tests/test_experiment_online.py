@@ -22,6 +22,7 @@ from clusterclip.experiment.model import ModelConfig
 from clusterclip.experiment.online import Steering, update_steps
 from clusterclip.experiment.proxy_runs import run_experiment
 from clusterclip.experiment.train import TrainConfig, train_model
+from clusterclip.online.controller import Controller, continuation_config, token_to_draw_weights
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import PlanConfig
 from clusterclip.settings import SettingsError
@@ -142,3 +143,30 @@ def test_quick_experiment_records_the_weights_over_an_online_run(tmp_path: Path)
     assert run["sampler"]["consumed"] >= 1
     table = (tmp_path / "run" / "experiment" / "results.md").read_text()
     assert "online-gradient-R5" in table
+
+
+def test_the_controllers_weights_are_token_shares_in_a_token_budget_run() -> None:
+    """A continuation's budget is documents: each weight becomes a share of draws over its cluster's mean
+    length, so the tokens follow the weights (uniform weights keep ClusterClip's token balance)."""
+    mean = np.array([100.0, 300.0, 0.0, 50.0])
+    w = np.array([0.4, 0.3, 0.1, 0.2])
+    draws = token_to_draw_weights(w, mean)
+    assert draws.sum() == pytest.approx(1.0)
+    held = mean > 0
+    tokens = draws[held] * mean[held]
+    assert tokens / tokens.sum() == pytest.approx(w[held] / w[held].sum())
+    rng = np.random.default_rng(0)
+    k = 4
+    labels = np.repeat(np.arange(k), 1000)
+    lengths = rng.integers(10, 30, size=labels.size) * (1 + labels)  # cluster c's documents are (c + 1) x longer
+    means = np.bincount(labels, lengths, k) / np.bincount(labels, minlength=k)
+
+    def token_shares(draw_weights):
+        cfg = continuation_config(Controller.start(k), PlanConfig(strategy="clusterclip", max_repeat=CAP),
+                                  draw_weights, budget=2000)  # the cap does not bind
+        order = np.asarray(build_plan(labels, cfg, tokens=lengths, n_clusters=k, prior=np.zeros(labels.size,
+                                                                                                np.int64)).order)
+        return np.bincount(labels[order], lengths[order], k) / lengths[order].sum()
+
+    assert np.abs(token_shares(token_to_draw_weights([1 / k] * k, means)) - 1 / k).max() < 0.01
+    assert np.abs(token_shares(None) - 1 / k).max() > 0.1, "uniform draws would favour the long documents"

@@ -2,10 +2,13 @@
 
 The run starts on ClusterClip's plan (uniform over clusters, the spec's cap). Every ``every`` steps the
 per-token losses of the window, summed per cluster of each target token, update the controller, and the
-rest of the run is planned again from the documents read so far: strategy ``weights`` with the new weights
-under the same cap, counting every draw of the chain (``build_plan``'s ``prior``), as ``OnlineMixer`` does in
-a run directory. A continuation's budget is documents (plan positions): enough for the remaining tokens
-(:meth:`Steering._documents_for`). The batches switch to it at the next document, so the run trains
+rest of the run is planned again from the documents read so far: strategy ``weights`` under the same cap,
+counting every draw of the chain (``build_plan``'s ``prior``), as ``OnlineMixer`` does in a run directory.
+The controller's weights are shares of the *tokens*, as ClusterClip's balance is in the token-budget root, so
+uniform weights continue the root's balance: a continuation's budget is documents (plan positions), so each
+weight becomes a share of draws over its cluster's mean document length
+(:func:`~clusterclip.online.controller.token_to_draw_weights`), and the budget is enough documents for the
+remaining tokens (:meth:`Steering._documents_for`). The batches switch to it at the next document, so the run trains
 the chain's plans in order, each up to its switch.
 """
 
@@ -18,7 +21,7 @@ import numpy as np
 import torch
 
 from clusterclip.experiment.batches import PlanBatches
-from clusterclip.online.controller import Controller, continuation_config
+from clusterclip.online.controller import Controller, continuation_config, token_to_draw_weights
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import PlanConfig
 
@@ -51,6 +54,9 @@ class Steering:
         self.batches, self.labels, self.lengths = batches, batches.labels, np.asarray(lengths, np.int64)
         self.root, self.budget, self.k = root, int(budget), int(n_clusters)
         self.controller = Controller.start(self.k, rule, seed=root.seed)
+        sizes = np.bincount(self.labels, minlength=self.k)
+        self.mean_tokens = np.divide(np.bincount(self.labels, self.lengths, self.k), sizes, out=np.zeros(self.k),
+                                     where=sizes > 0)
         self.at = set(update_steps(steps, updates))
         self.every = min(self.at, default=steps)
         self.updates: list[dict[str, Any]] = []
@@ -82,10 +88,11 @@ class Steering:
         if left <= 0:
             return
         prior = np.bincount(read, minlength=self.labels.shape[0])
-        docs = self._documents_for(left, np.asarray(controller.weights), prior)
+        draws = token_to_draw_weights(controller.weights, self.mean_tokens)
+        docs = self._documents_for(left, draws, prior)
         if docs < 1:
             return
-        cfg = continuation_config(controller, self.root, budget=docs)
+        cfg = continuation_config(controller, self.root, draws, budget=docs)
         plan = build_plan(self.labels, cfg, tokens=self.lengths, n_clusters=self.k, prior=prior)
         position = self.batches.switch(plan)
         if position is None:
@@ -101,11 +108,10 @@ class Steering:
 
     def _documents_for(self, tokens: int, weights: np.ndarray, prior: np.ndarray) -> int:
         """Documents to plan for ``tokens`` more tokens: a continuation's budget is plan positions, so the
-        tokens over the weights' expected document length (each cluster's mean) plus
+        tokens over the expected document length under the draw ``weights`` (each cluster's mean) plus
         :data:`BUDGET_MARGIN`, at most what the cap leaves (the batches stop at the run's last step)."""
-        sizes = np.bincount(self.labels, minlength=self.k)
-        mean = np.divide(np.bincount(self.labels, self.lengths, self.k), sizes, out=np.zeros(self.k), where=sizes > 0)
-        expected = float((weights * mean).sum() / max(weights[sizes > 0].sum(), 1e-12))
+        mean, held = self.mean_tokens, self.mean_tokens > 0
+        expected = float((weights * mean).sum() / max(weights[held].sum(), 1e-12))
         cap = self.root.effective_max_repeat
         room = int(np.maximum(cap - prior, 0).sum()) if cap is not None else math.inf
         return int(min(math.ceil((1 + BUDGET_MARGIN) * tokens / max(expected, 1.0)), room))

@@ -179,10 +179,23 @@ class Controller:
         return cls(**fields)
 
 
-def continuation_config(controller: Controller, root: PlanConfig, **changes: Any) -> PlanConfig:
-    """The plan settings of a continuation steered by ``controller``: strategy ``weights`` with its weights
-    (rounded to :data:`WEIGHT_DECIMALS`), the root plan's cap, order and window, the controller's seed, and
+def continuation_config(controller: Controller, root: PlanConfig, draw_weights: Any = None,
+                        **changes: Any) -> PlanConfig:
+    """The plan settings of a continuation steered by ``controller``: strategy ``weights`` with its weights, or
+    ``draw_weights`` when given (the controller's converted to shares of draws, :func:`token_to_draw_weights`),
+    rounded to :data:`WEIGHT_DECIMALS`; the root plan's cap, order and window, the controller's seed, and
     ``changes`` (a budget)."""
-    weights = tuple((c, round(w, WEIGHT_DECIMALS)) for c, w in enumerate(controller.weights))
+    chosen = controller.weights if draw_weights is None else np.asarray(draw_weights, np.float64).tolist()
+    weights = tuple((c, round(w, WEIGHT_DECIMALS)) for c, w in enumerate(chosen))
     return PlanConfig(strategy="weights", weights=weights, max_repeat=root.effective_max_repeat, order=root.order,
                       window=root.window, seed=controller.seed, **changes)
+
+
+def token_to_draw_weights(weights: Any, mean_tokens: Any) -> np.ndarray:
+    """Shares of draws (documents) that give cluster ``c`` the share ``weights[c]`` of the *tokens*:
+    ``w_c / m_c`` normalised, ``m_c`` the mean tokens of its documents. A continuation's budget is plan positions,
+    so this keeps a token-budget run's meaning of a weight: ClusterClip balances the tokens of its clusters in
+    such a run, and uniform weights continue it. Clusters without documents (``m_c = 0``) keep their weight."""
+    w, m = np.asarray(weights, np.float64), np.asarray(mean_tokens, np.float64)
+    per = np.divide(w, m, out=w.copy(), where=m > 0)
+    return per / per.sum()
