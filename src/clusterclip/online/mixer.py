@@ -19,6 +19,7 @@ import torch
 
 from clusterclip.cluster.contract import LABELS, SIZES
 from clusterclip.errors import ClusterClipError
+from clusterclip.online.contract import ONLINE_RECORD
 from clusterclip.online.controller import Controller, continuation_config
 from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.contract import PlanRecord, list_plans, plan_path, plan_records, plan_stage_name
@@ -27,8 +28,6 @@ from clusterclip.store import RunDir, load_json, load_npy, save_json
 from clusterclip.torch.sampler import ClusterClipSampler
 
 MIXER_FORMAT = 1
-ONLINE_RECORD = "online.json"
-"""Beside a continuation's ``plan.json``: the controller state that chose its weights and the window behind it."""
 
 
 def _distributed() -> tuple[int, int]:

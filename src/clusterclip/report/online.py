@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
+from clusterclip.online.contract import ONLINE_RECORD
 from clusterclip.plan.contract import plan_path
 from clusterclip.report.charts import Chart
 from clusterclip.report.load import PlanView, RunView
@@ -29,8 +30,6 @@ from clusterclip.report.metrics import effective_number
 from clusterclip.report.online_chart import WeightTrack, plot_online_weights, weight_track
 from clusterclip.store import load_json
 
-ONLINE_RECORD = "online.json"
-"""Beside a continuation's ``plan.json`` (``clusterclip.online.mixer.ONLINE_RECORD``, which imports torch)."""
 TOP_MOVES = 3
 """Clusters named per update as gaining and as losing most weight."""
 MAX_CHAINS = 8
