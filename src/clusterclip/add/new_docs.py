@@ -53,14 +53,15 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     """Read the new inputs into parts after the corpus', indexed from its count, skipping known texts."""
     first_part = len(base.parts())
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
-                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count)
+                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
+                        field_names=opts.field_names)
     stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
             for batch in read_unit(unit, opts, stats):
                 keep = _unseen(batch, known, seen)
                 kept = DocBatch([batch.ids[i] for i in keep], [batch.texts[i] for i in keep],
-                                [batch.groups[i] for i in keep])
+                                [batch.groups[i] for i in keep], [batch.fields[i] for i in keep])
                 writer.add(kept)
                 ids.extend(kept.ids)
                 pos.extend(n_read + i for i in keep)

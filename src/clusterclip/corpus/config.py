@@ -19,5 +19,5 @@ class CorpusConfig(ReadOptions):
     min_words: int = setting(25, check=at_least(1), help="words a docstring needs to join the default corpus")
 
 
-CORPUS_FIELDS = ("text_field", "id_field", "group_field", "split", "on_bad_record", "tokenizer")
+CORPUS_FIELDS = ("text_field", "id_field", "group_field", "keep_fields", "split", "on_bad_record", "tokenizer")
 """The settings of :class:`CorpusConfig` that are options of ``clusterclip embed`` and ``run``."""

@@ -89,7 +89,7 @@ def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfi
     """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
     stats = ReadStats()
     writer = PartWriter(Path(root), functools.partial(corpus_staging_part, unit_no),
-                        make_token_counter(config.tokenizer), part_rows)
+                        make_token_counter(config.tokenizer), part_rows, field_names=config.field_names)
     for batch in read_unit(unit, config, stats):
         writer.add(batch)
     return dataclasses.replace(writer.finish(stats), key_base=unit_no << UNIT_SHIFT)

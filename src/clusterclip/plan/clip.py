@@ -68,12 +68,15 @@ def clip_note(stats: dict[str, Any], unit: str = "docs") -> str | None:
 
 def _cap_note(stats: dict[str, Any], unit: str) -> str | None:
     cap = stats.get("max_repeat")
-    if cap is None or "cap_binds" not in stats:
+    if (cap is None and "strata" not in stats) or "cap_binds" not in stats:
+        return None
+    if "strata" in stats and not stats["cap_binds"]:
         return None
     if stats["cap_binds"]:
         ids = stats.get("exhausted_clusters") or []
         shown = ", ".join(map(str, ids[:10])) + (", ..." if stats.get("clusters_exhausted", 0) > 10 else "")
-        return (f"the cap of {cap} clipped {stats.get('docs_at_cap', 0):,} documents and exhausted "
+        caps = f"the cap of {cap}" if "strata" not in stats else f"the caps (--max-repeat {cap} and the tiers')"
+        return (f"{caps} clipped {stats.get('docs_at_cap', 0):,} documents and exhausted "
                 f"{stats.get('clusters_exhausted', len(ids)):,} clusters ({shown}); they drop out as they run out")
     same = "uniform's" if stats.get("strategy") == "clusterclip" else "the same strategy's without a cap"
     hints = [f"a budget of {stats['bind_budget']:,} {unit} or more" if stats.get("bind_budget") else None,
