@@ -38,8 +38,9 @@ from clusterclip.settings import (
 
 CONFIGS = (ReadOptions, CorpusConfig, EmbedConfig, EngineConfig, ClusterConfig, PlanConfig)
 COMMANDS = {"run": [], "embed": ["--out", "x"], "cluster": ["x"], "plan": ["x"]}
-CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs")}
-"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, `run`'s two epochs."""
+CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs"), ("run", "budget_unit")}
+"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, `run`'s two epochs of
+tokens."""
 
 
 @pytest.mark.parametrize(

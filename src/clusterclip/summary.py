@@ -15,6 +15,7 @@ from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
 from clusterclip.embed.contract import EmbedRecord
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.clip import strata_note, tokens_note
 from clusterclip.plan.contract import (
     PLAN_RECORD,
     PlanRecord,
@@ -170,13 +171,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if d := summary.get("dedup"):
         lines.append(f"dedup:    {d['groups']:,} near-duplicate groups over {d['documents']:,} documents, "
                      f"{d['removed']:,} not kept, largest group {d['largest_group']:,}")
-    for name, p in summary.get("plans", {}).items():
-        keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
-                "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
-        stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
-        lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
-        if note := clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))):
-            lines.append(f"          {note}")
+    lines += _plan_lines(summary.get("plans", {}))
     for add in summary.get("lineage", {}).get("additions", []):
         lines.append(f"added:    {add['count']:,} documents from {' '.join(add['inputs'])}"
                      + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))
@@ -190,6 +185,21 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines += [f"note:     {note}" for note in summary.get("behind", {}).values()]
     lines += [f"problem:  {problem}" for found in summary.get("problems", {}).values() for problem in found]
     return "\n".join(lines)
+
+
+def _plan_lines(plans: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per plan (draws next to tokens), its notes, and one when the plans differ in tokens."""
+    keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
+            "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
+    lines = []
+    for name, p in plans.items():
+        stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
+        lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
+        notes = (clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))), strata_note(p))
+        lines += [f"          {note}" for note in notes if note]
+    if note := tokens_note(plans):
+        lines.append(f"note:     {note}")
+    return lines
 
 
 def format_audit(audit: dict[str, list[str]]) -> str:

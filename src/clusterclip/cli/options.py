@@ -152,7 +152,9 @@ def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
     epochs = {"help": f"the budget in passes over the corpus when --budget is not given (default: {DEFAULT_EPOCHS}, "
                       "so that the cap can act; `clusterclip plan` defaults to 1)"}
     if multi:
-        add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs})
+        unit = {"default": "tokens", "help": "unit of the budget (run plans its strategies at equal tokens, so "
+                                             "that they compare at the same training budget)"}
+        add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs, "budget_unit": unit})
     else:  # what a continuation inherits stays out of the namespace unless given (explicit_plan_settings)
         add_arguments(g, PlanConfig, [f for f in fields if f not in INHERITED])
         add_arguments(g, PlanConfig, [f for f in fields if f in INHERITED], unset=True)

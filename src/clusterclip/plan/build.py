@@ -111,7 +111,7 @@ def plan_draws(labels: Any, config: PlanConfig, tokens: Any, n_clusters: int | N
     with passes:
         draws = quotas.quota
         if config.budget_unit == "tokens":
-            draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens)
+            draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens, quotas.rank)
         yield Draws(corpus, groups, quotas, passes, draws, virtual_scale(config, groups, quotas, draws), prior,
                     capacity)
 

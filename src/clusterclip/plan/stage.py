@@ -53,6 +53,10 @@ from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, StaleArtifactError, config_hash, load_npy, save_npy
 from clusterclip.store.layout import record
 
+TOKEN_FIT = 2
+"""Version of how a token budget is met: 2 fits the plan's total to the budget within one document (1: each
+cluster within one document, the total within one per cluster). In a token plan's input hash, so token plans of
+version 1 are rebuilt."""
 MAX_WINDOWS = 100_000
 """Most mixture windows a plan may have (the mixture is windows x clusters int64): a smaller ``--window``
 on a long plan is refused with the smallest window allowed."""
@@ -71,6 +75,8 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     """
     use_tokens = _check_inputs(run, config)
     inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    if config.budget_unit == "tokens":
+        inputs["token_fit"] = TOKEN_FIT
     reads = {CLUSTER_STAGE: [LABELS, SIZES]}
     if use_tokens:
         inputs["corpus"] = run.output_hash(CORPUS_STAGE)

@@ -65,7 +65,7 @@ def strata_draws(corpus: Corpus, config: PlanConfig, strata: Strata, chunk_size:
     with passes:
         draws = quotas.quota
         if config.budget_unit == "tokens":
-            draws = draws_for_tokens(passes, quotas.quota, unit_sizes, corpus.tokens)
+            draws = draws_for_tokens(passes, quotas.quota, unit_sizes, corpus.tokens, quotas.rank)
         scale = nested_scale(config, strata, quotas, draws, sizes, unit_sizes, outer)
         yield StrataDraws(corpus, strata, groups, quotas, passes, draws, scale, prior)
 
