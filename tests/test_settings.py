@@ -131,7 +131,8 @@ def test_cli_without_options_builds_the_default_configs():
     assert embed_config(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
     assert cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
     assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
-    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
+    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s, budget_unit="tokens")
+                                                             for s in DEFAULT_STRATEGIES]
 
 
 def test_every_config_field_is_on_the_command_line():
