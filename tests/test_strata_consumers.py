@@ -58,3 +58,15 @@ def test_a_blend_has_one_source_per_stratum_without_the_tiers_never_drawn(run, t
     assert {s["prefix"] for s in blend["sources"]} == {p.stem for p in (tmp_path / "b").glob("*.bin")}
     assert all(s["prefix"] == f"cluster-{s['cluster']:05d}-tier-{int(s['tier']):03d}" for s in blend["sources"])
     assert sum(s["weight"] for s in blend["sources"]) == 1.0
+
+
+def test_the_report_has_a_strata_section_with_the_tiers_and_their_chart(run, tmp_path):
+    import shutil
+
+    out, name = run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    assert main(["report", str(copy), "-q"]) == 0
+    page = (copy / "report" / "report.html").read_text()
+    assert 'id="strata"' in page and "Tiers over training" in page and "% draws" in page
+    assert list((copy / "report").glob("tiers-*.png"))
