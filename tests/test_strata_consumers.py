@@ -63,7 +63,7 @@ def test_a_blend_has_one_source_per_stratum_without_the_tiers_never_drawn(run, t
 def test_the_report_has_a_strata_section_with_the_tiers_and_their_chart(run, tmp_path):
     import shutil
 
-    out, name = run
+    out, _ = run
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     assert main(["report", str(copy), "-q"]) == 0
