@@ -54,7 +54,8 @@ def summarize(run: RunDir) -> dict[str, Any]:
 
     if corpus := read(CorpusRecord):
         out["corpus"] = {"documents": corpus.count, "tokens": corpus.tokens, "skipped": corpus.skipped,
-                         "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds}
+                         "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds,
+                         **({"fields": corpus.fields} if corpus.fields else {})}
     if embed := read(EmbedRecord):
         out["embed"] = {"embedder": embed.embedder, "model": embed.model, "dim": embed.dim, "seconds": embed.seconds,
                         **({"confidence": embed.confidence} if embed.confidence else {})}
@@ -158,6 +159,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if c := summary.get("corpus"):
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
                      + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
+        if c.get("fields"):
+            lines.append("fields:   " + ", ".join(_field_text(n, f) for n, f in c["fields"].items()))
     if e := summary.get("embed"):
         model = f"{e['model']}, " if e["model"] != e["embedder"] else ""
         lines.append(f"embed:    {e['embedder']} ({model}dim {e['dim']}), {e['seconds']:.1f}s")
@@ -185,6 +188,14 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines += [f"note:     {note}" for note in summary.get("behind", {}).values()]
     lines += [f"problem:  {problem}" for found in summary.get("problems", {}).values() for problem in found]
     return "\n".join(lines)
+
+
+def _field_text(name: str, info: dict[str, Any]) -> str:
+    missing = f", {info['missing']:,} missing" if info.get("missing") else ""
+    if info.get("kind") == "numeric":
+        span = f" {info['min']:.3g}..{info['max']:.3g}" if info.get("min") is not None else ""
+        return f"{name} (numeric{span}{missing})"
+    return f"{name} (categorical, {info.get('values', 0):,} values{missing})"
 
 
 def _plan_lines(plans: dict[str, dict[str, Any]]) -> list[str]:

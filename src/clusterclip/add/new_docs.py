@@ -16,6 +16,7 @@ from clusterclip.corpus.grow import NewDocs
 from clusterclip.corpus.inputs import WorkUnit
 from clusterclip.corpus.limits import PART_ROWS
 from clusterclip.corpus.parts import PartWriter
+from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.reading import located_documents, read_unit
 from clusterclip.corpus.records import DocBatch, ReadOptions, ReadStats
 from clusterclip.corpus.tokens import make_token_counter
@@ -54,7 +55,7 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     first_part = len(base.parts())
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
                         make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
-                        field_names=opts.field_names)
+                        field_names=opts.field_names, scorer=SCORERS.get(base.config.get("quality_scorer") or ""))
     stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:

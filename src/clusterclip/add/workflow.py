@@ -134,7 +134,8 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     save_json(run.path(A.ADD_JOURNAL), journal)
     append_npy(run.path(TOKENS), n_old, new.tokens)
     if corpus.fields:
-        new.fields = build_fields(run, new.parts, opts.keep_fields, first=n_old, known=corpus.fields)[1]
+        stored = (*opts.keep_fields, *(("quality:num",) if corpus.config.get("quality_scorer") else ()))
+        new.fields = build_fields(run, new.parts, stored, first=n_old, known=corpus.fields)[1]
     shards = embed_new(run, embed, new.parts, len(new.ids), progress)
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from clusterclip.corpus import limits
 from clusterclip.corpus.contract import corpus_schema
 from clusterclip.corpus.id_spill import IdSpill
+from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.records import DocBatch, ReadStats
 from clusterclip.errors import disk_full_at
 from clusterclip.store import atomic_path
@@ -53,11 +54,11 @@ class PartWriter:
 
     def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
                  part_rows: int, first_index: int = 0, ids: IdSpill | None = None,
-                 field_names: Sequence[str] = ()) -> None:
+                 field_names: Sequence[str] = (), scorer: Callable[[list[str]], np.ndarray] | None = None) -> None:
         self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
         self.first_index, self.ids = first_index, ids
-        self.field_names = tuple(field_names)
-        self.schema = corpus_schema(self.field_names)
+        self.field_names, self.scorer = tuple(field_names), scorer
+        self.schema = corpus_schema((*self.field_names, *((QUALITY_FIELD,) if scorer is not None else ())))
         self.parts: list[str] = []
         self.part_sizes: list[int] = []
         self.tokens: list[np.ndarray] = []
@@ -71,6 +72,8 @@ class PartWriter:
         tokens = self.count_tokens(batch.texts)
         start = self.first_index + self.n
         kept = [pa.array(list(col), pa.string()) for col in _columns(batch.fields, len(self.field_names), len(batch))]
+        if self.scorer is not None:
+            kept.append(pa.array([repr(float(s)) for s in self.scorer(batch.texts)], pa.string()))
         rb = pa.record_batch([pa.array(np.arange(start, start + len(batch), dtype=np.int64)),
                               pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
                               pa.array(tokens), pa.array(batch.groups, pa.string()), *kept], schema=self.schema)

@@ -33,6 +33,7 @@ from clusterclip.corpus.fields import build_fields
 from clusterclip.corpus.id_spill import IdSpill
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint
 from clusterclip.corpus.parts import PartWriter, WrittenParts
+from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.ray_read import read_on_ray
 from clusterclip.corpus.reading import iter_documents
 from clusterclip.corpus.records import ReadStats
@@ -95,11 +96,13 @@ def corpus_command(inputs: Sequence[str | os.PathLike[str]], config: CorpusConfi
 
 
 def settings_json(config: CorpusConfig) -> dict[str, Any]:
-    """The corpus settings as the record holds them: options newer than a run (``keep_fields``) only when set, so
+    """The corpus settings as the record holds them: options newer than a run (``keep_fields``, ``quality_scorer``)
+    only when set, so
     a run read before they existed stays up to date."""
     out = asdict(config)
-    if not out["keep_fields"]:
-        del out["keep_fields"]
+    for name in ("keep_fields", "quality_scorer"):
+        if not out[name]:
+            del out[name]
     return out
 
 
@@ -133,7 +136,7 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
     hashed = content_hashes(fingerprint) if inputs else []
     with disk_full_at(run.path(TOKENS)):
         save_npy(run.path(TOKENS), read.tokens)
-        kept, fields = build_fields(run, read.parts, config.keep_fields)
+        kept, fields = build_fields(run, read.parts, config.stored_fields())
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
     return Built([*read.parts, TOKENS, *kept], dict(
@@ -167,7 +170,8 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     stats = ReadStats()
     batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
     writer = PartWriter(root, corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS,
-                        ids=IdSpill(root / CORPUS_ID_SPILL), field_names=config.field_names)
+                        ids=IdSpill(root / CORPUS_ID_SPILL), field_names=config.field_names,
+                        scorer=SCORERS.get(config.quality_scorer or ""))
     for batch in batches:
         writer.add(batch)
         bar.update(len(batch))
