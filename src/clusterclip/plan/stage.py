@@ -74,24 +74,10 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     built (they are verified then), so re-planning or deleting the parent later leaves it usable.
     """
     use_tokens = _check_inputs(run, config)
-    inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
-    if config.budget_unit == "tokens":
-        inputs["token_fit"] = TOKEN_FIT
-    reads = {CLUSTER_STAGE: [LABELS, SIZES]}
-    if use_tokens:
-        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
-        reads[CORPUS_STAGE] = [TOKENS]
+    inputs, reads = _inputs(run, config, use_tokens, continues)
     name = config.name()
-    if config.duplicates != "none":
-        inputs["dedup"] = run.output_hash(DEDUP_STAGE)
-        reads[DEDUP_STAGE] = [GROUP, KEPT]
-    if config.field_names():
-        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
-        reads.setdefault(CORPUS_STAGE, []).extend(rel for n in _kept_fields(run, config) for rel in field_files(n))
     if continues is not None:
         name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
-        inputs["continues"] = continues
-        inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
 
     def build(job: Job) -> Built:
         labels = np.asarray(load_npy(run.path(LABELS), mmap=True))
@@ -123,6 +109,28 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     with disk_full_at(run.path(plan_path(name)), kept="the temp files were removed"):
         return run_stage(run, Stage(plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
                                     command=plan_argv(config, continues), record=PlanRecord), force)
+
+
+def _inputs(run: RunDir, config: PlanConfig, use_tokens: bool,
+            continues: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """What a plan is built from (its input hash's parts) and the upstream files it reads (verified first)."""
+    inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    if config.budget_unit == "tokens":
+        inputs["token_fit"] = TOKEN_FIT
+    reads = {CLUSTER_STAGE: [LABELS, SIZES]}
+    if use_tokens:
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads[CORPUS_STAGE] = [TOKENS]
+    if config.duplicates != "none":
+        inputs["dedup"] = run.output_hash(DEDUP_STAGE)
+        reads[DEDUP_STAGE] = [GROUP, KEPT]
+    if config.field_names():
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads.setdefault(CORPUS_STAGE, []).extend(rel for n in _kept_fields(run, config) for rel in field_files(n))
+    if continues is not None:
+        inputs["continues"] = continues
+        inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
+    return inputs, reads
 
 
 def chain_prior(run: RunDir, continues: Mapping[str, Any], n_docs: int) -> np.ndarray:
