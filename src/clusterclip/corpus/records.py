@@ -88,7 +88,7 @@ class ReadOptions(Settings):
     text_template: str | None = setting(
         None, check=_template,
         help='a template over the record\'s fields, e.g. "{question}\\n{response}" (Python format fields; implies '
-             "--record-kind template under auto; default: none)")
+             "--record-kind template under auto) (default: none)")
 
     @property
     def kind(self) -> str:
