@@ -184,3 +184,17 @@ def test_an_online_continuation_of_a_drop_root_draws_no_dropped_copy(deduped, tm
     assert cont.plan_config().duplicates == "drop"
     chain = np.concatenate([np.load(run.path(root.order_file()))[:60], np.load(run.path(cont.order_file()))])
     assert np.isin(chain, kept).all() and np.bincount(group[chain]).max() <= 2
+
+
+@pytest.mark.parametrize("mode", ["group-cap", "drop"])
+def test_an_epoch_over_duplicate_groups_is_the_corpus_documents(deduped, tmp_path, mode):
+    """Issue 46: `--duplicates group-cap --epochs 2` gave twice the groups, not twice the documents; an epoch is the
+    corpus' documents in every plan (each group still counts as one document against the cap)."""
+    path = tmp_path / "run"
+    shutil.copytree(deduped, path)
+    run = RunDir(path)
+    group, kept = load_groups(run)
+    n = group.size
+    assert kept.size < n
+    rec = plan_stage(run, PlanConfig(max_repeat=8, duplicates=mode, epochs=2))
+    assert rec.length == 2 * n and rec.stats["budget"] == 2 * n
