@@ -91,7 +91,7 @@ def degrade(text: str, kind: str, rng: random.Random) -> str:
 
 def build(docs: list[dict], share: float, seed: int) -> list[dict]:
     rng = random.Random(seed + 1)
-    bad = set(rng.sample(range(len(docs)), int(round(share * len(docs)))))
+    bad = set(rng.sample(range(len(docs)), round(share * len(docs))))
     out = []
     for i, doc in enumerate(docs):
         if i not in bad:

@@ -44,7 +44,7 @@ TEMP = "temperature-t0.3-Rinf-docs-Bepoch-s0"
 CLIP = "clusterclip-R4-docs-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
 RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,temperature", "--tau", "0.3",
-            "--epochs", "1", "-q"]
+            "--epochs", "1", "--budget-unit", "docs", "-q"]
 
 
 @pytest.fixture(scope="module")

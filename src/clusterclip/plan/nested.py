@@ -28,12 +28,13 @@ _SALT_STRATA = 0x57A7
 
 @dataclass(frozen=True)
 class NestedQuotas:
-    """Cluster weights and quotas (``cluster_weights``, ``cluster_quota``: K), stratum quotas (``quota``: S), each
+    """Cluster weights, quotas and seeded jitter (``cluster_*``: K), stratum quotas (``quota``: S), each
     stratum's capacity in budget units, the budget, the water level, and the seeded jitter ``u`` of the strata
     with their ``rank`` (ties in rounding and order)."""
 
     cluster_weights: np.ndarray
     cluster_quota: np.ndarray
+    cluster_u: np.ndarray
     quota: np.ndarray
     capacity: np.ndarray
     budget: int
@@ -70,7 +71,7 @@ def nested_quotas(strata: Strata, config: PlanConfig, unit_sizes: np.ndarray, n_
     rank = np.argsort(u, kind="stable")
     inner_real = segment_water_fill(strata.cluster, inner, capacity, cluster_quota)
     quota = segment_round(strata.cluster, inner_real, capacity, cluster_quota, rank)
-    return NestedQuotas(weights, cluster_quota, quota, capacity, budget, level, u, rank)
+    return NestedQuotas(weights, cluster_quota, u_c, quota, capacity, budget, level, u, rank)
 
 
 def _check_feasible(budget: int, room: float, config: PlanConfig, continuation: bool) -> None:
@@ -149,24 +150,21 @@ def segment_round(seg: np.ndarray, q: np.ndarray, caps: np.ndarray, budgets: np.
     raise InfeasiblePlanError("rounding the quotas of the strata did not converge")
 
 
-def nested_scale(config: PlanConfig, strata: Strata, quotas: NestedQuotas, draws: np.ndarray, sizes: np.ndarray,
-                 unit_sizes: np.ndarray, n_clusters: int) -> np.ndarray:
-    """Virtual time between two draws of each stratum: ``spread`` spreads each over the whole run; ``equal-rate``
-    spreads a stratum's draws over its cluster's span, the span of the cluster's draws at the cluster's rate (in
-    tokens for a token budget), so clusters are drawn as ClusterClip draws them and tiers mix evenly inside."""
-    scale = np.full(strata.k, np.inf)
-    has = draws > 0
-    if config.order == "spread":
-        scale[has] = 1.0 / draws[has]
-        return scale
-    d_c = np.bincount(strata.cluster, weights=draws, minlength=n_clusters)
+def cluster_scale(config: PlanConfig, strata: Strata, quotas: NestedQuotas, draws: np.ndarray, sizes: np.ndarray,
+                  unit_sizes: np.ndarray, n_clusters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each cluster's draws (its strata's) and virtual time between two of them, as the plain planner times
+    clusters (:func:`clusterclip.plan.order.virtual_scale`): ``spread`` over the whole run; ``equal-rate`` at the
+    cluster's weight, in tokens for a token budget."""
+    d_c = np.bincount(strata.cluster, weights=draws, minlength=n_clusters).astype(np.int64)
+    scale = np.full(n_clusters, np.inf)
+    has = d_c > 0
     w = quotas.cluster_weights
-    if config.budget_unit == "tokens":
+    if config.order == "spread":
+        scale[has] = 1.0 / d_c[has]
+    elif config.budget_unit == "tokens":
         n_c = np.bincount(strata.cluster, weights=sizes, minlength=n_clusters)
         t_c = np.bincount(strata.cluster, weights=unit_sizes, minlength=n_clusters)
-        step = np.divide(t_c, n_c * w, out=np.full(n_clusters, np.inf), where=(n_c > 0) & (w > 0))
+        scale[has] = t_c[has] / n_c[has] / w[has]
     else:
-        step = np.divide(1.0, w, out=np.full(n_clusters, np.inf), where=w > 0)
-    span = np.where(d_c > 0, d_c * np.where(d_c > 0, step, 0.0), np.inf)
-    scale[has] = span[strata.cluster[has]] / draws[has]
-    return scale
+        scale[has] = 1.0 / w[has]
+    return d_c, scale

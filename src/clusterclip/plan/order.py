@@ -137,7 +137,7 @@ def emit_timed(scale: np.ndarray, u: np.ndarray, draws: np.ndarray, passes: Pass
         cl_rep = np.repeat(cl, need)
         order = argsort_by_time((kk + u[cl_rep]) * scale[cl_rep])
         count = int(need.sum())
-        out[pos:pos + count] = passes.buf[np.repeat(start, need) + step][order]
+        out[pos:pos + count] = passes.take(np.repeat(start, need) + step)[order]
         last = np.flatnonzero((kk == d[cl_rep] - 1)[order])
         cl_out = cl_rep[order]
         yield Chunk(pos, count, cl_out, None, cl_out[last], pos + last)

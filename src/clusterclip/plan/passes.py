@@ -116,6 +116,10 @@ class Passes:
         else:
             rng.permuted(rows, axis=1, out=rows)
 
+    def take(self, index: np.ndarray) -> np.ndarray:
+        """``buf[index]``: the draws :meth:`starts` laid out (what the timed merge gathers)."""
+        return self.buf[index]
+
     def pass_row(self, c: int, p: int) -> np.ndarray:
         """The permutation of pass ``p`` of cluster ``c`` (generated on its own, not cached)."""
         bp = int(self.block_passes[c])

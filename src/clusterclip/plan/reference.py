@@ -38,16 +38,27 @@ def reference_order(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray |
 
 def reference_strata_order(labels: np.ndarray, config: PlanConfig, fields: Any = None, tokens: np.ndarray | None = None,
                            n_clusters: int | None = None, prior: np.ndarray | None = None) -> np.ndarray:
-    """The order of a plan over strata for small inputs: every stratum's draws at ``(k + u_s) * scale_s``, sorted
-    stably by time (the oracle of :func:`~clusterclip.plan.build.build_over_strata`)."""
+    """The order of a plan over strata for small inputs (the oracle of :mod:`clusterclip.plan.interleave`): every
+    cluster's draws at ``(k + u_c) * scale_c`` sorted stably by time; the cluster's ``k``-th draw is the draw of the
+    ``k``-th smallest key ``(i + u_s) / d_s`` of its strata (ties: the lower stratum first)."""
     corpus = check_inputs(labels, tokens, n_clusters)
     strata = unit_strata(corpus, config, fields)
     with strata_draws(corpus, config, strata, DEFAULT_CHUNK, prior) as p:
-        docs, times = [], []
-        for s in np.flatnonzero(p.draws > 0).tolist():
-            d = int(p.draws[s])
-            docs.append(p.passes.sequence(s, d))
-            times.append((np.arange(d) + p.quotas.u[s]) * p.scale[s])
-    if not docs:
+        inside = {}
+        for c in np.flatnonzero(p.cluster_draws > 0).tolist():
+            keys, docs, tie = [], [], []
+            for s in np.flatnonzero((strata.cluster == c) & (p.draws > 0)).tolist():
+                d = int(p.draws[s])
+                keys.append((np.arange(d) + p.quotas.u[s]) / d)
+                docs.append(p.passes.sequence(s, d))
+                tie.append(np.full(d, s))
+            key, doc, low = np.concatenate(keys), np.concatenate(docs), np.concatenate(tie)
+            inside[c] = doc[np.lexsort((low, key))]
+        clusters, times = [], []
+        for c, seq in inside.items():
+            clusters.append(np.full(seq.size, c))
+            times.append((np.arange(seq.size) + p.quotas.cluster_u[c]) * p.cluster_scale[c])
+    if not inside:
         return np.zeros(0, np.int64)
-    return np.concatenate(docs)[np.argsort(np.concatenate(times), kind="stable")].astype(np.int64)
+    order = np.argsort(np.concatenate(times), kind="stable")
+    return np.concatenate(list(inside.values()))[order].astype(np.int64)

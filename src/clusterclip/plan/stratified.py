@@ -19,7 +19,7 @@ import numpy as np
 
 from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.groups import Corpus, Groups, Quotas
-from clusterclip.plan.nested import NestedQuotas, nested_quotas, nested_scale
+from clusterclip.plan.nested import NestedQuotas, cluster_scale, nested_quotas
 from clusterclip.plan.order import Chunk
 from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
 from clusterclip.plan.prior import PriorPasses, group_levels
@@ -30,7 +30,8 @@ EXHAUSTED_LISTED = 50
 
 @dataclass(frozen=True)
 class StrataDraws:
-    """The strata of one plan, their quotas, the passes to draw from and each stratum's draws and scale."""
+    """The strata of one plan, their quotas, the passes to draw from, each stratum's draws, and each cluster's
+    draws and scale (the clusters' order: :mod:`clusterclip.plan.interleave`)."""
 
     corpus: Corpus
     strata: Strata
@@ -38,7 +39,8 @@ class StrataDraws:
     quotas: NestedQuotas
     passes: Passes
     draws: np.ndarray
-    scale: np.ndarray
+    cluster_draws: np.ndarray
+    cluster_scale: np.ndarray
     prior: np.ndarray | None = None
 
 
@@ -66,8 +68,8 @@ def strata_draws(corpus: Corpus, config: PlanConfig, strata: Strata, chunk_size:
         draws = quotas.quota
         if config.budget_unit == "tokens":
             draws = draws_for_tokens(passes, quotas.quota, unit_sizes, corpus.tokens, quotas.rank)
-        scale = nested_scale(config, strata, quotas, draws, sizes, unit_sizes, outer)
-        yield StrataDraws(corpus, strata, groups, quotas, passes, draws, scale, prior)
+        d_c, scale = cluster_scale(config, strata, quotas, draws, sizes, unit_sizes, outer)
+        yield StrataDraws(corpus, strata, groups, quotas, passes, draws, d_c, scale, prior)
 
 
 class StrataStream:
@@ -80,19 +82,8 @@ class StrataStream:
         self.mixture = np.zeros((windows, corpus.k), np.int64)
         self.tier_mixture = np.zeros((windows, len(strata.tier_labels)), np.int64)
         self.counts = np.zeros(corpus.n, np.int64)
-        self.strata_cluster = strata.cluster
-        self.stratum_last = np.full(strata.k, -1, np.int64)
-        self._last = np.full(corpus.k, -1, np.int64)
-
-    @property
-    def last(self) -> np.ndarray:
-        """Each cluster's last position in the plan (-1: never drawn): its strata's last draws (a strategy without
-        clusters: counted from the stream)."""
-        if self.pseudo:
-            return self._last
-        out = np.full(self._last.size, -1, np.int64)
-        np.maximum.at(out, self.strata_cluster, self.stratum_last)
-        return out
+        self.last = np.full(corpus.k, -1, np.int64)
+        """Each cluster's last position in the plan (-1: never drawn)."""
 
     def add(self, chunk: Chunk, out: np.ndarray) -> None:
         docs = out[chunk.pos:chunk.pos + chunk.count]
@@ -105,9 +96,10 @@ class StrataStream:
         clusters = self.labels[docs].astype(np.int64)
         _windows(self.mixture, chunk.pos, clusters, self.window)
         _windows(self.tier_mixture, chunk.pos, self.unit_tier[docs], self.window)
-        self.stratum_last[chunk.last] = chunk.last_pos  # each stratum's final draw is in one chunk
-        if self.pseudo:
-            np.maximum.at(self._last, clusters, chunk.pos + np.arange(docs.size))
+        if self.pseudo:  # one outer group: each cluster's last draw from the stream
+            np.maximum.at(self.last, clusters, chunk.pos + np.arange(docs.size))
+        else:  # the chunks are emitted over the clusters: each one's final draw is in one chunk
+            self.last[chunk.last] = chunk.last_pos
 
 
 def _windows(mixture: np.ndarray, pos: int, keys: np.ndarray, window: int) -> None:
