@@ -35,9 +35,10 @@ def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool 
     return spec
 
 
-ONLINE_RULES = {"online": "bandit", "online:bandit": "bandit", "online:gradient": "gradient"}
+ONLINE_RULES = {"online": "bandit", "online:bandit": "bandit", "online:odm": "odm", "online:gradient": "gradient"}
 """The experiment's online strategies (``online[:rule]``) and their controller rule; ``online`` is the default
-rule, ODM's bandit."""
+rule, ODM's bandit with the default exploration (uniform for the first 5 % of the run); ``odm`` is the bandit with
+ODM's own schedule (uniform for K ln K steps)."""
 DEFAULT_ONLINE_UPDATES = 8
 
 
@@ -45,8 +46,9 @@ def online_spec(rule: str, max_repeat: int, updates: int = DEFAULT_ONLINE_UPDATE
     """An online candidate ``online-<rule>-R<cap>[-u<updates>]``: ClusterClip's plan at the cap to start, then
     ``updates`` continuations steered by the controller's ``rule`` (:mod:`clusterclip.experiment.online`)."""
     name = f"online-{rule}-R{max_repeat}" + ("" if updates == DEFAULT_ONLINE_UPDATES else f"-u{updates}")
-    return {"name": name, "strategy": "clusterclip", "max_repeat": int(max_repeat), "order": DEFAULT_ORDER,
-            "shuffle": False, "online": rule, "updates": int(updates)}
+    spec = {"name": name, "strategy": "clusterclip", "max_repeat": int(max_repeat), "order": DEFAULT_ORDER,
+            "shuffle": False, "online": "bandit" if rule == "odm" else rule, "updates": int(updates)}
+    return {**spec, "explore": "odm"} if rule == "odm" else spec
 
 
 def temperature_spec(tau: float) -> dict[str, Any]:
