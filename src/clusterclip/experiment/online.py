@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from clusterclip.experiment.batches import PlanBatches
-from clusterclip.online.controller import Controller, continuation_config, token_to_draw_weights
+from clusterclip.online.controller import ODM, Controller, continuation_config, token_to_draw_weights
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import PlanConfig
 
@@ -44,18 +44,19 @@ class Steering:
 
     ``batches`` must have been built with the training split's cluster ``labels``; ``root`` is the plan config the
     run started on (its cap, order, window and seed hold for every continuation) and ``budget`` its token
-    budget; ``n_clusters``, ``rule``, ``updates`` (how many times the weights change over ``steps``) and the
-    bandit's ``explore`` schedule (default: the controller's; the run's horizon is its ``steps``).
+    budget; ``n_clusters``, ``rule`` (a controller rule, or ``"odm"``: the bandit with ODM's exploration schedule
+    instead of the default) and ``updates`` (how many times the weights change over ``steps``, the run's horizon).
     """
 
     def __init__(self, batches: PlanBatches, lengths: np.ndarray, root: PlanConfig, budget: int, n_clusters: int,
-                 rule: str, steps: int, updates: int, explore: str | float | None = None) -> None:
+                 rule: str, steps: int, updates: int) -> None:
         if batches.labels is None:
             raise ValueError("online steering needs batches built with the cluster labels")
         self.batches, self.labels, self.lengths = batches, batches.labels, np.asarray(lengths, np.int64)
         self.root, self.budget, self.k = root, int(budget), int(n_clusters)
-        schedule = {} if explore is None else {"explore": explore}
-        self.controller = Controller.start(self.k, rule, seed=root.seed, horizon=float(steps), **schedule)
+        schedule = {"explore": ODM} if rule == ODM else {}
+        self.controller = Controller.start(self.k, "bandit" if rule == ODM else rule, seed=root.seed,
+                                           horizon=float(steps), **schedule)
         sizes = np.bincount(self.labels, minlength=self.k)
         self.mean_tokens = np.divide(np.bincount(self.labels, self.lengths, self.k), sizes, out=np.zeros(self.k),
                                      where=sizes > 0)

@@ -46,9 +46,8 @@ def online_spec(rule: str, max_repeat: int, updates: int = DEFAULT_ONLINE_UPDATE
     """An online candidate ``online-<rule>-R<cap>[-u<updates>]``: ClusterClip's plan at the cap to start, then
     ``updates`` continuations steered by the controller's ``rule`` (:mod:`clusterclip.experiment.online`)."""
     name = f"online-{rule}-R{max_repeat}" + ("" if updates == DEFAULT_ONLINE_UPDATES else f"-u{updates}")
-    spec = {"name": name, "strategy": "clusterclip", "max_repeat": int(max_repeat), "order": DEFAULT_ORDER,
-            "shuffle": False, "online": "bandit" if rule == "odm" else rule, "updates": int(updates)}
-    return {**spec, "explore": "odm"} if rule == "odm" else spec
+    return {"name": name, "strategy": "clusterclip", "max_repeat": int(max_repeat), "order": DEFAULT_ORDER,
+            "shuffle": False, "online": rule, "updates": int(updates)}
 
 
 def temperature_spec(tau: float) -> dict[str, Any]:

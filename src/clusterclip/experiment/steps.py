@@ -88,7 +88,6 @@ class PlannedProxy:
     plan: Plan | np.ndarray
     online: str | None = None
     updates: int = 0
-    explore: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,8 +172,7 @@ def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, 
     if spec.get("shuffle"):
         replayed = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(np.asarray(plan.order, dtype=np.int64))
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
-    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0),
-                        spec.get("explore"))
+    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0))
 
 
 def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
@@ -217,7 +215,7 @@ def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str
             raise ValueError(f"{key}: an online run needs the training split's cluster labels and their number")
         batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context, labels=labels)
         steering = Steering(batches, tok.train.lengths, planned.plan_config, setup.budget, n_clusters,
-                            planned.online, setup.steps, planned.updates, planned.explore)
+                            planned.online, setup.steps, planned.updates)
     else:
         batches = PlanBatches(tok.train, planned.plan, setup.train.batch_size, setup.model.context)
     model, curve = train_model(setup.model, setup.train, batches, setup.steps, planned.seed, device,

@@ -91,6 +91,8 @@ class OnlineMixer:
         if not isinstance(plan_name, str) or not plan_name:
             raise ClusterClipError(f"plan_name must be the name of the root plan, got {plan_name!r}")
         self.run = RunDir(run_dir)
+        if not self.run.root.is_dir():
+            raise ClusterClipError(f"{self.run.root}: not a run directory (no such folder)")
         root = PlanRecord.require(self.run, plan_stage_name(plan_name), verify=False, current=True)
         self.root, self.every, self.end = plan_name, int(every), root.length
         self.config = root.plan_config()
@@ -131,7 +133,7 @@ class OnlineMixer:
         """The run's global position at a sampler ``state`` of the current plan."""
         state = checked_state(state)
         if state.get("plan") != self.plan or state.get("epoch"):
-            raise ClusterClipError(f"the sampler state is of plan {state.get('plan')!r} epoch {state.get('epoch')}, "
+            raise ClusterClipError(f"the sampler state is of plan {state.get('plan')!r} epoch {state.get('epoch', 0)}, "
                                    f"but the mixer is in plan {self.plan!r} epoch 0; give the current sampler's state")
         return self.start + int(state["consumed"])
 

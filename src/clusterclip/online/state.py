@@ -118,8 +118,10 @@ class RunIdentity:
         """What changed the run since this identity (the command, in words), or None when nothing did."""
         if now == self:
             return None
-        if now.documents != self.documents:
+        if now.documents > self.documents:
             return f"`clusterclip add` grew it from {self.documents:,} to {now.documents:,} documents"
+        if now.documents != self.documents:
+            return f"its documents went from {self.documents:,} to {now.documents:,} (rebuilt from another corpus)"
         k = f" (K {self.k} -> {now.k})" if now.k != self.k else ""
         if now.refits != self.refits:
             return f"`clusterclip cluster --refit` re-clustered it{k}"

@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from clusterclip.export.writers.base import Writer, missing, token_rows
 
-
 MEGATRON_NOISE = "Transformer Engine and Apex are not installed"
 """The start of the ``UserWarning`` megatron-core prints for each of its optimizer modules on import; an export
 and a dataset use neither."""
