@@ -1,9 +1,10 @@
 """Online against static plans: paired differences from finished ``clusterclip experiment`` results.
 
-Every online strategy of ``results.json`` is compared with every static one trained on the same (split, seed)
-pairs, on the held-out losses the experiment reports, with the experiment's own paired interval (expanded
-bootstrap, 95 %) and verdict. The weights each online run ended on are summarised by their distance from
-uniform (total variation) and the ratio of the largest to the smallest weight.
+Every online strategy of ``results.json`` is compared with every static one (and with the online strategies after
+it, e.g. two exploration schedules) trained on the same (split, seed) pairs, on the held-out losses the
+experiment reports, with the experiment's own paired interval (expanded bootstrap, 95 %) and verdict. The
+weights each online run ended on are summarised by their distance from uniform (total variation) and the ratio of
+the largest to the smallest weight, and the updates by how many left the weights uniform.
 
     .venv/bin/python benchmarks/online_vs_static.py runs/online-minipile/experiment/results.json
 """
@@ -33,13 +34,14 @@ def by_strategy(results: dict[str, Any]) -> dict[str, dict[tuple[Any, int], dict
 
 
 def comparisons(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (online strategy, static strategy, metric) with the paired interval of online - static."""
+    """One row per (online strategy, static strategy or a later online one, metric) with the paired interval of
+    the difference."""
     runs = by_strategy(results)
     online = [s for s, r in runs.items() if any("online" in x for x in r.values())]
     static = [s for s in runs if s not in online]
     rows = []
-    for o in online:
-        for s in static:
+    for i, o in enumerate(online):
+        for s in [*static, *online[i + 1:]]:
             pairs = sorted(set(runs[o]) & set(runs[s]))
             for metric, label in METRICS:
                 diffs = [runs[o][p][metric] - runs[s][p][metric] for p in pairs
