@@ -66,12 +66,11 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                continues: dict[str, Any] | None = None) -> PlanRecord:
     """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
 
-    Uses token counts whenever the corpus stage has written them (required for a token budget). The
-    caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``, the
-    order's content hash under ``"identity"``). ``continues`` (from :func:`continuation`) builds a
-    continuation of a parent plan instead, named and recorded with its parent and switch position; its cap
-    counts the draws of the whole chain of ancestors. It depends on the parent's files only while it is
-    built (they are verified then), so re-planning or deleting the parent later leaves it usable.
+    Uses token counts whenever the corpus stage has written them (required for a token budget). The caller holds
+    the run-directory lock. Returns the stage record (statistics under ``"stats"``, the order's content hash
+    under ``"identity"``). ``continues`` (from :func:`continuation`) builds a continuation of a parent plan,
+    named and recorded with its parent and switch position; its cap counts the draws of all its ancestors. It
+    reads the parent's files only while it is built (verified then): re-planning the parent later is harmless.
     """
     use_tokens = _check_inputs(run, config)
     inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
