@@ -205,7 +205,8 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     new = make_corpus(tmp / "new.jsonl", {"sailing": 25, "cooking": 15}, seed=7)
     new.write_text(new.read_text().replace('"id": "', '"id": "new-'))
     assert main(["run", str(corpus), "--out", str(tmp / "run"), "--embedder", "hashing", "--k", "4",
-                 "--strategies", "clusterclip", "--budget", "200", "--max-repeat", "2", "-q"]) == 0
+                 "--strategies", "clusterclip", "--budget", "200", "--budget-unit", "docs", "--max-repeat", "2",
+                 "-q"]) == 0
     return {"run": tmp / "run", "new": new}
 
 
