@@ -14,8 +14,7 @@ Families:
 * ``trainer`` (past the end of a plan): ``PlanTrainer`` on a plan, an export and an online chain with ``max_steps``
   beyond their end: ``at_end="stop"`` trains up to the end and no further (checked), ``at_end="raise"`` refuses,
   and a resume at the end has nothing left.
-* ``continuations`` (continuations of roots of every duplicate mode): empty until a continuation inherits its
-  root's duplicate policy (the first item of issue 42); :func:`continuation_cases` is where they go.
+* ``continuations`` (chains from roots of every duplicate mode): in ``benchmarks/hostile_chains.py``.
 
 Each case is a Python snippet run in the case's folder: a ``ClusterClipError`` is its one-line refusal (exit 2);
 a case that must succeed writes ``result.json`` (``{"ok": ..., "why": ...}``), which its check reads.
@@ -39,13 +38,16 @@ RUN, NEW, CASE = "{run}", "{new}", "{case}"
 ROOT = next(p for p in list_plans(__import__("clusterclip.store").store.RunDir(RUN)) if p.startswith("clusterclip"))
 LABELS = np.load(RUN + "/labels.npy")
 
-def steer(mixer, positions, batch=10):
-    """Train ``positions`` positions of the chain with losses by cluster, switching at every update."""
+def steer(mixer, positions, batch=10, seen=None):
+    """Train ``positions`` positions of the chain with losses by cluster, switching at every update (the
+    documents trained, in order, appended to ``seen``)."""
     sampler, step, done = mixer.sampler(rank=0, world_size=1), 0, 0
     it = iter(sampler)
     while done < positions:
         ids = [next(it) for _ in range(batch)]
         step, done = step + 1, done + batch
+        if seen is not None:
+            seen.extend(ids)
         mixer.report(LABELS[ids], (1.0 + LABELS[ids]) / 4)
         new = mixer.maybe_switch(sampler.state_dict(consumed_batches=step, batch_size=batch), rank=0, world_size=1)
         if new is not None:
@@ -244,12 +246,5 @@ def trainer_cases() -> Iterator[Case]:
                    check=_result if expect == "ok" else None, env=env, timeout=300)
 
 
-def continuation_cases() -> Iterator[Case]:
-    """Continuations (``plan --continue``, online continuations, ``tune``'s plans) of roots of every duplicate
-    mode (``none``, ``drop``, ``group-cap``), each checked never to exceed a cap its root promised: added once a
-    continuation inherits its root's constraints (issue 42's first item). None yet."""
-    return iter(())
-
-
 def online_family_cases() -> list[Case]:
-    return [*state_cases(), *chain_cases(), *trainer_cases(), *continuation_cases()]
+    return [*state_cases(), *chain_cases(), *trainer_cases()]
