@@ -207,3 +207,17 @@ def test_a_plan_whose_duplicate_groups_were_rebuilt_is_not_continued(deduped, tm
     assert continuation(run, PlanConfig(), plain.name, 50)[0].budget == 50
     dedup_stage(run, DedupConfig(), force=True)  # the groups the root was planned over
     assert continuation(run, PlanConfig(), root.name, 50)[0].duplicates == "group-cap"
+
+
+@pytest.mark.parametrize("mode", ["group-cap", "drop"])
+def test_an_epoch_over_duplicate_groups_is_the_corpus_documents(deduped, tmp_path, mode):
+    """Issue 46: `--duplicates group-cap --epochs 2` gave twice the groups, not twice the documents; an epoch is the
+    corpus' documents in every plan (each group still counts as one document against the cap)."""
+    path = tmp_path / "run"
+    shutil.copytree(deduped, path)
+    run = RunDir(path)
+    group, kept = load_groups(run)
+    n = group.size
+    assert kept.size < n
+    rec = plan_stage(run, PlanConfig(max_repeat=8, duplicates=mode, epochs=2))
+    assert rec.length == 2 * n and rec.stats["budget"] == 2 * n

@@ -55,7 +55,8 @@ def summarize(run: RunDir) -> dict[str, Any]:
     if corpus := read(CorpusRecord):
         out["corpus"] = {"documents": corpus.count, "tokens": corpus.tokens, "skipped": corpus.skipped,
                          "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds,
-                         **({"fields": corpus.fields} if corpus.fields else {})}
+                         **({"fields": corpus.fields} if corpus.fields else {}),
+                         **({"kinds": corpus.kinds} if corpus.kinds else {})}
     if embed := read(EmbedRecord):
         out["embed"] = {"embedder": embed.embedder, "model": embed.model, "dim": embed.dim, "seconds": embed.seconds,
                         **({"confidence": embed.confidence} if embed.confidence else {})}
@@ -158,7 +159,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"run directory: {summary['run_dir']}"]
     if c := summary.get("corpus"):
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
-                     + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
+                     + (f", {c['skipped']} bad records skipped" if c["skipped"] else "")
+                     + (" (records: " + ", ".join(f"{k} {n:,}" for k, n in c["kinds"].items()) + ")"
+                        if c.get("kinds") else ""))
         if c.get("fields"):
             lines.append("fields:   " + ", ".join(_field_text(n, f) for n, f in c["fields"].items()))
     if e := summary.get("embed"):

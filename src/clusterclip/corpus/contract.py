@@ -41,6 +41,9 @@ CORPUS_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("text", 
                            ("n_tokens", pa.int64()), ("group", pa.string())])
 """Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null); then one
 ``field:<name>`` column (text, null: missing) per kept field (``--keep-fields``)."""
+RECORD_COLUMN = "record"
+"""A part's documents of a conversation kind (``--record-kind``): each one's input record as JSON (null for plain
+text; a part without such documents has no such column)."""
 FIELD_COLUMN = "field:"
 FIELDS_DIR = "fields"
 """``fields/<name>.npy`` (float64, NaN: missing; or int32 codes, -1: missing) and ``fields/<name>.json`` (its kind
@@ -114,7 +117,8 @@ class CorpusRecord(StageRecord):
     ``inputs`` (the field) fingerprints every input file read (path, format, size, modification time,
     SHA-256), ``input_hashes`` is the content identity of the stage's own inputs; each ``clusterclip add``
     appends to ``additions`` (what it read, where its documents start) and to ``regrow`` (its command).
-    ``fields`` describes each kept field (kind, missing values, range or number of values: ``fields/``).
+    ``fields`` describes each kept field (kind, missing values, range or number of values: ``fields/``);
+    ``kinds`` counts the documents of each record kind when some are not plain text (conversations).
     """
 
     NAME: ClassVar[str] = CORPUS_STAGE
@@ -132,6 +136,7 @@ class CorpusRecord(StageRecord):
     additions: list[dict[str, Any]] | None = None
     regrow: list[list[str]] | None = None
     fields: dict[str, dict[str, Any]] | None = None
+    kinds: dict[str, int] | None = None
 
     def parts(self) -> list[str]:
         """The corpus parts it lists (run-relative), in document order."""
@@ -175,20 +180,30 @@ def count_rows(parts: Sequence[Path]) -> int:
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
                 first: int = 0) -> Iterator[pa.RecordBatch]:
     """Stream the corpus of a run directory in index order, only the given columns, from document ``first``
-    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended)."""
+    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended); a
+    column a part lacks (``record`` in a part of plain text) is null."""
     start = 0
     for part in corpus_parts(run):
         pf = open_part(part)
         rows = pf.metadata.num_rows
         if start + rows > first:
             skip = max(0, first - start)
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            present = [c for c in columns if c in pf.schema_arrow.names]
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=present):
                 if skip >= rb.num_rows:
                     skip -= rb.num_rows
                     continue
-                yield rb.slice(skip)
+                yield _with_nulls(rb.slice(skip), columns)
                 skip = 0
         start += rows
+
+
+def _with_nulls(rb: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
+    """``rb`` with the ``columns`` its part lacks (the ``record`` of plain text) as null strings, in order."""
+    if list(rb.schema.names) == list(columns):
+        return rb
+    arrays = [rb.column(c) if c in rb.schema.names else pa.nulls(rb.num_rows, pa.string()) for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
 def read_column(run: RunDir, column: str) -> list[Any]:

@@ -56,16 +56,16 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
             raise ClusterClipError(f"{path}: split {opts.split!r} not found (splits: {', '.join(ds)}); "
                                    "choose one with --split")
         ds = ds[opts.split]
-    if opts.text_field not in ds.column_names:
-        raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
-                             f"{', '.join(ds.column_names)}); choose another with --text-field")
-    columns = [c for c in opts.read_columns() if c in ds.column_names]
-    ds = ds.select_columns(list(dict.fromkeys(columns)))
+    if not opts.read_all_columns(ds.column_names):
+        if opts.text_field not in ds.column_names:
+            raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
+                                 f"{', '.join(ds.column_names)}); choose another with --text-field")
+        ds = ds.select_columns(list(dict.fromkeys(c for c in opts.read_columns() if c in ds.column_names)))
     row = 0
     try:
         for cols in ds.iter(batch_size=limits.BATCH_ROWS):
             yield str(path), row, cols
-            row += len(cols[opts.text_field])
+            row += len(next(iter(cols.values()), []))
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(str(path), row + 1, f"corrupt Hugging Face dataset data ({exc})") from None
 

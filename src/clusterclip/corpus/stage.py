@@ -145,6 +145,7 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
         inputs=hashed, engine=engine if inputs else "local",
         input_hashes=[e["sha256"] for e in hashed] if inputs else [DEFAULT_IDENTITY],
         **({"fields": fields} if fields else {}),
+        **({"kinds": dict(stats.kinds)} if set(stats.kinds) - {"text"} else {}),
     ))
 
 

@@ -185,14 +185,13 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
     with strata_draws(corpus, config, strata, chunk_size, prior) as p:
         length = int(p.draws.sum())
         window = config.window if config.window is not None else default_window(length)
-        stream = StrataStream(corpus, strata, length, window)
+        stream = StrataStream(corpus, strata, length, window, not config.strategy_class.CLUSTERED)
         with _output(out, length) as dest:
             for chunk in emit(p.scale, p.quotas.u, p.quotas.rank, p.draws, p.passes, dest, chunk_size):
                 stream.add(chunk, dest)
                 digest.add(dest[chunk.pos:chunk.pos + chunk.count])
                 blocks.add(dest[chunk.pos:chunk.pos + chunk.count])
-    pseudo = not config.strategy_class.CLUSTERED
-    per, stratum, hist = strata_statistics(p, stream, pseudo)
+    per, stratum, hist = strata_statistics(p, stream, not config.strategy_class.CLUSTERED)
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, corpus, as_quotas(p, config), per, hist, window, stream.mixture.shape[0],
                     time.perf_counter() - t0)

@@ -66,31 +66,18 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                continues: dict[str, Any] | None = None) -> PlanRecord:
     """Build ``plans/<config.name()>/`` from the run's labels (and tokens), unless it is fresh.
 
-    Uses token counts whenever the corpus stage has written them (required for a token budget). The caller holds
-    the run-directory lock. Returns the stage record (statistics under ``"stats"``, the order's content hash
-    under ``"identity"``). ``continues`` (from :func:`continuation`) builds a continuation of a parent plan,
-    named and recorded with its parent and switch position; its cap counts the draws of all its ancestors. It
-    reads the parent's files only while it is built (verified then): re-planning the parent later is harmless.
+    Uses token counts whenever the corpus stage has written them (required for a token budget). The
+    caller holds the run-directory lock. Returns the stage record (statistics under ``"stats"``, the
+    order's content hash under ``"identity"``). ``continues`` (from :func:`continuation`) builds a
+    continuation of a parent plan instead, named and recorded with its parent and switch position; its cap
+    counts the draws of the whole chain of ancestors. It depends on the parent's files only while it is
+    built (they are verified then), so re-planning or deleting the parent later leaves it usable.
     """
     use_tokens = _check_inputs(run, config)
-    inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
-    if config.budget_unit == "tokens":
-        inputs["token_fit"] = TOKEN_FIT
-    reads = {CLUSTER_STAGE: [LABELS, SIZES]}
-    if use_tokens:
-        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
-        reads[CORPUS_STAGE] = [TOKENS]
+    inputs, reads = _inputs(run, config, use_tokens, continues)
     name = config.name()
-    if config.duplicates != "none":
-        inputs["dedup"] = run.output_hash(DEDUP_STAGE)
-        reads[DEDUP_STAGE] = [GROUP, KEPT]
-    if config.field_names():
-        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
-        reads.setdefault(CORPUS_STAGE, []).extend(rel for n in _kept_fields(run, config) for rel in field_files(n))
     if continues is not None:
         name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
-        inputs["continues"] = continues
-        inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
 
     def build(job: Job) -> Built:
         labels = np.asarray(load_npy(run.path(LABELS), mmap=True))
@@ -137,6 +124,28 @@ def _same_groups(run: RunDir, rec: PlanRecord) -> None:
             f"{run.root}: plan {rec.name!r} was planned over duplicate groups that `clusterclip dedup` has rebuilt "
             "since, so a continuation cannot keep its caps per group over the chain; re-run `clusterclip dedup` "
             "with the settings the plan was built on, or plan a new root on the run as it is now")
+
+
+def _inputs(run: RunDir, config: PlanConfig, use_tokens: bool,
+            continues: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """What a plan is built from (its input hash's parts) and the upstream files it reads (verified first)."""
+    inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    if config.budget_unit == "tokens":
+        inputs["token_fit"] = TOKEN_FIT
+    reads = {CLUSTER_STAGE: [LABELS, SIZES]}
+    if use_tokens:
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads[CORPUS_STAGE] = [TOKENS]
+    if config.duplicates != "none":
+        inputs["dedup"] = run.output_hash(DEDUP_STAGE)
+        reads[DEDUP_STAGE] = [GROUP, KEPT]
+    if config.field_names():
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads.setdefault(CORPUS_STAGE, []).extend(rel for n in _kept_fields(run, config) for rel in field_files(n))
+    if continues is not None:
+        inputs["continues"] = continues
+        inputs["parent_prior"] = _parent_prior_hash(run, continues["name"])
+    return inputs, reads
 
 
 def chain_prior(run: RunDir, continues: Mapping[str, Any], n_docs: int) -> np.ndarray:

@@ -213,7 +213,7 @@ def _combine(clusters: np.ndarray, axes: list[_AxisTiers], edges: dict[str, list
     code = np.zeros(n, np.int64)
     for axis in axes:
         code = code * len(axis.labels) + axis.index
-    present, unit_tier = np.unique(code, return_inverse=True)
+    present, unit_tier = _compact(code)
     rate = np.ones(present.size)
     cap = np.full(present.size, default_cap)
     parts: list[list[str]] = [[] for _ in range(present.size)]
@@ -227,5 +227,17 @@ def _combine(clusters: np.ndarray, axes: list[_AxisTiers], edges: dict[str, list
             parts[i].insert(0, axis.labels[j])
     labels = tuple("/".join(p) for p in parts) if axes else ("all",)
     t = max(present.size, 1)
-    keys, unit = np.unique(clusters * t + unit_tier, return_inverse=True)
+    keys, unit = _compact(clusters * t + unit_tier)
     return Strata(unit.astype(np.int64), keys // t, keys % t, labels, rate, cap, unit_tier.astype(np.int64), edges)
+
+
+def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for non-negative integers, by counting when their range is small
+    (strata ids: clusters x tiers), which is linear where sorting N values is not."""
+    top = int(values.max(initial=-1)) + 1
+    if top > 4 * values.size + 1024:
+        return np.unique(values, return_inverse=True)
+    present = np.flatnonzero(np.bincount(values, minlength=top))
+    index = np.zeros(top, np.int64)
+    index[present] = np.arange(present.size)
+    return present.astype(np.int64), index[values]

@@ -74,13 +74,25 @@ class StrataStream:
     """Counts the emitted stream chunk by chunk: draws per document, the mixture of clusters and of tiers per
     window, and each cluster's last position."""
 
-    def __init__(self, corpus: Corpus, strata: Strata, length: int, window: int) -> None:
-        self.labels, self.unit_tier, self.window = corpus.labels, strata.unit_tier, window
+    def __init__(self, corpus: Corpus, strata: Strata, length: int, window: int, pseudo: bool) -> None:
+        self.labels, self.unit_tier, self.window, self.pseudo = corpus.labels, strata.unit_tier, window, pseudo
         windows = -(-length // window)
         self.mixture = np.zeros((windows, corpus.k), np.int64)
         self.tier_mixture = np.zeros((windows, len(strata.tier_labels)), np.int64)
         self.counts = np.zeros(corpus.n, np.int64)
-        self.last = np.full(corpus.k, -1, np.int64)
+        self.strata_cluster = strata.cluster
+        self.stratum_last = np.full(strata.k, -1, np.int64)
+        self._last = np.full(corpus.k, -1, np.int64)
+
+    @property
+    def last(self) -> np.ndarray:
+        """Each cluster's last position in the plan (-1: never drawn): its strata's last draws (a strategy without
+        clusters: counted from the stream)."""
+        if self.pseudo:
+            return self._last
+        out = np.full(self._last.size, -1, np.int64)
+        np.maximum.at(out, self.strata_cluster, self.stratum_last)
+        return out
 
     def add(self, chunk: Chunk, out: np.ndarray) -> None:
         docs = out[chunk.pos:chunk.pos + chunk.count]
@@ -93,8 +105,9 @@ class StrataStream:
         clusters = self.labels[docs].astype(np.int64)
         _windows(self.mixture, chunk.pos, clusters, self.window)
         _windows(self.tier_mixture, chunk.pos, self.unit_tier[docs], self.window)
-        seen, back = np.unique(clusters[::-1], return_index=True)
-        self.last[seen] = chunk.pos + docs.size - 1 - back
+        self.stratum_last[chunk.last] = chunk.last_pos  # each stratum's final draw is in one chunk
+        if self.pseudo:
+            np.maximum.at(self._last, clusters, chunk.pos + np.arange(docs.size))
 
 
 def _windows(mixture: np.ndarray, pos: int, keys: np.ndarray, window: int) -> None:
