@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hostile_cases import FORMATS, Case, all_cases
+from hostile_chains import continuation_cases
+from hostile_online import online_family_cases
 
 from tests.procs import GROUP, alive, cmdline, processes
 from tests.test_cli import make_corpus
@@ -58,7 +60,8 @@ def build_base(base: Path) -> dict[str, str]:
     corpus.write_text("\n".join(rows + [r.replace('"id": "', '"id": "copy-') for r in rows[:25]]) + "\n")
     new = make_corpus(base / "new.jsonl", {"sailing": 30, "cooking": 20}, seed=7)
     new.write_text(new.read_text().replace('"id": "', '"id": "new-'))
-    run_args = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,random", "--budget", "300", "-q"]
+    run_args = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,random", "--budget-unit", "docs",
+                "--budget", "300", "-q"]
     for out in ("run", "fresh"):
         _ok(clusterclip("run", str(corpus), "--out", str(base / out), *run_args))
     _ok(clusterclip("dedup", str(base / "run"), "-q"))
@@ -161,7 +164,9 @@ def run_case(number: int, case: Case, base: Path, work: Path, values: dict[str, 
         case.setup(folder)
     fill = {**values, "case": str(folder), "run": str(folder / "run")}
     argv = _fill(case.argv, fill) if case.argv is not None else None
-    code = case.code.replace("{case}", str(folder)) if case.code else None
+    code = case.code
+    for key in ("case", "run", "new") if code else ():
+        code = code.replace("{" + key + "}", fill[key])
     t0 = time.perf_counter()
     outcome, detail = _run(case, argv, code, folder, base, fill)
     if outcome in ("ok", "error") and outcome not in BAD:
@@ -235,7 +240,8 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
     values = build_base(work / "base")
-    cases = [c for c in all_cases(values["identity"]) if not args.family or c.family in args.family]
+    cases = [c for c in [*all_cases(values["identity"]), *online_family_cases(), *continuation_cases()]
+             if not args.family or c.family in args.family]
     print(f"{len(cases)} cases; base built in {time.perf_counter() - t0:.0f} s", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda nc: run_case(nc[0], nc[1], work / "base", work / "cases", values),

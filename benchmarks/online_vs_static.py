@@ -1,9 +1,10 @@
 """Online against static plans: paired differences from finished ``clusterclip experiment`` results.
 
-Every online strategy of ``results.json`` is compared with every static one trained on the same (split, seed)
-pairs, on the held-out losses the experiment reports, with the experiment's own paired interval (expanded
-bootstrap, 95 %) and verdict. The weights each online run ended on are summarised by their distance from
-uniform (total variation) and the ratio of the largest to the smallest weight.
+Every online strategy of ``results.json`` is compared with every static one (and with the online strategies after
+it, e.g. two exploration schedules) trained on the same (split, seed) pairs, on the held-out losses the
+experiment reports, with the experiment's own paired interval (expanded bootstrap, 95 %) and verdict. The
+weights each online run ended on are summarised by their distance from uniform (total variation) and the ratio of
+the largest to the smallest weight, and the updates by how many left the weights uniform.
 
     .venv/bin/python benchmarks/online_vs_static.py runs/online-minipile/experiment/results.json
 """
@@ -33,13 +34,14 @@ def by_strategy(results: dict[str, Any]) -> dict[str, dict[tuple[Any, int], dict
 
 
 def comparisons(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per (online strategy, static strategy, metric) with the paired interval of online - static."""
+    """One row per (online strategy, static strategy or a later online one, metric) with the paired interval of
+    the difference."""
     runs = by_strategy(results)
     online = [s for s, r in runs.items() if any("online" in x for x in r.values())]
     static = [s for s in runs if s not in online]
     rows = []
-    for o in online:
-        for s in static:
+    for i, o in enumerate(online):
+        for s in [*static, *online[i + 1:]]:
             pairs = sorted(set(runs[o]) & set(runs[s]))
             for metric, label in METRICS:
                 diffs = [runs[o][p][metric] - runs[s][p][metric] for p in pairs
@@ -49,17 +51,30 @@ def comparisons(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def final_weights(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _tv(w: Any) -> float:
+    a = np.asarray(w, np.float64)
+    return float(0.5 * np.abs(a - 1 / a.size).sum())
+
+
+def final_weights(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per online strategy: the mean over its runs of the last weights' total variation from uniform and of
-    their largest / smallest ratio, and the number of updates."""
+    their largest / smallest ratio, the number of updates, how many left the weights uniform (exactly, at the
+    record's 6 decimals), the step of the first that did not, and the total variation after each update."""
     out = {}
     for name, runs in by_strategy(results).items():
-        last = [np.asarray(r["online"]["updates"][-1]["weights"]) for r in runs.values()
-                if r.get("online", {}).get("updates")]
-        if last:
-            out[name] = {"tv_from_uniform": float(np.mean([0.5 * np.abs(w - 1 / w.size).sum() for w in last])),
+        done = [r["online"]["updates"] for r in runs.values() if r.get("online", {}).get("updates")]
+        if done:
+            last = [np.asarray(u[-1]["weights"]) for u in done]
+            uniform = [[_tv(x["weights"]) < 1e-6 for x in u] for u in done]
+            first = [next((x["step"] for x, flat in zip(u, f, strict=True) if not flat), None)
+                     for u, f in zip(done, uniform, strict=True)]
+            out[name] = {"tv_from_uniform": float(np.mean([_tv(w) for w in last])),
                          "max_over_min": float(np.mean([w.max() / w.min() for w in last])),
-                         "updates": float(np.mean([len(r["online"]["updates"]) for r in runs.values()]))}
+                         "updates": float(np.mean([len(u) for u in done])),
+                         "uniform_updates": float(np.mean([sum(f) for f in uniform])),
+                         "first_step_off_uniform": first,
+                         "tv_per_update": np.mean([[_tv(x["weights"]) for x in u] for u in done
+                                                   if len(u) == len(done[0])], axis=0).round(4).tolist()}
     return out
 
 
@@ -82,7 +97,9 @@ def main() -> None:
                 print(f"| {o} | {s} | " + " | ".join(cells.get(label, "–") for _, label in METRICS) + " |")
         for name, w in weights.items():
             print(f"\n{name}: last weights TV from uniform {w['tv_from_uniform']:.3f}, "
-                  f"max/min {w['max_over_min']:.2f}, {w['updates']:.0f} updates")
+                  f"max/min {w['max_over_min']:.2f}, {w['updates']:.0f} updates, {w['uniform_updates']:.1f} of them "
+                  f"left the weights uniform; first update off uniform at step {w['first_step_off_uniform']}; "
+                  f"TV from uniform after each update {w['tv_per_update']}")
     if a.json:
         a.json.write_text(json.dumps(everything, indent=1))
 

@@ -21,7 +21,7 @@ from clusterclip.plan.chain import INHERITED, inherit, overrides
 from clusterclip.plan.duplicates import GroupSide, grouped_plan
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.plan.strata_spec import FINEWEB2_CURVE
-from clusterclip.store import RunDir
+from clusterclip.store import RunDir, StaleArtifactError
 from tests.test_dedup import corpus_with_copies
 
 MODES = ("none", "drop", "group-cap", "rehydrate")
@@ -184,6 +184,29 @@ def test_an_online_continuation_of_a_drop_root_draws_no_dropped_copy(deduped, tm
     assert cont.plan_config().duplicates == "drop"
     chain = np.concatenate([np.load(run.path(root.order_file()))[:60], np.load(run.path(cont.order_file()))])
     assert np.isin(chain, kept).all() and np.bincount(group[chain]).max() <= 2
+
+
+def test_a_plan_whose_duplicate_groups_were_rebuilt_is_not_continued(deduped, tmp_path, capsys):
+    """Issue 42's sweep: after `dedup --force` re-grouped the run, a continuation of a group-cap root was planned
+    over the new groups, and the chain drew one of the root's groups 15 times under its cap of 2; such a parent is
+    now refused, by `plan --continue` and by the online mixer's path (``continuation``) alike, until the groups are
+    back; a plan without groups, or a re-clustering, is no reason."""
+    path = tmp_path / "run"
+    shutil.copytree(deduped, path)
+    run = RunDir(path)
+    root = plan_stage(run, PlanConfig(max_repeat=2, duplicates="group-cap", budget=100))
+    plain = plan_stage(run, PlanConfig(max_repeat=2, budget=100))
+    dedup_stage(run, DedupConfig(eps=0.3), force=True)
+    capsys.readouterr()
+    assert main(["plan", str(path), "--continue", root.name, "--consumed", "50", "--budget", "30", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "duplicate groups that `clusterclip dedup` has rebuilt since" in err
+    with pytest.raises(StaleArtifactError, match="cannot keep its caps per group"):
+        continuation(run, PlanConfig(), root.name, 50)
+    assert sorted(p.name for p in (path / "plans").iterdir()) == sorted([root.name, plain.name])
+    assert continuation(run, PlanConfig(), plain.name, 50)[0].budget == 50
+    dedup_stage(run, DedupConfig(), force=True)  # the groups the root was planned over
+    assert continuation(run, PlanConfig(), root.name, 50)[0].duplicates == "group-cap"
 
 
 @pytest.mark.parametrize("mode", ["group-cap", "drop"])

@@ -120,6 +120,8 @@ def test_online_strategies_expand_over_the_caps_and_name_their_cadence() -> None
     spec = cfg.strategy_specs()[1]
     assert (spec["strategy"], spec["online"], spec["max_repeat"], spec["updates"]) == ("clusterclip", "bandit", 5, 8)
     assert quick_config(strategies=("online",), online_updates=3).strategy_specs()[0]["name"] == "online-bandit-R5-u3"
+    odm = quick_config(strategies=("online:odm",)).strategy_specs()[0]
+    assert (odm["name"], odm["online"]) == ("online-odm-R5", "odm")
     with pytest.raises(SettingsError, match="online"):
         quick_config(strategies=("online",), max_repeats=())
     with pytest.raises(SettingsError, match="strategies"):

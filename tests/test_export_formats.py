@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -302,3 +304,16 @@ def test_buckets_write_the_bytes_of_one_window(tmp_path, monkeypatch, fmt, seq_l
                                      if q.is_file() and q.name not in ("export.json", ".lock"))
     for rel in files:
         assert _content(tmp_path / "one" / rel) == _content(tmp_path / "many" / rel), rel
+
+
+def test_megatron_core_is_imported_without_its_warnings(tmp_path):
+    """`export --format megatron -q` printed four megatron-core UserWarnings (Transformer Engine and Apex are not
+    installed) from imports the writer and the dataset never use."""
+    pytest.importorskip("megatron.core")
+    code = ("from pathlib import Path\nimport numpy as np\n"
+            "from clusterclip.export.writers.megatron import MegatronWriter\n"
+            f"MegatronWriter(Path({str(tmp_path)!r}), np.dtype(np.uint16))\n"
+            "import clusterclip.export.megatron_dataset\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "UserWarning" not in done.stderr, done.stderr[-2000:]

@@ -114,6 +114,20 @@ def test_the_bandit_explores_uniformly_in_its_first_rounds():
     assert np.allclose(c.weights, 0.25)
 
 
+@pytest.mark.parametrize("k", [32, 1000, 10_000])
+def test_the_default_exploration_acts_within_the_first_tenth_of_a_run_at_any_k(k):
+    """ODM's schedule keeps the weights exactly uniform for K ln K steps (110 at K = 32, 92,000 at 10^4); the default
+    (``explore=0.05`` of the run's horizon) lets an update after a tenth of a 1,000-step run move them, at any K."""
+    losses = 1.0 + np.arange(k) / k
+    uniform = np.full(k, 1.0 / k)
+    start = Controller.start(k, "bandit", floor=0.0, horizon=1000)
+    acted = start.update(*_window(uniform, losses, n=100 * k), steps=100)
+    assert not acted.unchanged(start) and acted.weights[-1] > acted.weights[0], "more weight where the loss is higher"
+    odm = Controller.start(k, "bandit", floor=0.0, horizon=1000, explore="odm")
+    assert odm.update(*_window(uniform, losses, n=100 * k), steps=100).unchanged(odm), "ODM's: still uniform"
+    assert start.exploration(50) == pytest.approx(1 / k) and start.exploration(51) < 1 / k
+
+
 def test_the_moving_average_decays_per_step_over_a_window():
     one = Controller.start(2, "bandit", alpha=0.5).update([2.0, 4.0], [1, 1], steps=1)
     ten = Controller.start(2, "bandit", alpha=0.5).update([2.0, 4.0], [1, 1], steps=10)
@@ -207,9 +221,9 @@ def test_a_plain_loop_trains_the_chain_in_order_and_the_cap_holds_over_it(run_di
     assert len(trained) == 200, "the chain keeps the root's length"
     assert int(np.bincount(trained).max()) <= CAP, "no document drawn more often than the root's cap"
     record = online_record(run_dir, plan)
-    assert record["parent"] == chain[-2][0] and record["position"] == 160
-    assert record["controller"]["weights"] == last["mixer"]["controller"]["weights"]
-    weights = np.asarray(record["controller"]["weights"])
+    assert record.parent == chain[-2][0] and record.position == 160 and record.plan == plan
+    assert list(record.controller.weights) == last["mixer"]["controller"]["weights"]
+    weights = np.asarray(record.controller.weights)
     assert weights.argmax() == K - 1, "the bandit moved weight towards the cluster with the highest loss"
     assert PlanRecord.require(RunDir(run_dir), plan_stage_name(plan), verify=False).config["strategy"] == "weights"
 
@@ -296,15 +310,15 @@ def _disk_full(*args: Any, **kwargs: Any) -> None:
     raise OSError(28, "No space left on device")
 
 
-def _update_with_a_failing_rank_0(rank: int, job: dict[str, Any]) -> None:
+def _update_with_a_failing_rank(rank: int, job: dict[str, Any]) -> None:
     import torch.distributed as dist
 
     import clusterclip.online.mixer as mixer_module
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    if rank == 0:
-        mixer_module.plan_stage = _disk_full  # this forked process only
+    if rank == job["failing"]:  # this forked process only: rank 0 cannot write, another cannot plan its switch
+        setattr(mixer_module, "plan_stage" if rank == 0 else "continuation", _disk_full)
     try:
         mixer = OnlineMixer(job["run"], ROOT, every=40)
         mixer.report([rank], [1.0])
@@ -314,15 +328,16 @@ def _update_with_a_failing_rank_0(rank: int, job: dict[str, Any]) -> None:
         outcome = f"{type(exc).__name__}: {exc}"
     Path(f"{job['out']}.rank{rank}").write_text(outcome)
     deadline = time.monotonic() + 2 * WAIT
-    while rank == 0 and not Path(f"{job['out']}.rank1").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # rank 0 lives on (as after a caught error): a peer's wait ends only by the protocol
+    other = Path(f"{job['out']}.rank{1 - rank}")
+    while rank == job["failing"] and not other.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the failed rank lives on (as after a caught error): a peer's wait ends only by the protocol
     dist.destroy_process_group()
 
 
-@pytest.mark.timeout(120)
-def test_a_rank_0_that_fails_to_write_ends_every_rank_with_an_error(run_dir, tmp_path):
-    job = {"run": str(run_dir), "port": _free_port(), "out": str(tmp_path / "out")}
-    ranks = [multiprocessing.get_context("fork").Process(target=_update_with_a_failing_rank_0, args=(r, job))
+def _fail_on(failing: int, run_dir: Path, tmp_path: Path) -> list[str]:
+    """Both ranks' outcomes when rank ``failing`` fails at an update (none may hang)."""
+    job = {"run": str(run_dir), "port": _free_port(), "out": str(tmp_path / "out"), "failing": failing}
+    ranks = [multiprocessing.get_context("fork").Process(target=_update_with_a_failing_rank, args=(r, job))
              for r in range(2)]
     for p in ranks:
         p.start()
@@ -334,10 +349,27 @@ def test_a_rank_0_that_fails_to_write_ends_every_rank_with_an_error(run_dir, tmp
         if p.is_alive():
             p.kill()
             p.join()
-    assert not hung, f"rank {hung} still running {WAIT} s after rank 0 failed to write"
-    outcome = [Path(f"{job['out']}.rank{r}").read_text() for r in range(2)]
+    assert not hung, f"rank {hung} still running {WAIT} s after rank {failing} failed"
+    return [Path(f"{job['out']}.rank{r}").read_text() for r in range(2)]
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_0_that_fails_to_write_ends_every_rank_with_an_error(run_dir, tmp_path):
+    outcome = _fail_on(0, run_dir, tmp_path)
     assert outcome[0] == "OSError: [Errno 28] No space left on device", "rank 0 raises its own error"
     assert outcome[1].startswith("ClusterClipError: "), outcome[1]
     assert f"rank 0 failed to write the continuation of plan {ROOT!r} at position 40" in outcome[1]
     assert "the log of rank 0" in outcome[1]
     assert list_plans(RunDir(run_dir)) == [ROOT]
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_fails_after_rank_0_wrote_is_named_rightly(run_dir, tmp_path):
+    """Only rank 0 writes: when another rank fails, rank 0 (which wrote the continuation) says that rank failed to
+    switch to it, not to write it."""
+    outcome = _fail_on(1, run_dir, tmp_path)
+    assert outcome[1] == "OSError: [Errno 28] No space left on device"
+    written = [name for name in list_plans(RunDir(run_dir)) if name != ROOT]
+    assert len(written) == 1
+    assert outcome[0] == (f"ClusterClipError: {run_dir}: rank 1 failed to switch to the continuation of plan {ROOT!r} "
+                          f"at position 40 ({written[0]!r}, which rank 0 wrote); the error is in the log of rank 1")

@@ -143,9 +143,39 @@ def test_the_online_trainer_trains_the_chain_in_order_under_the_cap(whole):
     assert whole["trained"] == trained_stream(Path(whole["run"]), plan), "each plan of the chain up to its switch"
     assert len(whole["trained"]) == 200 and int(np.bincount(whole["trained"]).max()) <= CAP
     record = online_record(whole["run"], plan)
-    assert record["position"] == 160 and record["controller"] == whole["end"]["mixer"]["controller"]
+    assert record.position == 160 and record.controller.to_json() == whole["end"]["mixer"]["controller"]
     sampler = whole["end"]["sampler"]
     assert (sampler["plan"], sampler["epoch"], sampler["consumed"]) == (plan, 1, 0), "the chain's end, in its plan"
+
+
+def test_past_the_end_of_the_chain_the_trainer_stops_instead_of_replaying(pristine, tmp_path):
+    """``max_steps`` beyond the chain (30 steps of 8 > the root's 200 positions): the Trainer trains the chain and
+    stops at its end (step 25, checkpointed) instead of replaying the last continuation as a new epoch (documents
+    drawn beyond the cap). The learning-rate schedule follows max_steps, so the losses and weights are not the
+    25-step run's."""
+    from clusterclip.torch.hf import PlanTrainerError
+
+    run, out, model = _fresh(pristine, tmp_path / "run"), str(tmp_path / "out"), _model()
+    train_online(run, ROOT, _documents(N_DOCS), model, out, 8, STEPS + 5, EVERY)
+    plan = _saved(out, STEPS)["mixer"]["plan"]
+    assert _flat(model) == trained_stream(Path(run), plan) and len(_flat(model)) == 200
+    assert int(np.bincount(_flat(model)).max()) <= CAP and not Path(out, f"checkpoint-{STEPS + 1}").exists()
+    with pytest.raises(PlanTrainerError, match=r"nothing of the online chain of plan .* is left to train"):
+        train_online(run, ROOT, _documents(N_DOCS), _model(), out, 8, STEPS + 5, EVERY,
+                     resume=f"{out}/checkpoint-{STEPS}")
+
+
+def test_at_end_raise_refuses_max_steps_past_the_chain(pristine, tmp_path):
+    from clusterclip.torch.hf import PlanTrainer, PlanTrainerError
+
+    run = _fresh(pristine, tmp_path / "run")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "o"), per_device_train_batch_size=8,
+                                          max_steps=STEPS + 1, use_cpu=True, report_to=[])
+    trainer = PlanTrainer(model=_model(), args=args, train_dataset=_documents(N_DOCS), at_end="raise",
+                          online=OnlineMixer(run, ROOT, every=EVERY))
+    with pytest.raises(PlanTrainerError, match=rf"max_steps={STEPS + 1} goes past the end of the online chain"):
+        trainer.train()
+    assert list_plans(RunDir(run)) == [ROOT], "refused before training"
 
 
 @pytest.mark.parametrize("killed_at", [7, 10])  # mid-window; at the step that switched to the third plan

@@ -30,6 +30,7 @@ from tests.test_report import png_ok, section_ids
 
 ROOT_BUDGET = 200
 EVERY = 40
+ROOT_PLAN = PlanConfig(budget=ROOT_BUDGET, max_repeat=CAP).name()
 
 
 def online_section(text: str) -> str:
@@ -213,3 +214,53 @@ def test_the_experiment_plots_include_the_online_weights_at_large_k(tmp_path):
     assert (tmp_path / written[0]).stat().st_size < 250_000
     del results["runs"]["online-bandit/0"]["online"]["updates"][1]["weights"][5]
     assert experiment_online(results) == {}, "a run whose record is malformed is left out"
+
+
+def test_an_online_json_edited_by_hand_is_not_drawn(online_run):
+    run, leaf = online_run
+    path = run / plan_path(leaf, ONLINE_RECORD)
+    record = load_json(path)
+    record["controller"]["weights"] = [0.6, 0.1, 0.1, 0.1, 0.1]  # well formed, but no plan was built with them
+    save_json(path, record)
+    text = build_report(run, progress=False).read_text()
+    notes = text[text.index('<section id="notes">'):]
+    assert "does not match the size and SHA-256 its mixer recorded" in notes and f"plan {leaf} left out" in notes
+    assert "60 %" not in online_section(text), "the edited weights are drawn nowhere"
+    chains = online_section_model(load_run(run)).chains
+    assert all(leaf != c.leaf and leaf not in [u.plan for u in c.updates] for c in chains)
+
+
+def test_the_effective_clusters_chart_draws_each_continuation_from_its_switch(online_run, monkeypatch):
+    from clusterclip.report import charts
+    from clusterclip.report.model import EFFECTIVE_CHART, page_model
+
+    run, leaf = online_run
+    drawn: dict[str, np.ndarray] = {}
+    line = charts._plan_line
+    monkeypatch.setattr(charts, "_plan_line", lambda ax, x, y, name, *a: (drawn.update({name: x}),
+                                                                            line(ax, x, y, name, *a)))
+    spec = next(c for c in page_model(load_run(run), None).charts if c.file == EFFECTIVE_CHART)
+    spec.draw(run / "effective.png")
+    starts = {rec["plan"]: rec["position"] for rec in chain_records(run, leaf)}
+    assert len(starts) == 4 and set(starts) <= set(drawn)
+    for plan, position in starts.items():
+        assert drawn[plan][0] == position, f"{plan} starts at its switch position {position}"
+
+
+def test_updates_that_left_the_weights_unchanged_are_said_so(run_dir):  # noqa: F811
+    """ODM's schedule keeps the weights uniform for K ln K = 8 steps at K = 5: the first update (after 5 steps)
+    changes nothing, and the chain's facts say so and why."""
+    from clusterclip.online.mixer import OnlineMixer
+
+    labels = np.load(Path(run_dir) / LABELS)
+    mixer = OnlineMixer(run_dir, ROOT_PLAN, every=EVERY, explore="odm")
+    for step in range(1, 11):  # steps of 8 samples with losses by cluster (which documents does not matter here)
+        ids = labels[np.arange(8 * step - 8, 8 * step) % labels.size]
+        mixer.report(ids, (1.0 + ids) / 4)
+        mixer.maybe_update(8 * step)
+    records = chain_records(Path(run_dir), mixer.plan)
+    assert [r["changed"] for r in records] == [False, True]
+    section = online_section(build_report(run_dir, progress=False).read_text())
+    assert "weights left unchanged by" in section
+    assert "1 of 2: the bandit keeps them uniform for its first 8 training steps (explore=&#x27;odm&#x27;)" in section
+    assert table_rows(section)[1][4] == "unchanged"

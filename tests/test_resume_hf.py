@@ -1,5 +1,5 @@
 """The Hugging Face ``Trainer`` on a plan: checkpoints written at 2 processes, resumed at 1 and 3 with another
-per-device batch size, mid-epoch and in a later epoch; every sample trained once, in plan order.
+per-device batch size; every sample trained once, in plan order, up to the plan's end, where training stops.
 
 ``train_on_plan`` is the recipe of docs/sampling.md verbatim. Processes are a gloo group (accelerate's
 multi-CPU mode); a tiny GPT-2 built from its config (no download) logs the rows of every micro-batch it trains.
@@ -123,24 +123,25 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_trainer_checkpoints_resume_exactly_at_other_process_counts(run_dir, tmp_path):
+    """Stopped at 2 processes, resumed at 1 and 3 with another batch size and a ``max_steps`` beyond the plan: each
+    trains the plan on from the checkpoint's position and stops at its end (the last whole global batch), with a
+    checkpoint there; nothing of the plan is replayed."""
     plan = load_plan(run_dir, PLAN).tolist()
     n_docs = int(np.load(run_dir / "labels.npy").shape[0])
-    stream = plan * 4  # epochs follow each other without a pad
     common = {"run": str(run_dir), "n_docs": n_docs}
     out = str(tmp_path / "two")
-    first = run_trainer(2, **common, out=out, batch=4, steps=16)  # global batch 8: epoch 1 after step 13
-    flat = [i for step in first for i in step]
-    assert flat == stream[:16 * 8]
+    first = run_trainer(2, **common, out=out, batch=4, steps=8)  # global batch 8
+    assert [i for step in first for i in step] == plan[:8 * 8]
     state = json.loads(Path(out, "checkpoint-3", "clusterclip_plan.json").read_text())
     assert state["sampler"]["epoch"] == 0 and state["sampler"]["consumed"] == 24 and state["processes"] == 2
-    later = json.loads(Path(out, "checkpoint-16", "clusterclip_plan.json").read_text())["sampler"]
-    assert (later["epoch"], later["consumed"], later["pad"]) == (1, 128 - len(plan), 0)
-    for processes, batch, ckpt, steps, at in ((1, 5, "checkpoint-3", 25, 24), (3, 3, "checkpoint-16", 30, 128)):
-        resumed = run_trainer(processes, **common, out=str(tmp_path / ckpt), batch=batch, steps=steps,
+    for processes, batch, ckpt, at in ((1, 5, "checkpoint-3", 24), (3, 3, "checkpoint-8", 64)):
+        done, steps = int(ckpt.split("-")[1]), (len(plan) - at) // (batch * processes)
+        resumed = run_trainer(processes, **common, out=str(tmp_path / ckpt), batch=batch, steps=done + steps + 5,
                               resume=f"{out}/{ckpt}")
-        done = int(ckpt.split("-")[1])
-        assert len(resumed) == steps - done
-        assert [i for step in resumed for i in step] == stream[at:at + (steps - done) * batch * processes]
+        assert len(resumed) == steps, "training stops at the plan's end, not at max_steps"
+        assert [i for step in resumed for i in step] == plan[at:at + steps * batch * processes]
+        end = json.loads(Path(tmp_path, ckpt, f"checkpoint-{done + steps}", "clusterclip_plan.json").read_text())
+        assert (end["sampler"]["epoch"], end["sampler"]["consumed"]) == (0, at + steps * batch * processes)
 
 
 def test_trainer_refusals_name_the_fix(run_dir, tmp_path):
@@ -148,11 +149,18 @@ def test_trainer_refusals_name_the_fix(run_dir, tmp_path):
 
     n_docs = int(np.load(run_dir / "labels.npy").shape[0])
 
-    def trainer(rows: int, max_steps: int) -> PlanTrainer:
+    def trainer(rows: int, max_steps: int, **options: Any) -> PlanTrainer:
         args = transformers.TrainingArguments(output_dir=str(tmp_path / "o"), per_device_train_batch_size=4,
                                               max_steps=max_steps, use_cpu=True, report_to=[])
         return PlanTrainer(model=_model(n_docs), args=args, train_dataset=_documents(rows), plan=run_dir,
-                           plan_name=PLAN)
+                           plan_name=PLAN, **options)
+
+    with pytest.raises(PlanTrainerError, match=r"at_end must be 'stop'.*got 'wrap'"):
+        trainer(n_docs, 5, at_end="wrap")
+    length = len(load_plan(run_dir, PLAN))
+    with pytest.raises(PlanTrainerError, match=rf"max_steps=40 goes past the end of plan '{PLAN}': the {length} "
+                                               rf"positions left from 0 are {length // 4} steps of 4"):
+        trainer(n_docs, 40, at_end="raise").train()
 
     with pytest.raises(PlanTrainerError, match="max_steps"):
         trainer(n_docs, -1)
@@ -161,6 +169,26 @@ def test_trainer_refusals_name_the_fix(run_dir, tmp_path):
     (tmp_path / "checkpoint-2").mkdir()
     with pytest.raises(PlanTrainerError, match=r"clusterclip_plan\.json"):
         trainer(n_docs, 5).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+def test_the_trainer_stops_at_the_end_of_the_plan_instead_of_replaying_it(run_dir, tmp_path, caplog):
+    """``max_steps`` beyond the plan: the last whole global batch before the end is the last step (checkpointed),
+    with a warning at the start; no document is drawn again as a new epoch."""
+    plan = load_plan(run_dir, PLAN).tolist()
+    n_docs = int(np.load(run_dir / "labels.npy").shape[0])
+    model, out = _model(n_docs), str(tmp_path / "o")
+    with caplog.at_level("WARNING", logger="clusterclip.torch.hf"):
+        train_on_plan(run_dir, PLAN, _documents(n_docs), model, out, 8, 40)
+    steps = len(plan) // 8
+    assert [i for batch in model.trained for i in batch] == plan[:steps * 8]
+    assert "training stops there: the end of the plan is the end of the data" in caplog.text
+    saved = json.loads(Path(out, f"checkpoint-{steps}", "clusterclip_plan.json").read_text())["sampler"]
+    assert (saved["epoch"], saved["consumed"]) == (0, steps * 8)
+    from clusterclip.torch.hf import PlanTrainerError
+
+    with pytest.raises(PlanTrainerError, match=r"nothing of plan .* is left to train"):
+        train_on_plan(run_dir, PLAN, _documents(n_docs), _model(n_docs), out, 8, 40,
+                      resume=f"{out}/checkpoint-{steps}")
 
 
 @pytest.mark.slow

@@ -145,11 +145,14 @@ def test_reorder_dataset():
         reorder_dataset(ds, np.array([10]))
 
 
-def test_plan_trainer_follows_the_plan_across_epochs(tmp_path):
+@pytest.mark.parametrize("at_end", ["stop", "raise"])
+def test_plan_trainer_ends_at_the_end_of_a_plan_instead_of_replaying_it(tmp_path, at_end):
+    """Issue 42: a plan given as an array is the whole schedule; max_steps beyond it trains the plan's whole
+    global batches and stops (or is refused before training), never drawing a second pass."""
     pytest.importorskip("accelerate")  # the Trainer needs it
     transformers = pytest.importorskip("transformers")
     datasets = pytest.importorskip("datasets")
-    from clusterclip.torch.hf import PlanTrainer
+    from clusterclip.torch.hf import PlanTrainer, PlanTrainerError
 
     n = 64
     plan = np.random.default_rng(1).integers(0, n, 14).astype(np.int64)
@@ -168,8 +171,16 @@ def test_plan_trainer_follows_the_plan_across_epochs(tmp_path):
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=5, report_to=[],
         use_cpu=True, save_strategy="no", logging_strategy="no", dataloader_num_workers=0, seed=0)
-    Recording(model=model, args=args, train_dataset=ds, plan=plan).train()
-    assert seen == np.tile(plan, 2)[:20].tolist(), "epochs follow each other without a pad"
+    trainer = Recording(model=model, args=args, train_dataset=ds, plan=plan, at_end=at_end)
+    if at_end == "raise":
+        with pytest.raises(PlanTrainerError, match=r"max_steps=5 goes past the end of plan .*14 positions left from "
+                                                   r"0 are 3 steps of 4 \(to step 3\)"):
+            trainer.train()
+        assert seen == []
+    else:
+        trainer.train()
+        assert seen == plan[:12].tolist(), "three whole batches of the plan, then the end of the data"
+        assert trainer.state.global_step == 3
 
 
 def test_plan_written_by_format_1_still_loads(tmp_path):

@@ -10,7 +10,9 @@ from clusterclip.cli.options import command
 from clusterclip.contracts import audit as stage_audit
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
+from clusterclip.online.contract import online_audit
 from clusterclip.plan.axes import where_in_data
+from clusterclip.plan.contract import list_plans, plan_path
 from clusterclip.plan.integrity import PlanReader
 from clusterclip.plan.seen import format_seen
 from clusterclip.store import RunDir
@@ -27,8 +29,9 @@ def add_status_parser(sub: Any) -> argparse.ArgumentParser:
                 run_dir="run directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--verify", action="store_true",
-                   help="also check every artifact of every stage against the SHA-256 in its record (reads "
-                        "every artifact; plain status reads only records); exit status 1 on a problem")
+                   help="also check every artifact of every stage against the SHA-256 in its record, and each "
+                        "online continuation's online.json against its mixer.json (reads every artifact; plain "
+                        "status reads only records); exit status 1 on a problem")
     g = p.add_argument_group("where a training run is in its data")
     g.add_argument("--at-step", type=int, default=None, metavar="N",
                    help="after N training steps of --global-batch positions, per cluster, tier and --by field: "
@@ -56,6 +59,7 @@ def cmd_status(a: argparse.Namespace) -> int:
     summary = summarize(run)
     audit = stage_audit(run) if a.verify else None
     if audit is not None:
+        audit.update(online_audit(run, {name: plan_path(name) for name in list_plans(run)}))
         audit.update({stage: found for stage, found in summary.get("problems", {}).items() if stage not in audit})
     if a.json:
         print(json.dumps(summary if audit is None else {**summary, "verify": audit}, indent=2, default=str))

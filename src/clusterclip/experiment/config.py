@@ -143,7 +143,7 @@ class ExperimentConfig(Settings):
         ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
         help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread (the planner's "
              "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), and "
-             "online[:bandit|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md)")
+             "online[:bandit|odm|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md)")
     passes: float = setting(6.0, check=POSITIVE,
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,

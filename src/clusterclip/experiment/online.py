@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from clusterclip.experiment.batches import PlanBatches
-from clusterclip.online.controller import Controller, continuation_config, token_to_draw_weights
+from clusterclip.online.controller import ODM, Controller, continuation_config, token_to_draw_weights
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.chain import inherit
 from clusterclip.plan.config import PlanConfig
@@ -45,7 +45,8 @@ class Steering:
 
     ``batches`` must have been built with the training split's cluster ``labels``; ``root`` is the plan config the
     run started on (its cap, order, window and seed hold for every continuation) and ``budget`` its token
-    budget; ``n_clusters``, ``rule`` and ``updates`` (how many times the weights change over ``steps``).
+    budget; ``n_clusters``, ``rule`` (a controller rule, or ``"odm"``: the bandit with ODM's exploration schedule
+    instead of the default) and ``updates`` (how many times the weights change over ``steps``, the run's horizon).
     """
 
     def __init__(self, batches: PlanBatches, lengths: np.ndarray, root: PlanConfig, budget: int, n_clusters: int,
@@ -54,7 +55,9 @@ class Steering:
             raise ValueError("online steering needs batches built with the cluster labels")
         self.batches, self.labels, self.lengths = batches, batches.labels, np.asarray(lengths, np.int64)
         self.root, self.budget, self.k = root, int(budget), int(n_clusters)
-        self.controller = Controller.start(self.k, rule, seed=root.seed)
+        schedule = {"explore": ODM} if rule == ODM else {}
+        self.controller = Controller.start(self.k, "bandit" if rule == ODM else rule, seed=root.seed,
+                                           horizon=float(steps), **schedule)
         sizes = np.bincount(self.labels, minlength=self.k)
         self.mean_tokens = np.divide(np.bincount(self.labels, self.lengths, self.k), sizes, out=np.zeros(self.k),
                                      where=sizes > 0)
@@ -102,6 +105,7 @@ class Steering:
             "step": int(step), "position": int(read.size), "tokens": spent, "budget_tokens": left,
             "budget_docs": docs,
             "weights": [round(w, RECORD_DECIMALS) for w in controller.weights],
+            "changed": not controller.unchanged(self.controller),
             "losses": [None if math.isnan(x) else round(x, RECORD_DECIMALS) for x in controller.losses],
         })
         self.controller = controller
@@ -118,6 +122,8 @@ class Steering:
         return int(min(math.ceil((1 + BUDGET_MARGIN) * tokens / max(expected, 1.0)), room))
 
     def record(self) -> dict[str, Any]:
-        """The run's ``online`` record: rule, update cadence and, per update, the step, the documents and tokens
-        read before it, the budget planned after it, the new weights and the window's mean losses."""
-        return {"rule": self.controller.rule, "every_steps": self.every, "updates": self.updates}
+        """The run's ``online`` record: rule, exploration schedule, update cadence and, per update, the step, the
+        documents and tokens read before it, the budget planned after it, the new weights, whether they changed
+        and the window's mean losses."""
+        return {"rule": self.controller.rule, "explore": self.controller.explore, "every_steps": self.every,
+                "updates": self.updates}

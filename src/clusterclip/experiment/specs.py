@@ -35,9 +35,10 @@ def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool 
     return spec
 
 
-ONLINE_RULES = {"online": "bandit", "online:bandit": "bandit", "online:gradient": "gradient"}
+ONLINE_RULES = {"online": "bandit", "online:bandit": "bandit", "online:odm": "odm", "online:gradient": "gradient"}
 """The experiment's online strategies (``online[:rule]``) and their controller rule; ``online`` is the default
-rule, ODM's bandit."""
+rule, ODM's bandit with the default exploration (uniform for the first 5 % of the run); ``odm`` is the bandit with
+ODM's own schedule (uniform for K ln K steps)."""
 DEFAULT_ONLINE_UPDATES = 8
 
 

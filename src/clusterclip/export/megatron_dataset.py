@@ -33,14 +33,15 @@ import numpy as np
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, edited_message, file_sizes
-from clusterclip.export.writers.megatron import MegatronWriter
+from clusterclip.export.writers.megatron import MegatronWriter, megatron_imports
 from clusterclip.store.record import RecordError
 
 try:
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-    from megatron.core.datasets.object_storage_utils import is_object_storage_path
-    from megatron.core.datasets.utils import Split
+    with megatron_imports():
+        from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+        from megatron.core.datasets.object_storage_utils import is_object_storage_path
+        from megatron.core.datasets.utils import Split
 except ImportError as exc:  # megatron-core or torch missing
     raise ClusterClipError(f"clusterclip.export.megatron_dataset needs megatron-core and torch ({exc}): "
                            "pip install 'clusterclip[export]' (see docs/export.md)") from exc

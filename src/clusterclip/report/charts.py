@@ -280,10 +280,12 @@ def plot_effective_clusters(
     plans: Mapping[str, tuple[np.ndarray, int]],
     sizes: np.ndarray,
     path: str | os.PathLike[str],
+    starts: Mapping[str, int] | None = None,
 ) -> Chart:
     """Effective number of clusters (exp of the entropy of cluster shares) per window, one line per plan.
 
-    ``plans`` maps a plan name to (mixture [W, K], window). A last window holding less than half a
+    ``plans`` maps a plan name to (mixture [W, K], window); ``starts`` the training position a plan's first
+    window is drawn at (a continuation's switch position; default 0). A last window holding less than half a
     window of draws is left out: fewer draws see fewer clusters, which would show as a spurious drop.
     References: K (every cluster equally often), the corpus's own value, and what random sampling
     gives in a window of the same size; the last is lower than the corpus's value because a window of
@@ -304,7 +306,8 @@ def plot_effective_clusters(
             if len(m) > 1 and m[-1].sum() < window / 2:
                 m = m[:-1]
             windows.add(window)
-            x, y = np.arange(len(m)) * window, effective_number(m, axis=1)
+            x = int((starts or {}).get(name, 0)) + np.arange(len(m)) * window
+            y = effective_number(m, axis=1)
             _plan_line(ax, x, y, name, CATEGORICAL[i % len(CATEGORICAL)], drawn)
         if sizes.size:
             ax.axhline(sizes.size, color="black", linestyle=":", linewidth=1.2, label=f"K = {sizes.size}")

@@ -292,10 +292,14 @@ def _plan_charts(plan: PlanView, run: RunView, plans: tuple[PlanView, ...] | Non
 
 
 def _effective_chart(plans: tuple[PlanView, ...], run: RunView) -> ChartSpec | None:
+    """Each plan's effective clusters per window, a continuation's from its switch position in the training
+    stream (the switch positions of its chain summed), not from 0."""
     with_mixture = {p.name: (p.mixture, p.window) for p in plans if p.mixture is not None}
     if not with_mixture or not run.k:
         return None
-    return ChartSpec(EFFECTIVE_CHART, partial(charts.plot_effective_clusters, with_mixture, run.sizes))
+    starts = {p.name: sum(int(a.get("consumed", 0)) for a in p.record.chain()) for p in plans}
+    return ChartSpec(EFFECTIVE_CHART, partial(charts.plot_effective_clusters, with_mixture, run.sizes,
+                                              starts=starts))
 
 
 def _centroid_map(run: RunView, majority: list[str | None] | None) -> ChartSpec | None:

@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import ONLINE_RECORD
+from clusterclip.online.contract import MIXER_RECORD, ONLINE_RECORD, read_online
+from clusterclip.online.controller import Controller, uniform_steps
+from clusterclip.online.state import OnlineRecord
 from clusterclip.plan.contract import plan_path
 from clusterclip.report.charts import Chart
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number
 from clusterclip.report.online_chart import WeightTrack, plot_online_weights, weight_track
-from clusterclip.store import load_json
+from clusterclip.store import RunDir
 
 TOP_MOVES = 3
 """Clusters named per update as gaining and as losing most weight."""
@@ -56,6 +58,7 @@ class OnlineUpdate:
     samples: float | None
     effective: float
     realised_tv: float | None
+    changed: bool = True
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,8 @@ class OnlineChain:
     updates: tuple[OnlineUpdate, ...]
     track: WeightTrack
     chart: str
+    unchanged: str | None = None
+    """How many updates left the weights as they were, and why when the bandit's exploration explains it."""
 
 
 @dataclass(frozen=True)
@@ -89,40 +94,35 @@ def _numbers(v: object, k: int | None) -> np.ndarray | None:
     return np.array([math.nan if x is None else x for x in v], np.float64)
 
 
-def _checked(rec: object, k: int | None) -> dict[str, Any] | None:
-    """An ``online.json`` with what the section uses, its ``k`` weights as an array (None when malformed)."""
-    if not isinstance(rec, dict) or not isinstance(ctrl := rec.get("controller"), dict):
-        return None
-    weights = _numbers(ctrl.get("weights"), k)
-    position = rec.get("position")
-    if weights is None or not np.isfinite(weights).all() or not isinstance(position, int) or position < 0:
-        return None
-    window = rec.get("window") if isinstance(rec.get("window"), dict) else {}
-    n = len(weights)
-    return {**rec, "weights": weights, "sums": _numbers(window.get("sums"), n),
-            "counts": _numbers(window.get("counts"), n)}
+def _checked(rec: OnlineRecord, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the section uses of a typed ``online.json``: its JSON and the weights and window as arrays."""
+    return {**obj, "weights": np.asarray(rec.controller.weights, np.float64),
+            "sums": np.asarray(rec.window.sums, np.float64), "counts": np.asarray(rec.window.counts, np.float64)}
 
 
 def _online_records(run: RunView, notes: list[str]) -> dict[str, dict[str, Any]]:
-    """The checked ``online.json`` of every plan that has one, by plan name (K weights each: the clustering's, or
-    without one the first record's)."""
+    """The ``online.json`` of every plan that has one, by plan name, once it matches the checksum its
+    ``mixer.json`` records and reads as a mixer's record with K weights (the clustering's, or without one the
+    first record's); any other is left out with a note, so no weights are drawn that no plan was built with."""
     found: dict[str, dict[str, Any]] = {}
     k = run.k or None
+    rd = RunDir(run.root)
     for plan in run.plans:
-        path = run.root / plan_path(plan.name, ONLINE_RECORD)
-        if not path.exists():
+        folder = plan_path(plan.name)
+        if not (run.root / folder / ONLINE_RECORD).exists() and not (run.root / folder / MIXER_RECORD).exists():
             continue
         try:
-            rec = _checked(load_json(path), k)
+            obj = read_online(rd, plan.name, folder)
+            rec = OnlineRecord.from_json(obj, str(run.root / folder / ONLINE_RECORD))
         except (OSError, ClusterClipError) as exc:
             notes.append(f"{exc}; plan {plan.name} left out of online mixing")
             continue
-        if rec is None:
-            notes.append(f"plan {plan.name}: {ONLINE_RECORD} is not a mixer's record with {k or 'K'} weights; "
-                         "left out of online mixing")
-        else:
-            found[plan.name] = rec
-            k = len(rec["weights"])
+        if k is not None and len(rec.controller.weights) != k:
+            notes.append(f"plan {plan.name}: {ONLINE_RECORD} holds {len(rec.controller.weights)} weights, not the "
+                         f"run's K = {k}; left out of online mixing")
+            continue
+        found[plan.name] = _checked(rec, obj)
+        k = len(rec.controller.weights)
     return found
 
 
@@ -175,9 +175,24 @@ def _table(names: list[str], records: Mapping[str, dict[str, Any]], base: str, s
         gained, lost = _moves(weights[i - 1], weights[i]) if i else ((), ())
         loss, samples = _window_loss(rec) if rec is not None else (None, None)
         step = int(rec["controller"].get("step", i)) if rec is not None else 0
+        changed = rec is None or bool(rec.get("changed", not np.array_equal(weights[i - 1], weights[i]) or not i))
         out.append(OnlineUpdate(plan, starts[i], rule if rec is not None else "start", step, gained, lost, loss,
-                                samples, float(effective[i]), None if math.isnan(tv[i]) else float(tv[i])))
+                                samples, float(effective[i]), None if math.isnan(tv[i]) else float(tv[i]), changed))
     return tuple(out)
+
+
+def _unchanged(updates: tuple[OnlineUpdate, ...], last: Mapping[str, Any]) -> str | None:
+    """``"n of m"`` updates that left the weights as they were, with the bandit's uniform steps when it explores."""
+    done = [u for u in updates if u.step]
+    still = sum(not u.changed for u in done)
+    if not still:
+        return None
+    ctrl = Controller.from_json(last["controller"])
+    why = ""
+    if ctrl.rule == "bandit":
+        steps = uniform_steps(len(ctrl.weights), ctrl.explore, ctrl.horizon)
+        why = f": the bandit keeps them uniform for its first {steps:,.0f} training steps (explore={ctrl.explore!r})"
+    return f"{still} of {len(done)}{why}"
 
 
 def online_chain(leaf: str, records: Mapping[str, dict[str, Any]], plans: Mapping[str, PlanView], chart: str,
@@ -203,9 +218,9 @@ def online_chain(leaf: str, records: Mapping[str, dict[str, Any]], plans: Mappin
         if counts is not None and counts.size == k and counts.sum() > 0:
             realised[i] = counts / counts.sum()
     every = records[names[0]].get("every")
-    return OnlineChain(root, leaf, every if isinstance(every, int) else None, end,
-                       _table(names, records, base, starts, weights, realised),
-                       weight_track(weights, starts, end, realised), chart)
+    table = _table(names, records, base, starts, weights, realised)
+    return OnlineChain(root, leaf, every if isinstance(every, int) else None, end, table,
+                       weight_track(weights, starts, end, realised), chart, _unchanged(table, records[names[-1]]))
 
 
 def online_section(run: RunView) -> OnlineSection | None:

@@ -30,16 +30,17 @@ def _share(w: float) -> str:
     return f"{100 * w:.3g}"
 
 
-def _moves(moves: tuple[tuple[int, float, float], ...]) -> h.Cell:
+def _moves(moves: tuple[tuple[int, float, float], ...], changed: bool = True) -> h.Cell:
     if not moves:
-        return h.Cell("–")
+        return h.Cell("–" if changed else "unchanged")
     text = "<br>".join(f"#{c} {_share(a)} → {_share(b)} %" for c, a, b in moves)
     return h.Cell(text, sort=abs(moves[0][2] - moves[0][1]))
 
 
 def _row(u: OnlineUpdate) -> list[object]:
     plan = h.Cell(f'<code style="word-break:break-all">{h.esc(u.plan)}</code>', sort=u.plan)
-    return [u.position, plan, u.rule, u.step, _moves(u.gained), _moves(u.lost), u.window_loss, u.samples,
+    return [u.position, plan, u.rule, u.step, _moves(u.gained, u.changed), _moves(u.lost, u.changed), u.window_loss,
+            u.samples,
             u.effective, u.realised_tv]
 
 
@@ -48,6 +49,8 @@ def _chain(i: int, chain: OnlineChain, made: Mapping[str, Chart]) -> str:
     facts = [("updates", f"{len(updates):,}"), ("rule", updates[0].rule if updates else "–"),
              ("every", f"{chain.every:,} positions" if chain.every else "–"), ("run length", f"{chain.end:,}"),
              ("clusters", f"{chain.track.k:,}")]
+    if chain.unchanged:
+        facts.append(("weights left unchanged by", chain.unchanged))
     table_id = f"online-table-{i}"
     rows = [_row(u) for u in chain.updates]
     table = h.table(COLUMNS, rows, table_id, sortable=True, limit=ONLINE_ROWS)

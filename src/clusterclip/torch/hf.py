@@ -7,11 +7,15 @@ never reads a sampler's state. :class:`PlanTrainer` instead gives the Trainer an
 plan position reached at each checkpoint (``clusterclip_plan.json``: global step x global batch after the
 position the run started at), restores it on resume and turns the Trainer's own batch skipping off. With
 ``online=OnlineMixer(...)`` it steers the cluster mixture as it trains (:mod:`clusterclip.torch.hf_online`).
+The end of the plan (or of the online chain) is the end of the data: training stops at the last whole global
+batch before it, or ``at_end="raise"`` refuses a ``max_steps`` beyond it before training, instead of replaying the
+plan as another epoch (which would draw documents beyond the plan's cap).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -26,6 +30,9 @@ from clusterclip.torch.sampler import ClusterClipSampler
 __all__ = ["PLAN_STATE_FILE", "PlanTrainer", "PlanTrainerError"]
 
 PLAN_STATE_FILE = "clusterclip_plan.json"
+AT_END = ("stop", "raise")
+"""What ``PlanTrainer`` does when ``max_steps`` goes past the end of the plan: stop there, or raise before training."""
+log = logging.getLogger(__name__)
 
 
 class PlanTrainerError(ClusterClipError, ValueError):
@@ -41,9 +48,12 @@ class PlanTrainer(Trainer):
     (the run directory and the plan's name when it holds several). Or ``export``: a ``clusterclip export``
     folder (``--format hf``, say), with ``train_dataset`` its rows (``datasets.load_from_disk``), which already
     hold the plan's order: the sampler walks its rows. ``max_steps`` is required: training is
-    counted in steps of the global batch (per device x processes x accumulation) along the plan, epochs
-    following each other without a pad. Resuming (``train(resume_from_checkpoint=...)``) continues at the
-    checkpoint's plan position with any number of processes or batch size.
+    counted in steps of the global batch (per device x processes x accumulation) along the plan. The plan is the
+    whole schedule: its end is the end of the data. With ``at_end="stop"`` (the default) a ``max_steps`` beyond
+    it ends training after the last whole global batch before the end (a warning says so at the start, and that
+    step is checkpointed); ``at_end="raise"`` refuses it before training starts. Resuming
+    (``train(resume_from_checkpoint=...)``) continues at the checkpoint's plan position with any number of
+    processes or batch size.
 
     ``online``: an :class:`~clusterclip.online.mixer.OnlineMixer` on the run (``plan``/``plan_name`` default to
     its run and root plan, or must name them): every step's per-sample causal-LM losses (``labels`` in the batch)
@@ -54,7 +64,10 @@ class PlanTrainer(Trainer):
 
     def __init__(self, *args: Any, plan: Any = None, plan_name: str | None = None,
                  export: str | os.PathLike[str] | None = None, online: OnlineMixer | None = None,
-                 **kwargs: Any) -> None:
+                 at_end: str = "stop", **kwargs: Any) -> None:
+        if at_end not in AT_END:
+            raise PlanTrainerError(f"at_end must be 'stop' (training ends at the end of the plan) or 'raise' (a "
+                                   f"max_steps beyond it is refused), got {at_end!r}")
         if online is not None:
             plan, plan_name = _online_plan(online, plan, plan_name, export)
         if (plan is None) == (export is None):
@@ -78,7 +91,9 @@ class PlanTrainer(Trainer):
                                    "TrainingArguments(ignore_data_skip=True) (the plan position is restored instead)")
         self._check_rows()
         self._start = (0, 0)  # (stream position, global step) this train() call or plan of the chain began at
+        self.at_end, self.last_step = at_end, 0
         self.add_callback(_SaveState(self))
+        self.add_callback(_EndOfData(self))
         if self.online is not None:
             self.add_callback(self.online)
 
@@ -123,7 +138,34 @@ class PlanTrainer(Trainer):
             self._start = (self.plan_sampler.epoch * self.plan_sampler.total + self.plan_sampler.consumed, 0)
             if self.online is not None:
                 self.online.begin()
+        self.last_step = self._end_step()
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _end_step(self) -> int:
+        """The global step after the last whole global batch before the end of the plan (or of the online chain)
+        from where this ``train()`` starts: a ``max_steps`` beyond it is a warning (``at_end="stop"``) or refused
+        (``"raise"``); nothing left to train is refused either way."""
+        batch, (stream, step) = self._global_batch(), self._start
+        if self.online is not None:
+            mixer = self.online.mixer
+            at, end, what = mixer.start + stream, mixer.end, f"the online chain of plan {mixer.root!r}"
+        else:
+            at, end = stream, self.plan_sampler.total
+            what = f"the export {self.export}" if self.export is not None else f"plan {self.plan_sampler.info.name!r}"
+        steps = max(end - at, 0) // batch
+        if steps == 0:
+            raise PlanTrainerError(f"nothing of {what} is left to train: it ends at position {end:,} and training is "
+                                   f"at {at:,} (less than one global batch of {batch}); plan a longer budget to train "
+                                   "more")
+        last = step + steps
+        if self.args.max_steps > last:
+            why = (f"max_steps={self.args.max_steps} goes past the end of {what}: the {end - at:,} positions left from "
+                   f"{at:,} are {steps:,} steps of {batch} (to step {last:,})")
+            if self.at_end == "raise":
+                raise PlanTrainerError(f"{why}; lower max_steps, plan a longer budget, or PlanTrainer(at_end='stop') "
+                                       "to end training there")
+            log.warning("%s; training stops there: the end of the plan is the end of the data", why)
+        return last
 
     def _restore(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, PLAN_STATE_FILE)
@@ -181,6 +223,19 @@ class _SaveState(TrainerCallback):
         if os.path.isdir(folder):
             with open(os.path.join(folder, PLAN_STATE_FILE), "w", encoding="utf-8") as f:
                 json.dump(self.trainer.plan_state(state.global_step), f, indent=1)
+
+
+class _EndOfData(TrainerCallback):
+    """Stops training at the end of the plan (``PlanTrainer.last_step``), saving that step as the Trainer saves
+    its last one."""
+
+    def __init__(self, trainer: PlanTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step >= self.trainer.last_step:
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no" or control.should_save
 
 
 def _online_plan(mixer: OnlineMixer, plan: Any, plan_name: str | None, export: Any) -> tuple[Any, str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,18 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.export.writers.base import Writer, missing, token_rows
+
+MEGATRON_NOISE = "Transformer Engine and Apex are not installed"
+"""The start of the ``UserWarning`` megatron-core prints for each of its optimizer modules on import; an export
+and a dataset use neither."""
+
+
+@contextlib.contextmanager
+def megatron_imports() -> Iterator[None]:
+    """Around an import of megatron-core: its warnings about Transformer Engine and Apex are not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=MEGATRON_NOISE, category=UserWarning)
+        yield
 
 
 class MegatronWriter(Writer):
@@ -29,7 +44,8 @@ class MegatronWriter(Writer):
         super().__init__(folder, token_dtype, meta)
         self.prefix = prefix
         try:
-            from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+            with megatron_imports():
+                from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
         except ImportError as exc:
             raise missing("megatron", "megatron-core", exc) from exc
         self.builder = IndexedDatasetBuilder(str(folder / f"{prefix}.bin"), dtype=token_dtype.type)
