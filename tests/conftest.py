@@ -7,9 +7,9 @@ import os
 
 from hypothesis import settings
 
-from tests.suite import pytest_addoption, pytest_collection_modifyitems, pytest_configure
+from tests.suite import pytest_addoption, pytest_configure, pytest_xdist_make_scheduler
 
-__all__ = ["pytest_addoption", "pytest_collection_modifyitems", "pytest_configure"]
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_xdist_make_scheduler"]
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")

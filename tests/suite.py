@@ -1,12 +1,12 @@
 """The suite's own plumbing, a pytest plugin (``conftest.py`` takes its hooks; ``-p tests.suite`` loads it
 elsewhere): which tests may run side by side under pytest-xdist, and what a stopped run prints.
 
-**Groups.** ``make test`` runs ``pytest -n 2 --dist loadgroup``: every test gets an ``xdist_group`` and a group runs
-on one worker, in order. By default a test module is its own group, so its module- and session-scoped fixtures (a
-tamper sweep's run, the core install's virtual environment) are built once, not once per worker. Tests that share
-a machine-wide resource form one group across modules: ``ray`` (local Ray instances and two-node clusters share
-``/tmp/ray`` and its ``session_latest`` link, and some tests look for Ray processes) and ``distributed``
-(multi-process torch groups on 127.0.0.1 ports picked a moment before they are bound).
+**Groups.** ``make test`` runs ``pytest -n auto --dist loadgroup``, whose scheduler here (:func:`group_of`) runs
+each group of tests on one worker, in order. By default a test module is its own group, so its module- and
+session-scoped fixtures (a tamper sweep's run, the core install's virtual environment) are built once, not once per
+worker. Tests that share a machine-wide resource form one group across modules: ``ray`` (local Ray instances and
+two-node clusters share ``/tmp/ray`` and its ``session_latest`` link, and some tests look for Ray processes) and
+``distributed`` (multi-process torch groups on 127.0.0.1 ports picked a moment before they are bound).
 
 **A stopped run.** SIGTERM or SIGINT (a CI time limit, Ctrl-C, ``make`` passing on its own SIGTERM), or, with
 ``--stop-with-parent``, the end of the process that started pytest (``make`` killed with SIGKILL), prints what the run
@@ -17,8 +17,9 @@ later, or a second signal, exits at once.
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import inspect
+import functools
 import os
 import re
 import signal
@@ -33,46 +34,56 @@ import pytest
 
 RAY = re.compile(r"""importorskip\(["']ray|engine=["']ray|["']--engine["'], ["']ray|--engine ray|ray_session|"""
                  r"""two_node_cluster|ray_tasks|ray_local""")
-"""What marks a test as one that starts or reaches Ray (in its source, parameters or fixtures)."""
+"""What marks a test function as one that starts or reaches Ray (in its source, fixtures included)."""
+RAY_PARAMS = "engine-ray"
+"""What marks a parametrized test's id as one on Ray (``tests/test_docs.py`` names its README lines so)."""
 DISTRIBUTED = re.compile(r"MASTER_PORT")
 """What marks a module whose tests start multi-process torch groups."""
 GRACE_S = 20.0
 SLOWEST = 5
 
 
-def group_of(item: pytest.Item) -> str:
-    """The xdist group of a test: ``ray``, ``distributed``, or its module's path."""
-    module = Path(str(item.fspath))
-    function = getattr(item, "function", None)
-    try:
-        source = inspect.getsource(function) if function is not None else ""
-    except (OSError, TypeError):
-        source = ""
-    params = str(getattr(getattr(item, "callspec", None), "params", ""))
-    if RAY.search(source) or RAY.search(params) or "ray_local" in getattr(item, "fixturenames", ()):
+def group_of(nodeid: str, root: Path) -> str:
+    """The group of the test ``nodeid`` (relative to ``root``): ``ray``, ``distributed``, or its module's path.
+
+    Decided from the node id and the module's source alone: the controller of an xdist run collects nothing (and
+    pytest 9 no longer lets xdist's ``xdist_group`` rename node ids, so its own ``loadgroup`` groups nothing).
+    """
+    path, _, rest = nodeid.partition("::")
+    name, _, params = rest.split("::")[-1].partition("[")
+    if RAY_PARAMS in params or RAY.search(_functions(root / path).get(name, "")):
         return "ray"
-    if DISTRIBUTED.search(_module_source(module)):
+    if DISTRIBUTED.search(_functions(root / path).get("", "")):
         return "distributed"
-    return module.name
+    return path
 
 
-_SOURCES: dict[Path, str] = {}
+@functools.cache
+def _functions(path: Path) -> dict[str, str]:
+    """The source of every function of a test module by name (classes' methods included), and the whole
+    module's under ``""``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found = {node.name: ast.get_source_segment(text, node) or "" for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {**found, "": text}
 
 
-def _module_source(path: Path) -> str:
-    if path not in _SOURCES:
-        try:
-            _SOURCES[path] = path.read_text(encoding="utf-8")
-        except OSError:
-            _SOURCES[path] = ""
-    return _SOURCES[path]
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: each group (:func:`group_of`) runs on one worker, in collection order."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
 
+    class SuiteGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid, config.rootpath)
 
-def add_groups(items: list[pytest.Item]) -> None:
-    """Give every test without one its ``xdist_group`` (see the module's docstring)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group_of(item)))
+    return SuiteGroups(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -86,11 +97,6 @@ def pytest_configure(config: pytest.Config) -> None:
     watch = SuiteWatch(config)
     config.pluginmanager.register(watch, "suite-watch")
     watch.install(with_parent=config.getoption("--stop-with-parent"))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    add_groups(items)
 
 
 def _duration(seconds: float) -> str:

@@ -216,7 +216,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
                  {"tokens": str(2 * tokens), "consumed": str(length * 3 // 10)})
 
 
-README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}",
+README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}" + ("-engine-ray" if "--engine ray" in line
+                                                                                else ""),
                              marks=[pytest.mark.slow] if any(s in line for s in SLOW) else [])
                 for i, line in enumerate(command_lines(ROOT / "README.md"))]
 

@@ -9,11 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from tests.suite import group_of
+from tests.test_docs import command_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = """
@@ -103,23 +103,24 @@ def test_the_end_of_the_parent_process_stops_the_run_with_the_summary(tmp_path):
     assert "running: test_tiny.py::test_sleeps" in text
 
 
-def _item(module: str, function: object, params: dict | None = None, fixtures: tuple[str, ...] = ()) -> object:
-    """What :func:`group_of` reads of a collected test."""
-    return SimpleNamespace(fspath=ROOT / "tests" / module, function=function, fixturenames=fixtures,
-                           callspec=SimpleNamespace(params=params) if params is not None else None)
-
-
 def test_tests_that_share_ray_or_torch_ports_are_grouped():
-    from tests import test_docs, test_engines
+    def group(nodeid: str) -> str:
+        return group_of(nodeid, ROOT)
 
-    assert group_of(_item("test_engines.py", test_engines.test_no_more_workers_than_cores)) == "test_engines.py"
-    assert group_of(_item("test_engines.py", test_engines.test_ray_processes_end_when_the_command_is_killed)) == "ray"
-    assert group_of(_item("test_x.py", test_suite_plain, fixtures=("ray_local",))) == "ray"
-    readme = test_docs.test_a_readme_command_runs_as_written
-    assert group_of(_item("test_docs.py", readme, {"line": "clusterclip run d --out r --engine ray"})) == "ray"
-    assert group_of(_item("test_docs.py", readme, {"line": "clusterclip status runs/web"})) == "test_docs.py"
-    assert group_of(_item("test_resume_loops.py", test_suite_plain)) == "distributed"
+    assert group("tests/test_engines.py::test_no_more_workers_than_cores") == "tests/test_engines.py"
+    assert group("tests/test_engines.py::test_ray_processes_end_when_the_command_is_killed") == "ray"
+    assert group("tests/test_ray_engine.py::test_ray_engine_matches_local") == "ray"  # the ray_local fixture
+    assert group("tests/test_ray_engine.py::test_unknown_engine_is_rejected") == "tests/test_ray_engine.py"
+    readme = "tests/test_docs.py::test_a_readme_command_runs_as_written"
+    ray_lines = [i for i in _readme_ids() if "engine-ray" in i]
+    assert len(ray_lines) == sum("--engine ray" in line for line in command_lines(ROOT / "README.md")) >= 2
+    assert {group(f"{readme}[{i}]") for i in ray_lines} == {"ray"}
+    assert group(f"{readme}[18-status runs/web]") == "tests/test_docs.py"
+    assert group("tests/test_resume_loops.py::test_two_ranks_resumed_at_one_and_three_ranks") == "distributed"
+    assert group("tests/test_cli_grammar.py::test_former_spellings_run_end_to_end") == "tests/test_cli_grammar.py"
 
 
-def test_suite_plain():
-    """A test that uses nothing shared (and a function for the grouping test to look at)."""
+def _readme_ids() -> list[str]:
+    from tests.test_docs import README_LINES
+
+    return [p.id for p in README_LINES]
