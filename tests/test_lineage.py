@@ -99,14 +99,20 @@ def test_an_input_already_in_the_run_is_refused_under_any_name(tmp_path, capsys)
 def test_documents_already_in_the_run_are_skipped_and_counted(tmp_path, capsys):
     run, old = build_run(tmp_path)
     rows = [json.loads(line) for line in old.read_text().splitlines()]
-    mixed = tmp_path / "mixed.jsonl"  # 20 known texts under new ids, and 10 new documents
+    mixed = tmp_path / "mixed.jsonl"  # 20 known texts under new ids, 10 new documents and 3 copies of new ones
     new = new_file(tmp_path / "n.jsonl", {"sailing": 10})
-    mixed.write_text("".join(json.dumps({**r, "id": f"copy-{r['id']}"}) + "\n" for r in rows[:20]) + new.read_text())
+    fresh = [json.loads(line) for line in new.read_text().splitlines()]
+    mixed.write_text("".join(json.dumps({**r, "id": f"copy-{r['id']}"}) + "\n" for r in rows[:20]) + new.read_text()
+                     + "".join(json.dumps({**r, "id": f"again-{r['id']}"}) + "\n" for r in fresh[:3]))
     assert main(["add", str(run.root), str(mixed), "-q"]) == 0
-    assert "skipped 20 documents whose text is already in the run" in capsys.readouterr().out
+    assert ("skipped 23 duplicate documents: 20 with a text already in the run and 3 repeating a text earlier in "
+            "the new inputs") in capsys.readouterr().out
     texts = read_column(run, "text")
     assert len(texts) == 160 and len(set(texts)) == 160
-    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 20
+    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 23
+    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_within"] == 3
+    assert main(["status", str(run.root)]) == 0
+    assert "(duplicates skipped: 20 with a text already in the run and 3 repeating" in capsys.readouterr().out
     again = Path(shutil.copy(old, tmp_path / "again.jsonl"))
     again.write_text("".join(json.dumps({**r, "id": f"again-{r['id']}"}) + "\n" for r in rows[:5]))
     assert main(["add", str(run.root), str(again), "--allow-duplicates", "-q"]) == 0
