@@ -184,7 +184,8 @@ def format_summary(summary: dict[str, Any]) -> str:
                      + (f" (duplicates skipped: {duplicates_note(add['duplicates_skipped'], add['duplicates_within'])})"
                         if add["duplicates_skipped"] else ""))
     if steps := summary.get("lineage", {}).get("rebuild"):
-        lines.append("rebuild:  " + ", then ".join(f"`{c}`" for c in steps))
+        lines.append("replay:   the run grew by `clusterclip add`; to rebuild it from its inputs (not needed to use "
+                     "it): " + ", then ".join(f"`{c}`" for c in steps))
     if summary.get("busy"):
         lines.append(f"busy:     {summary['busy']}")
     if summary.get("pending"):
