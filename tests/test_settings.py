@@ -294,3 +294,43 @@ def test_every_float_option_of_the_proxy_commands_has_a_finite_range(tmp_path, c
     code = cli.main([command, str(corpus), "--out", str(tmp_path / "run"), flag, "1e300", "-q"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and flag in err, err
+
+
+# ----------------------------------------------------------- errors name the option as the caller spelled it
+
+
+def _no_text_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "pyfiles.parquet"
+    pq.write_table(pa.table({"source": ["def f():\n    return 1\n"] * 5, "path": [f"f{i}.py" for i in range(5)]}),
+                   path)
+    return path
+
+
+def test_an_error_through_the_python_api_names_the_api_argument_and_the_cli_names_the_flag(tmp_path, capsys):
+    from clusterclip.cli.main import main
+    from clusterclip.pipeline import run_pipeline
+
+    path = _no_text_column(tmp_path)
+    with pytest.raises(ClusterClipError) as err:
+        run_pipeline([path], out=tmp_path / "api", progress=False)
+    text = str(err.value)
+    assert "no column 'text' (columns: source, path); choose another with corpus=CorpusConfig(text_field=...)" in text
+    assert "--" not in text and "\u27e6" not in text
+    assert main(["run", str(path), "--out", str(tmp_path / "cli"), "-q"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.endswith("no column 'text' (columns: source, path); choose another with --text-field"), line
+    copy = pickle.loads(pickle.dumps(err.value))  # as a Ray task's error reaches the driver
+    assert str(copy) == text and error_message(copy).endswith("choose another with --text-field")
+    summary = run_pipeline([path], out=tmp_path / "api", corpus=CorpusConfig(text_field="source"), progress=False)
+    assert summary["corpus"]["documents"] == 5
+
+
+def test_add_names_its_own_argument(tmp_path):
+    from clusterclip.corpus.parquet import _open_parquet_input
+
+    path = _no_text_column(tmp_path)
+    with pytest.raises(ClusterClipError, match=r"choose another with read=ReadOptions\(text_field=\.\.\.\)$"):
+        _open_parquet_input(path, ReadOptions())

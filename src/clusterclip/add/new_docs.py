@@ -22,6 +22,7 @@ from clusterclip.corpus.records import DocBatch, ReadOptions, ReadStats
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
+from clusterclip.settings import option
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 
@@ -117,8 +118,8 @@ def check_new_ids(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], ne
     """Refuse new ids that an existing document has (streaming the old parts' id column) or that two new
     documents share; the error names both places."""
     hint = (f"ids come from field {opts.id_field!r}" if opts.id_field else
-            "ids default to FILE:LINE, so a new file named like an old one collides: use --id-field (a copy of an "
-            "input under another name is refused as a duplicate)")
+            "ids default to FILE:LINE, so a new file named like an old one collides: set "
+            f"{option(type(opts), 'id_field')} (a copy of an input under another name is refused as a duplicate)")
     first: dict[str, int] = {}
     for pos, doc_id in enumerate(new.ids):
         if doc_id in first:

@@ -16,6 +16,7 @@ from clusterclip.corpus import limits
 from clusterclip.corpus.format_base import ColumnFormat, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError
+from clusterclip.settings import option
 
 
 def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
@@ -54,7 +55,7 @@ def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, 
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
-                             "choose another with --text-field")
+                             f"choose another with {option(type(opts), 'text_field')}")
     if opts.id_field is not None and opts.id_field not in names:
         raise BadRecordError(source, None, f"no id column {opts.id_field!r} (columns: {', '.join(names)})")
     text_type = pf.schema_arrow.field(opts.text_field).type

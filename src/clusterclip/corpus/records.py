@@ -17,12 +17,14 @@ from typing import Any, ClassVar
 
 from clusterclip.corpus import limits
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.settings import Settings, is_text, optional, setting
+from clusterclip.settings import Settings, is_text, option, optional, setting
 
 
 @dataclass(frozen=True)
 class ReadOptions(Settings):
     """How records are turned into documents; validated on construction."""
+
+    API_ARGUMENT = "read"
 
     text_field: str = setting("text", check=is_text, help="field or column holding the document text")
     id_field: str | None = setting(None, check=optional(is_text),
@@ -155,7 +157,7 @@ def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | 
     if opts.text_field not in record:
         keys = ", ".join(sorted(map(str, record))[:8]) or "none"
         raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}); "
-                             "choose another with --text-field")
+                             f"choose another with {option(type(opts), 'text_field')}")
     text = record[opts.text_field]
     if not isinstance(text, str):
         raise BadRecordError(source, loc, f"text field {opts.text_field!r} is "
