@@ -96,6 +96,8 @@ def test_every_help_has_examples_wrapped_text_and_no_empty_defaults(name, monkey
     (["experiment", "--out", "R", "--max-repeat", "4,9"], "max_repeats", (4, 9), "--max-repeats"),
     (["experiment", "--out", "R", "--duplicates", "none,drop"], "duplicate_modes", ("none", "drop"),
      "--duplicate-modes"),
+    (["embed", "--out", "R", "--shard-size", "10"], "embed_shard_size", 10, "--embed-shard-size"),
+    (["run", "--shard-size", "10"], "embed_shard_size", 10, "--embed-shard-size"),
 ])
 def test_former_spellings_still_parse_and_say_they_are_deprecated(argv, dest, value, new, capsys):
     args = build_parser().parse_args(argv)
@@ -117,3 +119,26 @@ def test_former_spellings_run_end_to_end(tmp_path, capsys):
     assert "deprecated; use --dest" in capsys.readouterr().err
     assert (tmp_path / "x" / "export.json").is_file()
     assert main(["export", run, "--format", "jsonl", "--dest", str(tmp_path / "x"), "-q"]) == 0, "the same export"
+
+
+def test_one_option_name_has_one_meaning_and_one_default():
+    """--epochs is the same budget with the same default in run and plan; --shard-size is only export's (rows per
+    shard), the embed stage's is --embed-shard-size (embeddings per shard file)."""
+    shown: dict[str, set[tuple[object, str]]] = {}
+    for p in subcommands().values():
+        for action in p._actions:
+            for flag in visible(action):
+                shown.setdefault(flag, set()).add((action.default, action.help or ""))
+    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--budget-unit", "--max-repeat"):
+        assert len(shown[flag]) == 1, f"{flag} differs between commands: {shown[flag]}"
+    (epochs,) = shown["--epochs"]
+    assert "(default: 2," in epochs[1] and "one epoch" not in next(iter(shown["--budget"]))[1]
+    assert [n for n, p in subcommands().items() if option(p, "--shard-size") and "--shard-size" in visible(
+        option(p, "--shard-size"))] == ["export"]
+    run = build_parser().parse_args(["run"])
+    plan = build_parser().parse_args(["plan", "R"])
+    from clusterclip.cli.options import plan_configs
+
+    assert plan_configs(run, ["uniform"])[0].epochs == plan_configs(plan, ["uniform"])[0].epochs == 2
+    continued = build_parser().parse_args(["plan", "R", "--continue", "P", "--consumed", "5"])
+    assert plan_configs(continued, ["uniform"])[0].epochs is None  # what remains of the parent

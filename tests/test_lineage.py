@@ -41,7 +41,7 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str], code: in
 
 
 def embed_argv(run: RunDir, *inputs: Path) -> list[str]:
-    return ["embed", *map(str, inputs), "--out", str(run.root), "--embedder", "hashing", "--shard-size", "50",
+    return ["embed", *map(str, inputs), "--out", str(run.root), "--embedder", "hashing", "--embed-shard-size", "50",
             "--id-field", "id", "-q"]
 
 

@@ -17,7 +17,7 @@ from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.registry import default_batch_sizes, get_embedder
 from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import DEFAULT_STRATEGIES
+from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan import PlanConfig, PlanConfigError
 from clusterclip.settings import (
     Settings,
@@ -37,8 +37,10 @@ from clusterclip.settings import (
 
 CONFIGS = (ReadOptions, CorpusConfig, EmbedConfig, EngineConfig, ClusterConfig, PlanConfig)
 COMMANDS = {"run": [], "embed": ["--out", "x"], "cluster": ["x"], "plan": ["x"]}
-CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs")}
-"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, `run`'s two epochs."""
+CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs"), ("plan", "epochs"),
+           ("run", "budget"), ("plan", "budget")}
+"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, the command line's two
+epochs when no budget is given (PlanConfig's default is one)."""
 
 
 @pytest.mark.parametrize(
@@ -125,8 +127,9 @@ def test_cli_without_options_builds_the_default_configs():
     assert cluster_config(run) == ClusterConfig()
     assert embed_config(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
     assert cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
-    assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
-    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s) for s in DEFAULT_STRATEGIES]
+    assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig(epochs=DEFAULT_EPOCHS)]
+    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS)
+                                                            for s in DEFAULT_STRATEGIES]
 
 
 def test_every_config_field_is_on_the_command_line():
@@ -149,7 +152,8 @@ def test_one_batch_size_default():
     ("argv", "message"),
     [
         (["embed", "{corpus}", "--out", "{run}", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
-        (["embed", "{corpus}", "--out", "{run}", "--shard-size", "0"], "--shard-size must be an integer >= 1"),
+        (["embed", "{corpus}", "--out", "{run}", "--embed-shard-size", "0"],
+         "--embed-shard-size must be an integer >= 1"),
         (["embed", "{corpus}", "--out", "{run}", "--text-field", ""], "--text-field must be a non-empty string"),
         (["run", "{corpus}", "--out", "{run}", "--cluster-seed", "-1"],
          "--cluster-seed must be an integer in [0, 2147483647]"),
