@@ -4,11 +4,14 @@ what a list option is called, what every ``--help`` shows, and that the former s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 
 import pytest
 
 from clusterclip.cli.main import GRAMMAR, build_parser, main
+from clusterclip.plan.config import PlanConfig
+from clusterclip.settings import flag_of
 from tests.test_cli import make_corpus
 
 CREATE = ("run", "embed", "experiment", "tune")
@@ -114,7 +117,7 @@ def test_former_spellings_run_end_to_end(tmp_path, capsys):
     assert main(["run", str(corpus), "--out", run, "--embedder", "hashing", "--k", "3",
                  "--strategy", "random", "-q"]) == 0
     assert "deprecated; use --strategies" in capsys.readouterr().err
-    assert [p.name for p in (tmp_path / "run" / "plans").iterdir()] == ["random-Rinf-docs-B2epochs-s0"]
+    assert [p.name for p in (tmp_path / "run" / "plans").iterdir()] == ["random-Rinf-tokens-B2epochs-s0"]
     assert main(["export", run, "--format", "jsonl", "--out", str(tmp_path / "x"), "-q"]) == 0
     assert "deprecated; use --dest" in capsys.readouterr().err
     assert (tmp_path / "x" / "export.json").is_file()
@@ -123,14 +126,22 @@ def test_former_spellings_run_end_to_end(tmp_path, capsys):
 
 def test_one_option_name_has_one_meaning_and_one_default():
     """--epochs is the same budget with the same default in run and plan; --shard-size is only export's (rows per
-    shard), the embed stage's is --embed-shard-size (embeddings per shard file)."""
+    shard), the embed stage's is --embed-shard-size (embeddings per shard file); --budget-unit defaults to tokens in
+    run and to docs in plan, and each command's help says so. (plan leaves the settings a continuation inherits out
+    of the namespace unless given: the same declared default, which a continuation replaces by its parent's.)"""
+    declared = {flag_of(PlanConfig, f.name): f.default for f in dataclasses.fields(PlanConfig)}
     shown: dict[str, set[tuple[object, str]]] = {}
     for p in subcommands().values():
         for action in p._actions:
             for flag in visible(action):
-                shown.setdefault(flag, set()).add((action.default, action.help or ""))
-    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--budget-unit", "--max-repeat"):
+                default = declared.get(flag, action.default) if action.default == argparse.SUPPRESS else action.default
+                shown.setdefault(flag, set()).add((default, action.help or ""))
+    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--max-repeat"):
         assert len(shown[flag]) == 1, f"{flag} differs between commands: {shown[flag]}"
+    # the one deliberate difference, said where each is shown: run compares its strategies at equal tokens
+    units = {default: text for default, text in shown["--budget-unit"]}
+    assert sorted(units) == ["docs", "tokens"], units
+    assert "`clusterclip run`'s is tokens" in units["docs"] and "`clusterclip plan`'s is docs" in units["tokens"]
     (epochs,) = shown["--epochs"]
     assert "(default: 2," in epochs[1] and "one epoch" not in next(iter(shown["--budget"]))[1]
     assert [n for n, p in subcommands().items() if option(p, "--shard-size") and "--shard-size" in visible(

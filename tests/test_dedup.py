@@ -188,20 +188,24 @@ def test_command_prints_the_largest_groups_with_a_sample_pair(run_dir, tmp_path,
 
 def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
     """`clusterclip plan --duplicates group-cap|drop` over the run's groups: a group's members together never
-    exceed the cap, `drop` draws only kept documents, and a continuation is refused with one line."""
+    exceed the cap, `drop` draws only kept documents, and a continuation keeps both over the whole chain (it
+    inherits the policy and the cap, docs/sampling.md)."""
     path = tmp_path / "run"
     shutil.copytree(run_dir[0], path)
     assert main(["dedup", str(path), "-q"]) == 0
     group, kept = load_groups(RunDir(path))
     for mode in ("group-cap", "drop"):
-        assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", mode, "-q"]) == 0
+        assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "2", "--epochs", "1", "--duplicates",
+                     mode, "-q"]) == 0
         (folder,) = [p for p in (path / "plans").iterdir() if p.name.endswith(mode)]
         order = np.load(folder / "plan.npy")
         assert np.bincount(group[order], minlength=kept.size).max() <= 2
         if mode == "drop":
             assert np.isin(order, kept).all()
-    assert main(["plan", str(path), "--strategy", "uniform", "--duplicates", "drop", "--continue",
-                 folder.name, "--consumed", "5", "-q"]) == 2
+    assert main(["plan", str(path), "--strategy", "uniform", "--continue", folder.name, "--consumed", "5", "-q"]) == 0
+    (cont,) = [p for p in (path / "plans").iterdir() if "-cont-" in p.name]
+    chain = np.concatenate([np.load(folder / "plan.npy")[:5], np.load(cont / "plan.npy")])
+    assert np.isin(chain, kept).all() and np.bincount(group[chain], minlength=kept.size).max() <= 2
 
 
 def deduped_copy(run_dir, tmp_path) -> tuple[Path, RunDir]:
@@ -259,8 +263,8 @@ def test_add_extends_the_groups_to_the_new_documents(run_dir, tmp_path):
         assert kept[group[index[f"d{j}"]]] == index[f"new{j}"]  # the longest member is kept
     assert np.array_equal(_partition(group[:n]), _partition(before))
     assert json.loads((copy / "drift.json").read_text())["dedup"]["extended"]
-    assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", "group-cap",
-                 "-q"]) == 0
+    assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--epochs", "1", "--duplicates",
+                 "group-cap", "-q"]) == 0
     grown = {name: (copy / "dedup" / name).read_bytes() for name in EXTENDED}
     assert main(["dedup", str(copy), "--force", "-q"]) == 0  # a full recompute finds the same groups here
     assert np.array_equal(_partition(load_groups(run)[0]), _partition(group))

@@ -40,8 +40,8 @@ from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
 
 DOLLAR = "$\\frac{1}{$"
-TEMP = "temperature-t0.3-Rinf-docs-Bepoch-s0"
-CLIP = "clusterclip-R4-docs-Bepoch-s0"
+TEMP = "temperature-t0.3-Rinf-tokens-Bepoch-s0"
+CLIP = "clusterclip-R4-tokens-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
 RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,temperature", "--tau", "0.3",
             "--epochs", "1", "-q"]
@@ -111,7 +111,7 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_untouched(run, tmp_path
         ("corpus", "part-00007.parquet", EMBED),
         ("embeddings", "shard-00042.npy", EMBED),
         (f"plans/{TEMP}", "plan.npy", ["plan", "{run}", "--strategy", "temperature", "--tau", "0.3", "--epochs", "1",
-                                       "--force", "-q"]),
+                                       "--budget-unit", "tokens", "--force", "-q"]),
         ("plans/uniform-Rinf-docs-Bepoch-s0", "plan.npy",
          ["plan", "{run}", "--strategy", "uniform", "--epochs", "1", "-q"]),
     ],
@@ -181,7 +181,7 @@ def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run,
     assert run.stale_reason(REPORT_STAGE) is None
     assert main(["cluster", str(run.root), "--k", "5", "-q"]) == 0
     stage = plan_stage_name(TEMP)
-    command = f"clusterclip plan {run.root} --strategy temperature --epochs 1 --tau 0.3"
+    command = f"clusterclip plan {run.root} --strategy temperature --epochs 1 --budget-unit tokens --tau 0.3"
     why = run.stale_reason(stage)
     assert why is not None and "`cluster` was rebuilt after it" in why and why.endswith(f"rebuild: `{command}`")
     assert run.stale_reason(plan_stage_name(CLIP)) is not None
@@ -213,7 +213,7 @@ def test_a_rebuilt_embedding_makes_clusters_and_plans_stale_with_every_command(r
     why = run.stale_reason(stage)
     commands = re.findall(r"`(clusterclip [^`]+)`", why)
     assert commands == [f"clusterclip cluster {run.root} --k 4",
-                        f"clusterclip plan {run.root} --strategy temperature --epochs 1 --tau 0.3"]
+                        f"clusterclip plan {run.root} --strategy temperature --epochs 1 --budget-unit tokens --tau 0.3"]
     err = fails(["report", str(run.root), "-q"], capsys)
     assert "stage `cluster` is stale" in err and commands[0] in err
     for command in commands:
@@ -337,7 +337,7 @@ def test_a_plain_rerun_rebuilds_a_corrupt_record(run, built, caplog):
 def test_rebuild_commands_render_the_recorded_settings(run):
     assert run.rebuild_command(CLUSTER_STAGE, force=True) == f"clusterclip cluster {run.root} --k 4 --force"
     assert run.rebuild_command(plan_stage_name(CLIP)) == \
-        f"clusterclip plan {run.root} --strategy clusterclip --epochs 1"
+        f"clusterclip plan {run.root} --strategy clusterclip --epochs 1 --budget-unit tokens"
     corpus = run.record(CORPUS_STAGE)["config"]["inputs"][0]
     assert run.rebuild_command(EMBED_STAGE) == f"clusterclip embed {corpus} --out {run.root} --embedder hashing"
 

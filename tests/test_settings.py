@@ -19,6 +19,7 @@ from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan import PlanConfig, PlanConfigError
+from clusterclip.plan.chain import INHERITED
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -38,9 +39,9 @@ from clusterclip.settings import (
 CONFIGS = (ReadOptions, CorpusConfig, EmbedConfig, EngineConfig, ClusterConfig, PlanConfig)
 COMMANDS = {"run": [], "embed": ["--out", "x"], "cluster": ["x"], "plan": ["x"]}
 CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs"), ("plan", "epochs"),
-           ("run", "budget"), ("plan", "budget")}
+           ("run", "budget"), ("plan", "budget"), ("run", "budget_unit")}
 """Options the CLI declares itself: a comma-separated list of strategies, a weights file, the command line's two
-epochs when no budget is given (PlanConfig's default is one)."""
+epochs when no budget is given (PlanConfig's default is one), `run`'s budget in tokens."""
 
 
 @pytest.mark.parametrize(
@@ -115,6 +116,9 @@ def test_cli_defaults_equal_dataclass_defaults(command):
             action = actions.get(flag_of(cls, f.name))
             if action is None or (command, f.name) in CLI_OWN:
                 continue
+            if action.default == argparse.SUPPRESS and command == "plan" and f.name in INHERITED:
+                assert "(default:" in action.help  # left out unless given: a continuation inherits it
+                continue
             assert action.default == f.default, f"{command} {action.option_strings}: default drifted"
             assert action.choices == f.metadata["choices"] and action.help.startswith(f.metadata["help"])
 
@@ -128,8 +132,8 @@ def test_cli_without_options_builds_the_default_configs():
     assert embed_config(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
     assert cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
     assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig(epochs=DEFAULT_EPOCHS)]
-    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS)
-                                                            for s in DEFAULT_STRATEGIES]
+    assert plan_configs(run, run.strategies.split(",")) == [
+        PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS, budget_unit="tokens") for s in DEFAULT_STRATEGIES]
 
 
 def test_every_config_field_is_on_the_command_line():

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_npy
+from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
 from clusterclip.store.record import StageRecord
 
 CORPUS_STAGE = "corpus"
@@ -39,7 +39,65 @@ DEFAULT_IDENTITY = "default-corpus"
 
 CORPUS_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("text", pa.string()),
                            ("n_tokens", pa.int64()), ("group", pa.string())])
-"""Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null)."""
+"""Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null); then one
+``field:<name>`` column (text, null: missing) per kept field (``--keep-fields``)."""
+RECORD_COLUMN = "record"
+"""A part's documents of a conversation kind (``--record-kind``): each one's input record as JSON (null for plain
+text; a part without such documents has no such column)."""
+FIELD_COLUMN = "field:"
+FIELDS_DIR = "fields"
+"""``fields/<name>.npy`` (float64, NaN: missing; or int32 codes, -1: missing) and ``fields/<name>.json`` (its kind
+and, for a categorical field, its values: code ``i`` is ``categories[i]``) per kept field."""
+
+
+def corpus_schema(field_names: Sequence[str] = ()) -> pa.Schema:
+    """The columns of a corpus part that keeps ``field_names``."""
+    return pa.schema([*CORPUS_SCHEMA, *((FIELD_COLUMN + name, pa.string()) for name in field_names)])
+
+
+def field_files(name: str) -> tuple[str, str]:
+    """The array and the description of kept field ``name``, run-relative."""
+    return f"{FIELDS_DIR}/{name}.npy", f"{FIELDS_DIR}/{name}.json"
+
+
+@dataclass(frozen=True)
+class DocField:
+    """A kept per-document field: ``values`` float64 (NaN: missing) when ``categories`` is None, else int32 codes
+    (-1: missing) into ``categories``."""
+
+    name: str
+    values: np.ndarray
+    categories: tuple[str, ...] | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.categories is None
+
+    def labels(self) -> list[str | None]:
+        """Each document's value as text (None: missing); O(N) Python objects: for small corpora and reports."""
+        if self.categories is None:
+            return [None if v != v else repr(float(v)) for v in self.values.tolist()]
+        cats = self.categories
+        return [cats[c] if c >= 0 else None for c in self.values.tolist()]
+
+
+def load_fields(run: RunDir, names: Sequence[str] | None = None, mmap: bool = True) -> dict[str, DocField]:
+    """The kept fields of the run (``names``: those; an unknown name raises naming the fields kept); the caller
+    has verified the corpus stage."""
+    rec = CorpusRecord.require(run, verify=False)
+    kept = rec.fields or {}
+    wanted = list(kept) if names is None else list(names)
+    unknown = [n for n in wanted if n not in kept]
+    if unknown:
+        raise ClusterClipError(f"{run.root}: the corpus kept no field {unknown[0]!r} (kept: {', '.join(kept) or 'none'}"
+                               f"); re-read the corpus with --keep-fields {','.join([*kept, *unknown])}")
+    out = {}
+    for name in wanted:
+        array, meta = field_files(name)
+        info = load_json(run.path(meta))
+        cats = info.get("categories")
+        out[name] = DocField(name, load_npy(run.path(array), mmap=mmap), None if cats is None else tuple(cats))
+    return out
 
 
 def corpus_part(i: int) -> str:
@@ -59,6 +117,8 @@ class CorpusRecord(StageRecord):
     ``inputs`` (the field) fingerprints every input file read (path, format, size, modification time,
     SHA-256), ``input_hashes`` is the content identity of the stage's own inputs; each ``clusterclip add``
     appends to ``additions`` (what it read, where its documents start) and to ``regrow`` (its command).
+    ``fields`` describes each kept field (kind, missing values, range or number of values: ``fields/``);
+    ``kinds`` counts the documents of each record kind when some are not plain text (conversations).
     """
 
     NAME: ClassVar[str] = CORPUS_STAGE
@@ -75,14 +135,18 @@ class CorpusRecord(StageRecord):
     input_hashes: list[str]
     additions: list[dict[str, Any]] | None = None
     regrow: list[list[str]] | None = None
+    fields: dict[str, dict[str, Any]] | None = None
+    kinds: dict[str, int] | None = None
 
     def parts(self) -> list[str]:
         """The corpus parts it lists (run-relative), in document order."""
         return sorted(r for r in self.artifacts if fnmatch.fnmatch(r, f"{CORPUS_DIR}/{CORPUS_PART_GLOB}"))
 
     def read_options(self, fields: Sequence[str]) -> dict[str, Any]:
-        """The recorded values of the reader options ``fields`` (what ``clusterclip add`` reads new inputs with)."""
-        return {f: self.config[f] for f in fields}
+        """The recorded values of the reader options ``fields`` (what ``clusterclip add`` reads new inputs with);
+        an option the record does not hold (newer than the run, recorded only when set) keeps its default."""
+        values = {f: self.config[f] for f in fields if f in self.config}
+        return {f: tuple(v) if isinstance(v, list) else v for f, v in values.items()}
 
     def lineage_hashes(self) -> list[str]:
         """The content identities of every input that entered the run, in order: the corpus stage's
@@ -116,20 +180,30 @@ def count_rows(parts: Sequence[Path]) -> int:
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
                 first: int = 0) -> Iterator[pa.RecordBatch]:
     """Stream the corpus of a run directory in index order, only the given columns, from document ``first``
-    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended)."""
+    (parts wholly before it are skipped from their metadata, e.g. to read what ``clusterclip add`` appended); a
+    column a part lacks (``record`` in a part of plain text) is null."""
     start = 0
     for part in corpus_parts(run):
         pf = open_part(part)
         rows = pf.metadata.num_rows
         if start + rows > first:
             skip = max(0, first - start)
-            for rb in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            present = [c for c in columns if c in pf.schema_arrow.names]
+            for rb in pf.iter_batches(batch_size=batch_rows, columns=present):
                 if skip >= rb.num_rows:
                     skip -= rb.num_rows
                     continue
-                yield rb.slice(skip)
+                yield _with_nulls(rb.slice(skip), columns)
                 skip = 0
         start += rows
+
+
+def _with_nulls(rb: pa.RecordBatch, columns: Sequence[str]) -> pa.RecordBatch:
+    """``rb`` with the ``columns`` its part lacks (the ``record`` of plain text) as null strings, in order."""
+    if list(rb.schema.names) == list(columns):
+        return rb
+    arrays = [rb.column(c) if c in rb.schema.names else pa.nulls(rb.num_rows, pa.string()) for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, names=list(columns))
 
 
 def read_column(run: RunDir, column: str) -> list[Any]:

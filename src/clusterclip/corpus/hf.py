@@ -57,16 +57,17 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
             raise ClusterClipError(f"{path}: split {opts.split!r} not found (splits: {', '.join(ds)}); "
                                    f"choose one with {option(type(opts), 'split')}")
         ds = ds[opts.split]
-    if opts.text_field not in ds.column_names:
-        raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
-                             f"{', '.join(ds.column_names)}); choose another with {option(type(opts), 'text_field')}")
-    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in ds.column_names]
-    ds = ds.select_columns(list(dict.fromkeys(columns)))
+    if not opts.read_all_columns(ds.column_names):
+        if opts.text_field not in ds.column_names:
+            raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
+                                 f"{', '.join(ds.column_names)}); choose another with "
+                                 f"{option(type(opts), 'text_field')}")
+        ds = ds.select_columns(list(dict.fromkeys(c for c in opts.read_columns() if c in ds.column_names)))
     row = 0
     try:
         for cols in ds.iter(batch_size=limits.BATCH_ROWS):
             yield str(path), row, cols
-            row += len(cols[opts.text_field])
+            row += len(next(iter(cols.values()), []))
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BadRecordError(str(path), row + 1, f"corrupt Hugging Face dataset data ({exc})") from None
 

@@ -53,15 +53,17 @@ def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, 
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
     except (pa.ArrowException, UnicodeDecodeError) as exc:
         raise BadRecordError(source, None, f"not a readable Parquet file ({exc})") from None
+    if opts.id_field is not None and opts.id_field not in names:
+        raise BadRecordError(source, None, f"no id column {opts.id_field!r} (columns: {', '.join(names)})")
+    if opts.read_all_columns(names):  # records of a conversation kind: each row's record is kept whole
+        return pf, list(names)
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
                              f"choose another with {option(type(opts), 'text_field')}")
-    if opts.id_field is not None and opts.id_field not in names:
-        raise BadRecordError(source, None, f"no id column {opts.id_field!r} (columns: {', '.join(names)})")
     text_type = pf.schema_arrow.field(opts.text_field).type
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")
-    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in names]
+    columns = [c for c in opts.read_columns() if c in names]
     return pf, list(dict.fromkeys(columns))
 
 

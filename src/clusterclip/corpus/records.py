@@ -10,14 +10,55 @@ the bad-record policy (stop at the first bad record, or skip it and count it) an
 from __future__ import annotations
 
 import functools
+import json
+from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from clusterclip.corpus import limits
+from clusterclip.corpus.kinds import KINDS, RECORD_KINDS, KindError, RecordKind, template_fields, text_of
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.settings import Settings, is_text, option, optional, setting
+
+FIELD_KINDS = ("auto", "num", "cat")
+"""How a kept field is typed: from its values (numbers: numeric, anything else: categorical), or as declared."""
+
+
+def field_spec(item: str) -> tuple[str, str]:
+    """``NAME`` or ``NAME:num`` / ``NAME:cat`` of ``--keep-fields`` as ``(name, kind)``."""
+    name, _, kind = item.partition(":")
+    return name, kind or "auto"
+
+
+def _keep_fields(x: Any) -> str | None:
+    if not isinstance(x, (tuple, list)):
+        return f"must be a list of field names, got {x!r}"
+    names = []
+    for item in x:
+        name, kind = field_spec(item) if isinstance(item, str) else ("", "")
+        if not name or kind not in FIELD_KINDS or any(c in name for c in ",;=/"):
+            return f"items are FIELD, FIELD:num or FIELD:cat, got {item!r}"
+        names.append(name)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    return f"names {', '.join(twice)} more than once" if twice else None
+
+
+def _template(x: Any) -> str | None:
+    if x is None:
+        return None
+    if not isinstance(x, str):
+        return f"must be a string, got {x!r}"
+    try:
+        template_fields(x)
+    except KindError:
+        return f"must name at least one record field in braces (a Python format string), got {x!r}"
+    return None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
 @dataclass(frozen=True)
@@ -35,15 +76,54 @@ class ReadOptions(Settings):
     on_bad_record: str = setting("error", choices=("error", "skip"),
                                  help="stop at the first bad record, or skip bad records and count them")
     split: str = setting("train", check=is_text, help="split to read from a Hugging Face DatasetDict")
+    keep_fields: tuple[str, ...] = setting(
+        (), check=_keep_fields, parse=_names,
+        help="per-document fields to keep, comma-separated FIELD[:num|:cat] (e.g. quality,source,lang): stored as "
+             "typed arrays (numbers: numeric, anything else: categorical; null or absent: missing) for "
+             "`plan --strata` and the exports")
+
+    record_kind: str = setting(
+        "auto", choices=RECORD_KINDS,
+        help="how a record becomes a document: text (--text-field), " + "; ".join(
+            f"{k.name} ({k.SUMMARY})" for k in KINDS.values()) + "; auto: text when the record has --text-field, "
+        "else the first of these whose fields it has (a template only with --text-template)")
+    text_template: str | None = setting(
+        None, check=_template,
+        help='a template over the record\'s fields, e.g. "{question}\\n{response}" (Python format fields; implies '
+             "--record-kind template under auto) (default: none)")
+
+    @property
+    def kind(self) -> str:
+        """The record kind in force: ``record_kind``, with ``auto`` under a template meaning ``template``."""
+        return "template" if self.record_kind == "auto" and self.text_template is not None else self.record_kind
+
+    def read_all_columns(self, names: Container[str]) -> bool:
+        """Whether a column format reads every column of a file with columns ``names``: records of a conversation
+        kind (kept whole for the exports), not plain text."""
+        if self.kind == "auto":
+            return self.text_field not in names and any(k.detect(names) for k in KINDS.values())
+        return self.kind != "text"
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """The names of the kept fields, in order."""
+        return tuple(field_spec(f)[0] for f in self.keep_fields)
+
+    def read_columns(self) -> list[str]:
+        """The fields a column format reads (those present): text, id, group and the kept fields."""
+        return list(dict.fromkeys(c for c in (self.text_field, self.id_field, self.group_field, *self.field_names)
+                                  if c))
 
 
 @dataclass
 class ReadStats:
-    """Counts kept while reading; ``examples`` holds the first few skipped-record messages."""
+    """Counts kept while reading; ``examples`` holds the first few skipped-record messages, ``kinds`` the
+    documents read of each record kind."""
 
     read: int = 0
     skipped: int = 0
     examples: list[str] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)
 
     max_examples: ClassVar[int] = 10
 
@@ -56,27 +136,37 @@ class ReadStats:
         """Add the counts of documents read after these (examples stay the first few in order)."""
         self.read += later.read
         self.skipped += later.skipped
+        self.kinds.update(later.kinds)
         self.examples.extend(later.examples[: self.max_examples - len(self.examples)])
 
 
 @dataclass
 class DocBatch:
-    """Documents as parallel columns: ids, texts and (optional) ground-truth groups."""
+    """Documents as parallel columns: ids, texts, (optional) ground-truth groups and, when the reader keeps
+    fields, each document's kept field values (``fields``: one tuple per document, as text; None: missing)."""
 
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     groups: list[str | None] = field(default_factory=list)
+    fields: list[tuple[str | None, ...]] = field(default_factory=list)
+    records: list[str | None] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.texts)
 
-    def add(self, doc_id: str, text: str, group: str | None) -> None:
+    def add(self, doc_id: str, text: str, group: str | None, kept: tuple[str | None, ...] = (),
+            record: str | None = None, kind: str = "text") -> None:
         self.ids.append(doc_id)
         self.texts.append(text)
         self.groups.append(group)
+        self.fields.append(kept)
+        self.records.append(record)
+        self.kinds.append(kind)
 
 
-Document = tuple[str, str, str | None]
+Document = tuple[Any, ...]
+"""``(id, text, group)``, or with the kept field values, the record as JSON (a conversation kind) and its kind."""
 Located = tuple[str, int | None, Any]
 ToDocument = Callable[[Any, ReadOptions, str, int | None], Document]
 ColumnBatch = tuple[str, int, dict[str, list]]
@@ -96,6 +186,7 @@ def read_documents(records: Iterable[Located], to_document: ToDocument, opts: Re
             stats.skip(err)
             continue
         stats.read += 1
+        stats.kinds[batch.kinds[-1]] += 1
         if len(batch.texts) >= limits.BATCH_ROWS:
             yield batch
             batch = DocBatch()
@@ -118,14 +209,15 @@ def read_column_batches(batches: Iterable[ColumnBatch], opts: ReadOptions, stats
                                       opts, stats)
         elif batch:
             stats.read += len(batch)
+            stats.kinds["text"] += len(batch)
             yield batch
 
 
 def column_documents(cols: dict[str, list], opts: ReadOptions, source: str, before: int) -> DocBatch | None:
     """What :func:`record_document` makes of every row of a column batch (rows numbered from
     ``before + 1``), computed a column at a time; None when some row is bad."""
-    texts = cols[opts.text_field]
-    if not all(isinstance(t, str) and t.strip() for t in texts):
+    texts = cols.get(opts.text_field)
+    if texts is None or opts.kind not in ("text", "auto") or not all(isinstance(t, str) and t.strip() for t in texts):
         return None
     if opts.id_field is None:
         ids = [_default_id(source, row) for row in range(before + 1, before + len(texts) + 1)]
@@ -134,7 +226,14 @@ def column_documents(cols: dict[str, list], opts: ReadOptions, source: str, befo
     else:
         return None
     groups = cols.get(opts.group_field) if opts.group_field else None
-    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts))
+    kept: list[tuple[str | None, ...]] = [()] * len(texts)
+    if opts.keep_fields:
+        columns = [cols.get(name) or [None] * len(texts) for name in opts.field_names]
+        try:
+            kept = [tuple(field_text(v, "", "", None) for v in row) for row in zip(*columns, strict=True)]
+        except BadRecordError:
+            return None
+    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts), kept)
 
 
 def column_records(source: str, cols: dict[str, list], before: int,
@@ -149,15 +248,50 @@ def column_records(source: str, cols: dict[str, list], before: int,
 
 def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> Document:
     """``(id, text, group)`` of a record of named fields, as ``opts`` names them."""
-    text = _text_of(record, opts, source, loc)
-    return _id_of(record, opts, source, loc), text, _group_of(record, opts)
+    kind = _kind_of(record, opts)
+    kept = tuple(field_text(record.get(name), name, source, loc) for name in opts.field_names)
+    if kind is None:
+        text = _text_of(record, opts, source, loc)
+        return _id_of(record, opts, source, loc), text, _group_of(record, opts), kept
+    try:
+        text = text_of(kind.turns(record, opts.text_template))
+    except KindError as exc:
+        raise BadRecordError(source, loc, f"{kind.name} record: {exc}") from None
+    whole = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _id_of(record, opts, source, loc), text, _group_of(record, opts), kept, whole, kind.name
+
+
+def _kind_of(record: dict[str, Any], opts: ReadOptions) -> type[RecordKind] | None:
+    """The conversation kind of ``record`` (None: plain text, ``--text-field``)."""
+    kind = opts.kind
+    if kind == "text" or (kind == "auto" and opts.text_field in record):
+        return None
+    if kind != "auto":
+        return KINDS[kind]
+    return next((k for k in KINDS.values() if k.detect(record)), None)
+
+
+def field_text(value: Any, name: str, source: str, loc: int | None) -> str | None:
+    """A kept field's value as text (numbers as Python writes them, booleans ``true``/``false``; None: missing);
+    a list or object is a bad record (only scalar fields are kept)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise BadRecordError(source, loc, f"field {name!r} is {type(value).__name__}; only numbers, strings and booleans "
+                         "can be kept (--keep-fields)")
 
 
 def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
     if opts.text_field not in record:
         keys = ", ".join(sorted(map(str, record))[:8]) or "none"
-        raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}); "
-                             f"choose another with {option(type(opts), 'text_field')}")
+        hint = f"; choose another with {option(type(opts), 'text_field')}" + (
+            f", or a {option(type(opts), 'record_kind')} ("
+            + ", ".join(f"{k.name}: {'/'.join(k.FIELDS)}" for k in KINDS.values() if k.FIELDS)
+            + ")" if opts.kind == "auto" else "")
+        raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}){hint}")
     text = record[opts.text_field]
     if not isinstance(text, str):
         raise BadRecordError(source, loc, f"text field {opts.text_field!r} is "

@@ -1,0 +1,21 @@
+"""Record kinds: how a record of named fields becomes a document (``--record-kind``), one module per layout.
+
+``text`` (one string field, ``--text-field``) is read by :mod:`clusterclip.corpus.records` itself; the others
+are conversations (:data:`KINDS`). Adding a kind is its module plus one line in :data:`KINDS`; ``auto`` (the
+default) takes plain text when the text field is there, else the first kind whose fields the record has.
+"""
+
+from __future__ import annotations
+
+from clusterclip.corpus.kinds.base import PARTS, KindError, RecordKind, part_of, text_of
+from clusterclip.corpus.kinds.chat import Chat
+from clusterclip.corpus.kinds.instruction import Alpaca, OpenOrca
+from clusterclip.corpus.kinds.sharegpt import ShareGPT
+from clusterclip.corpus.kinds.template import Template, template_fields
+
+KINDS: dict[str, type[RecordKind]] = {cls.name: cls for cls in (Chat, ShareGPT, Alpaca, OpenOrca, Template)}
+"""Every conversation kind by name, in the order ``auto`` tries them (``template`` only when asked for)."""
+RECORD_KINDS = ("auto", "text", *KINDS)
+"""What ``--record-kind`` takes."""
+
+__all__ = ["KINDS", "PARTS", "RECORD_KINDS", "KindError", "RecordKind", "part_of", "template_fields", "text_of"]
