@@ -20,7 +20,7 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q --upgrade pip
 	# CPU build of torch first, so sentence-transformers does not pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e '.[all,test,export]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[all,test]'
 	# litdata requires torchvision, whose PyPI build for torch 2.13.0 is CUDA-only and fails to import next to the
 	# CPU torch; litdata's writer and reader never import it, so it goes in without its requirements (the export
 	# extra lists the others).
@@ -43,10 +43,15 @@ demo: $(DEMO_BIN)/.installed
 
 # The whole suite against real dependencies: .venv (every extra), .venv-mds (streaming's own MDS reader) and, as root
 # with apt-get, a system-wide Chromium for the browser test of the report; then the 15 slowest tests are listed.
+# TEST_WORKERS pytest-xdist workers (auto: one per core) run the test modules side by side; the tests that share Ray or
+# torch's local ports run on one worker (tests/suite.py). A run stopped by a signal, or by the end of make itself,
+# prints its counts so far and the tests it was running (`exec`: make, not a shell, is pytest's parent).
+TEST_WORKERS ?= auto
 test: $(BIN)/.installed $(MDS_VENV)/.installed
 	bash scripts/install-chromium.sh
 	$(BIN)/ruff check src tests benchmarks
-	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra --durations=15
+	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) exec $(BIN)/pytest -q -ra --durations=15 -n $(TEST_WORKERS) --dist loadgroup \
+		--stop-with-parent
 
 mds-check: $(BIN)/.installed $(MDS_VENV)/.installed
 	CLUSTERCLIP_MDS_PYTHON=$(MDS_PYTHON) $(BIN)/pytest -q -ra tests/test_export_mds.py

@@ -93,7 +93,7 @@ def main() -> None:
             extra = ["--engine", engine]
             k = ["--k", str(args.k)] if args.k else []
             rows = [stage("embed", ["embed", str(corpus), "--out", str(run), "--embedder", args.embedder,
-                                    "--device", args.device, "--shard-size", "16384", *extra]),
+                                    "--device", args.device, "--embed-shard-size", "16384", *extra]),
                     stage("cluster", ["cluster", str(run), *extra, *k]),
                     stage("plan", ["plan", str(run)])]
             seconds = {name: RunDir(run).record(name)["seconds"] for name in ("corpus", "embed")}

@@ -217,7 +217,7 @@ def test_default_ids_of_a_same_named_file_collide_with_a_hint(tmp_path):
     run, old = build_run(tmp_path, id_field=None)
     (tmp_path / "feb").mkdir()
     again = new_file(tmp_path / "feb" / old.name, {"sailing": 5})
-    with pytest.raises(ClusterClipError, match=r"already in the run.*use --id-field"):
+    with pytest.raises(ClusterClipError, match=r"already in the run.*set read=ReadOptions\(id_field=\.\.\.\)"):
         add(run, [again])
     renamed = shutil.copy(again, tmp_path / "feb" / "feb.jsonl")
     assert add(run, [Path(renamed)])["documents_added"] == 5

@@ -221,12 +221,12 @@ def test_disk_full_in_embed_stage_keeps_finished_shards(tmp_path: Path, capsys: 
     path = _jsonl(tmp_path / "c.jsonl", _records(40))
     out = tmp_path / "run"
     monkeypatch.setattr(embed_module, "save_npy", _full_disk_after(4, embed_module.save_npy))
-    rc, err = _embed(capsys, [path], out, "--shard-size", "10")
+    rc, err = _embed(capsys, [path], out, "--embed-shard-size", "10")
     assert rc == 2 and f"{out / 'embeddings'}: disk is full" in err and "finished shards are kept" in err
     assert not _temp_files(out) and RunDir(out).record("embed") is None
     assert len(list((out / "embeddings").glob("shard-*.npy"))) == 2
     monkeypatch.undo()
-    rc, _ = _embed(capsys, [path], out, "--shard-size", "10")
+    rc, _ = _embed(capsys, [path], out, "--embed-shard-size", "10")
     assert rc == 0 and load_npy(out / "embeddings" / "shard-00003.npy").shape[0] == 10
 
 

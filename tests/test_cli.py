@@ -175,7 +175,7 @@ def test_plan_refuses_clusters_of_older_embeddings(tmp_path, corpus, capsys):
     out = str(tmp_path / "run")
     assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "-q"]) == 0
     assert main(["cluster", out, "--k", "4", "-q"]) == 0
-    assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "--shard-size", "50", "-q"]) == 0
+    assert main(["embed", str(corpus), "--out", out, "--embedder", "hashing", "--embed-shard-size", "50", "-q"]) == 0
     capsys.readouterr()
     assert main(["plan", out, "-q"]) == 2
     assert "stage `cluster` was built from an older `embed` output" in capsys.readouterr().err

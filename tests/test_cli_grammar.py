@@ -4,11 +4,14 @@ what a list option is called, what every ``--help`` shows, and that the former s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 
 import pytest
 
 from clusterclip.cli.main import GRAMMAR, build_parser, main
+from clusterclip.plan.config import PlanConfig
+from clusterclip.settings import flag_of
 from tests.test_cli import make_corpus
 
 CREATE = ("run", "embed", "experiment", "tune")
@@ -96,6 +99,8 @@ def test_every_help_has_examples_wrapped_text_and_no_empty_defaults(name, monkey
     (["experiment", "--out", "R", "--max-repeat", "4,9"], "max_repeats", (4, 9), "--max-repeats"),
     (["experiment", "--out", "R", "--duplicates", "none,drop"], "duplicate_modes", ("none", "drop"),
      "--duplicate-modes"),
+    (["embed", "--out", "R", "--shard-size", "10"], "embed_shard_size", 10, "--embed-shard-size"),
+    (["run", "--shard-size", "10"], "embed_shard_size", 10, "--embed-shard-size"),
 ])
 def test_former_spellings_still_parse_and_say_they_are_deprecated(argv, dest, value, new, capsys):
     args = build_parser().parse_args(argv)
@@ -117,3 +122,34 @@ def test_former_spellings_run_end_to_end(tmp_path, capsys):
     assert "deprecated; use --dest" in capsys.readouterr().err
     assert (tmp_path / "x" / "export.json").is_file()
     assert main(["export", run, "--format", "jsonl", "--dest", str(tmp_path / "x"), "-q"]) == 0, "the same export"
+
+
+def test_one_option_name_has_one_meaning_and_one_default():
+    """--epochs is the same budget with the same default in run and plan; --shard-size is only export's (rows per
+    shard), the embed stage's is --embed-shard-size (embeddings per shard file); --budget-unit defaults to tokens in
+    run and to docs in plan, and each command's help says so. (plan leaves the settings a continuation inherits out
+    of the namespace unless given: the same declared default, which a continuation replaces by its parent's.)"""
+    declared = {flag_of(PlanConfig, f.name): f.default for f in dataclasses.fields(PlanConfig)}
+    shown: dict[str, set[tuple[object, str]]] = {}
+    for p in subcommands().values():
+        for action in p._actions:
+            for flag in visible(action):
+                default = declared.get(flag, action.default) if action.default == argparse.SUPPRESS else action.default
+                shown.setdefault(flag, set()).add((default, action.help or ""))
+    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--max-repeat"):
+        assert len(shown[flag]) == 1, f"{flag} differs between commands: {shown[flag]}"
+    # the one deliberate difference, said where each is shown: run compares its strategies at equal tokens
+    units = {default: text for default, text in shown["--budget-unit"]}
+    assert sorted(units) == ["docs", "tokens"], units
+    assert "`clusterclip run`'s is tokens" in units["docs"] and "`clusterclip plan`'s is docs" in units["tokens"]
+    (epochs,) = shown["--epochs"]
+    assert "(default: 2," in epochs[1] and "one epoch" not in next(iter(shown["--budget"]))[1]
+    assert [n for n, p in subcommands().items() if option(p, "--shard-size") and "--shard-size" in visible(
+        option(p, "--shard-size"))] == ["export"]
+    run = build_parser().parse_args(["run"])
+    plan = build_parser().parse_args(["plan", "R"])
+    from clusterclip.cli.options import plan_configs
+
+    assert plan_configs(run, ["uniform"])[0].epochs == plan_configs(plan, ["uniform"])[0].epochs == 2
+    continued = build_parser().parse_args(["plan", "R", "--continue", "P", "--consumed", "5"])
+    assert plan_configs(continued, ["uniform"])[0].epochs is None  # what remains of the parent

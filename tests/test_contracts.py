@@ -31,6 +31,7 @@ from clusterclip.embed.contract import EmbedRecord, load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.stage import embed_stage
 from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.pipeline import DEFAULT_EPOCHS
 from clusterclip.plan import strategies
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import PlanConfig, PlanConfigError
@@ -244,7 +245,8 @@ def test_a_new_strategy_is_a_class_plus_one_registry_line(monkeypatch):
     assert plan.stats["strategy"] == "inverse" and plan.stats["max_repeat"] == 2
     args = cli.build_parser().parse_args(["plan", "RUN", "--strategy", "inverse", "--weights", "w.json"])
     monkeypatch.setattr(cli_options, "load_weights", lambda path: ((0, 1.0),))
-    assert plan_configs(args, [args.strategy]) == [PlanConfig(strategy="inverse")], "no weights: it takes none"
+    assert plan_configs(args, [args.strategy]) == [PlanConfig(strategy="inverse", epochs=DEFAULT_EPOCHS)], \
+        "no weights: it takes none"
     with pytest.raises(PlanConfigError, match="weights are only used by strategy 'weights', not 'inverse'"):
         PlanConfig(strategy="inverse", weights=((0, 1.0),))
     with pytest.raises(PlanConfigError, match=r"strategy must be one of clusterclip, .*, weights, inverse, got 'zipf'"):

@@ -23,7 +23,7 @@ from clusterclip.contracts import audit
 from clusterclip.store import FAULT_ENV, TMP_PREFIX, RunDir
 from tests.test_cli import make_corpus
 
-ARGS = ["--embedder", "hashing", "--shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
+ARGS = ["--embedder", "hashing", "--embed-shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
 
 
 def clusterclip_run(corpus: Path, out: Path, fault: str | None = None) -> subprocess.CompletedProcess:

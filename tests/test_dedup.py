@@ -195,7 +195,8 @@ def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
     assert main(["dedup", str(path), "-q"]) == 0
     group, kept = load_groups(RunDir(path))
     for mode in ("group-cap", "drop"):
-        assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", mode, "-q"]) == 0
+        assert main(["plan", str(path), "--strategy", "uniform", "--max-repeat", "2", "--epochs", "1", "--duplicates",
+                     mode, "-q"]) == 0
         (folder,) = [p for p in (path / "plans").iterdir() if p.name.endswith(mode)]
         order = np.load(folder / "plan.npy")
         assert np.bincount(group[order], minlength=kept.size).max() <= 2
@@ -262,8 +263,8 @@ def test_add_extends_the_groups_to_the_new_documents(run_dir, tmp_path):
         assert kept[group[index[f"d{j}"]]] == index[f"new{j}"]  # the longest member is kept
     assert np.array_equal(_partition(group[:n]), _partition(before))
     assert json.loads((copy / "drift.json").read_text())["dedup"]["extended"]
-    assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--duplicates", "group-cap",
-                 "-q"]) == 0
+    assert main(["plan", str(copy), "--strategy", "uniform", "--max-repeat", "2", "--epochs", "1", "--duplicates",
+                 "group-cap", "-q"]) == 0
     grown = {name: (copy / "dedup" / name).read_bytes() for name in EXTENDED}
     assert main(["dedup", str(copy), "--force", "-q"]) == 0  # a full recompute finds the same groups here
     assert np.array_equal(_partition(load_groups(run)[0]), _partition(group))

@@ -217,7 +217,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
                  {"tokens": str(2 * tokens), "consumed": str(length * 3 // 10)})
 
 
-README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}",
+README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}" + ("-engine-ray" if "--engine ray" in line
+                                                                                else ""),
                              marks=[pytest.mark.slow] if any(s in line for s in SLOW) else [])
                 for i, line in enumerate(command_lines(ROOT / "README.md"))]
 
@@ -258,3 +259,19 @@ def test_the_readme_python_api_runs(world, tmp_path, monkeypatch):
     scope: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert len(scope["plan"].order) == 2 * len(scope["labels"])
+
+
+def test_all_means_every_extra_and_the_readme_says_which_install_runs_what():
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    (everything,) = extras["all"]
+    listed = set(re.fullmatch(r"clusterclip\[(.*)\]", everything).group(1).split(","))
+    assert listed == set(extras) - {"all", "test"}, "`pip install '.[all]'` must install every extra"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    setup = readme[readme.index("## Set up"):readme.index("## Why")]
+    rows = [line for line in setup.splitlines() if line.startswith("| `[")]
+    for extra in listed:
+        assert any(line.startswith(f"| `[{extra}]`") for line in rows), f"the install table lacks [{extra}]"
+    assert "--no-deps litdata==" in next(line for line in rows if line.startswith("| `[export]`"))
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "-e '.[all,test]'" in makefile and "--no-deps litdata==" in makefile, "make test installs what [all] does"

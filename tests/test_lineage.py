@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.contract import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.plan.stage import continuation, plan_stage
+from clusterclip.report import build_report
+from clusterclip.report.contract import ReportRecord
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
 from clusterclip.summary import format_summary, summarize
@@ -38,7 +41,7 @@ def one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str], code: in
 
 
 def embed_argv(run: RunDir, *inputs: Path) -> list[str]:
-    return ["embed", *map(str, inputs), "--out", str(run.root), "--embedder", "hashing", "--shard-size", "50",
+    return ["embed", *map(str, inputs), "--out", str(run.root), "--embedder", "hashing", "--embed-shard-size", "50",
             "--id-field", "id", "-q"]
 
 
@@ -64,6 +67,25 @@ def test_rerun_without_the_added_inputs_refuses_and_with_them_is_a_no_op(tmp_pat
 # ----------------------------------------------------------------- (2) rebuild commands include the adds
 
 
+def test_report_says_on_the_command_line_which_stale_plan_it_left_out(tmp_path, capsys):
+    run, _ = build_run(tmp_path)
+    (plan,) = [p.name for p in run.path(PLANS_DIR).iterdir()]
+    assert main(["cluster", str(run.root), "--k", "3", "-q"]) == 0  # the plan was built on the old clusters
+    capsys.readouterr()
+    assert main(["report", str(run.root), "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().endswith("report.html")
+    (note,) = err.splitlines()
+    assert note.startswith("clusterclip: note: the report leaves out or cuts a plan: ") and plan in note, err
+    assert f"clusterclip plan {run.root}" in note and note.endswith("plan skipped"), note
+    assert ReportRecord.require(run, verify=False).plan_notes == [note.split(": ", 3)[-1]]
+    rebuild = re.search(r"`(clusterclip plan [^`]*)`", note).group(1).split()  # the command the note names
+    assert main([*rebuild[1:], "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(run.root), "-q"]) == 0
+    assert capsys.readouterr().err == "" and ReportRecord.require(run, verify=False).plan_notes == []
+
+
 def test_status_prints_the_rebuild_commands_with_every_add_in_order(tmp_path, capsys):
     run, old = build_run(tmp_path)
     first, second = new_file(tmp_path / "a.jsonl", {"sailing": 10}, "a"), new_file(tmp_path / "b.jsonl",
@@ -75,8 +97,13 @@ def test_status_prints_the_rebuild_commands_with_every_add_in_order(tmp_path, ca
     assert steps[1:] == [f"clusterclip cluster {run.root} --k 4", f"clusterclip add {run.root} {first}",
                          f"clusterclip add {run.root} {second}"]
     text = format_summary(summarize(run))
-    assert "rebuild:  `clusterclip embed" in text and f"`clusterclip add {run.root} {second}`" in text
+    assert "replay:   the run grew by `clusterclip add`; to rebuild it from its inputs (not needed to use it): " \
+           "`clusterclip embed" in text and f"`clusterclip add {run.root} {second}`" in text
+    assert not [line for line in text.splitlines() if line.startswith(("rebuild", "stale", "problem"))], text
     assert "added:    10 documents from" in text
+    page = build_report(run.root, progress=False).read_text()
+    row = re.search(r"<b>inputs</b></td><td>([^<]*)</td>", page)
+    assert row and row.group(1) == f"{old.name}, {first.name} (added), {second.name} (added)", row
     # replaying them rebuilds the same documents in the same order
     other = RunDir(tmp_path / "replay")
     for argv in [s.replace(str(run.root), str(other.root)).split() for s in steps]:
@@ -99,14 +126,20 @@ def test_an_input_already_in_the_run_is_refused_under_any_name(tmp_path, capsys)
 def test_documents_already_in_the_run_are_skipped_and_counted(tmp_path, capsys):
     run, old = build_run(tmp_path)
     rows = [json.loads(line) for line in old.read_text().splitlines()]
-    mixed = tmp_path / "mixed.jsonl"  # 20 known texts under new ids, and 10 new documents
+    mixed = tmp_path / "mixed.jsonl"  # 20 known texts under new ids, 10 new documents and 3 copies of new ones
     new = new_file(tmp_path / "n.jsonl", {"sailing": 10})
-    mixed.write_text("".join(json.dumps({**r, "id": f"copy-{r['id']}"}) + "\n" for r in rows[:20]) + new.read_text())
+    fresh = [json.loads(line) for line in new.read_text().splitlines()]
+    mixed.write_text("".join(json.dumps({**r, "id": f"copy-{r['id']}"}) + "\n" for r in rows[:20]) + new.read_text()
+                     + "".join(json.dumps({**r, "id": f"again-{r['id']}"}) + "\n" for r in fresh[:3]))
     assert main(["add", str(run.root), str(mixed), "-q"]) == 0
-    assert "skipped 20 documents whose text is already in the run" in capsys.readouterr().out
+    assert ("skipped 23 duplicate documents: 20 with a text already in the run and 3 repeating a text earlier in "
+            "the new inputs") in capsys.readouterr().out
     texts = read_column(run, "text")
     assert len(texts) == 160 and len(set(texts)) == 160
-    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 20
+    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_skipped"] == 23
+    assert run.record(CORPUS_STAGE)["additions"][-1]["duplicates_within"] == 3
+    assert main(["status", str(run.root)]) == 0
+    assert "(duplicates skipped: 20 with a text already in the run and 3 repeating" in capsys.readouterr().out
     again = Path(shutil.copy(old, tmp_path / "again.jsonl"))
     again.write_text("".join(json.dumps({**r, "id": f"again-{r['id']}"}) + "\n" for r in rows[:5]))
     assert main(["add", str(run.root), str(again), "--allow-duplicates", "-q"]) == 0

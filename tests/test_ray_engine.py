@@ -29,7 +29,7 @@ def ray_local():
 
 def test_ray_engine_matches_local(tmp_path, ray_local):
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 150, "astronomy": 60, "finance": 40, "sailing": 30})
-    common = ["--embedder", "hashing", "--shard-size", "100", "-q"]
+    common = ["--embedder", "hashing", "--embed-shard-size", "100", "-q"]
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert main(["embed", str(corpus), "--out", str(local), *common]) == 0
     assert main(["embed", str(corpus), "--out", str(remote), *common, "--engine", "ray"]) == 0
@@ -47,7 +47,7 @@ def test_ray_engine_matches_local(tmp_path, ray_local):
 
 def test_ray_engine_matches_local_with_the_fitted_lsa_model(tmp_path, ray_local):
     corpus = make_corpus(tmp_path / "c.jsonl", {"cooking": 120, "astronomy": 50, "finance": 30})
-    common = ["--embedder", "lsa", "--shard-size", "80", "-q"]
+    common = ["--embedder", "lsa", "--embed-shard-size", "80", "-q"]
     local, remote = tmp_path / "local", tmp_path / "ray"
     assert main(["embed", str(corpus), "--out", str(local), *common]) == 0
     assert main(["embed", str(corpus), "--out", str(remote), *common, "--engine", "ray"]) == 0

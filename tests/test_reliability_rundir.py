@@ -40,8 +40,8 @@ from clusterclip.store import layout as A
 from tests.test_cli import make_corpus
 
 DOLLAR = "$\\frac{1}{$"
-TEMP = "temperature-t0.3-Rinf-docs-Bepoch-s0"
-CLIP = "clusterclip-R4-docs-Bepoch-s0"
+TEMP = "temperature-t0.3-Rinf-tokens-Bepoch-s0"
+CLIP = "clusterclip-R4-tokens-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
 RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,temperature", "--tau", "0.3",
             "--epochs", "1", "--budget-unit", "docs", "-q"]
@@ -110,8 +110,10 @@ def test_a_lock_that_is_a_link_is_refused_and_its_target_untouched(run, tmp_path
         ("report", "report.html", ["report", "{run}", "-q"]),
         ("corpus", "part-00007.parquet", EMBED),
         ("embeddings", "shard-00042.npy", EMBED),
-        (f"plans/{TEMP}", "plan.npy", ["plan", "{run}", "--strategy", "temperature", "--tau", "0.3", "--force", "-q"]),
-        ("plans/uniform-Rinf-docs-Bepoch-s0", "plan.npy", ["plan", "{run}", "--strategy", "uniform", "-q"]),
+        (f"plans/{TEMP}", "plan.npy", ["plan", "{run}", "--strategy", "temperature", "--tau", "0.3", "--epochs", "1",
+                                       "--budget-unit", "tokens", "--force", "-q"]),
+        ("plans/uniform-Rinf-docs-Bepoch-s0", "plan.npy",
+         ["plan", "{run}", "--strategy", "uniform", "--epochs", "1", "-q"]),
     ],
 )
 def test_a_linked_folder_is_refused_and_nothing_outside_changes(run, built, tmp_path, capsys, folder, planted, argv):
@@ -179,7 +181,7 @@ def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run,
     assert run.stale_reason(REPORT_STAGE) is None
     assert main(["cluster", str(run.root), "--k", "5", "-q"]) == 0
     stage = plan_stage_name(TEMP)
-    command = f"clusterclip plan {run.root} --strategy temperature --tau 0.3"
+    command = f"clusterclip plan {run.root} --strategy temperature --epochs 1 --budget-unit tokens --tau 0.3"
     why = run.stale_reason(stage)
     assert why is not None and "`cluster` was rebuilt after it" in why and why.endswith(f"rebuild: `{command}`")
     assert run.stale_reason(plan_stage_name(CLIP)) is not None
@@ -205,13 +207,13 @@ def test_reclustering_makes_every_plan_stale_in_status_report_and_consumers(run,
 
 
 def test_a_rebuilt_embedding_makes_clusters_and_plans_stale_with_every_command(run, built, capsys):
-    assert main(["embed", str(built[0]), "--out", str(run.root), "--embedder", "hashing", "--shard-size", "50",
+    assert main(["embed", str(built[0]), "--out", str(run.root), "--embedder", "hashing", "--embed-shard-size", "50",
                  "-q"]) == 0
     stage = plan_stage_name(TEMP)
     why = run.stale_reason(stage)
     commands = re.findall(r"`(clusterclip [^`]+)`", why)
     assert commands == [f"clusterclip cluster {run.root} --k 4",
-                        f"clusterclip plan {run.root} --strategy temperature --tau 0.3"]
+                        f"clusterclip plan {run.root} --strategy temperature --epochs 1 --budget-unit tokens --tau 0.3"]
     err = fails(["report", str(run.root), "-q"], capsys)
     assert "stage `cluster` is stale" in err and commands[0] in err
     for command in commands:
@@ -302,7 +304,7 @@ def test_a_group_with_dollar_signs_does_not_break_the_report(run):
     [
         (CORPUS_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
         (EMBED_STAGE, ["cluster", "{run}", "--k", "4", "-q"]),
-        (CLUSTER_STAGE, ["plan", "{run}", "--strategy", "uniform", "-q"]),
+        (CLUSTER_STAGE, ["plan", "{run}", "--strategy", "uniform", "--epochs", "1", "-q"]),
         (plan_stage_name(TEMP), ["plan", "{run}", "--continue", TEMP, "--consumed", "10", "-q"]),
     ],
 )
@@ -334,7 +336,8 @@ def test_a_plain_rerun_rebuilds_a_corrupt_record(run, built, caplog):
 
 def test_rebuild_commands_render_the_recorded_settings(run):
     assert run.rebuild_command(CLUSTER_STAGE, force=True) == f"clusterclip cluster {run.root} --k 4 --force"
-    assert run.rebuild_command(plan_stage_name(CLIP)) == f"clusterclip plan {run.root} --strategy clusterclip"
+    assert run.rebuild_command(plan_stage_name(CLIP)) == \
+        f"clusterclip plan {run.root} --strategy clusterclip --epochs 1 --budget-unit tokens"
     corpus = run.record(CORPUS_STAGE)["config"]["inputs"][0]
     assert run.rebuild_command(EMBED_STAGE) == f"clusterclip embed {corpus} --out {run.root} --embedder hashing"
 

@@ -509,7 +509,8 @@ def test_build_report_end_to_end(fake_run, capsys):
         assert needle in summary, needle
     clusters = text[text.index('id="clusters"') : text.index('id="plans"')]
     assert clusters.count('<tr id="cluster-') == len(SIZES)
-    assert "% draws random" in clusters and "% draws clusterclip-r2" in clusters
+    assert "% draws<br><span class=\"plan\">random</span>" in clusters
+    assert "% draws<br><span class=\"plan\">clusterclip-r2</span>" in clusters
     first_row = clusters[clusters.index('<tr id="cluster-') :].split("</tr>")[0]
     assert first_row.startswith('<tr id="cluster-0"') and "largest" in first_row
     assert cluster_words(0)[0] in clusters

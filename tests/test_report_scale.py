@@ -95,6 +95,31 @@ def test_identical_lines_say_so_and_stay_visible(tmp_path, monkeypatch):
     assert "clusterclip (same as uniform)" in seen[0] and "uniform" in seen[0] and "random" in seen[0]
 
 
+def test_a_line_running_on_top_of_another_leaves_both_visible(tmp_path, monkeypatch):
+    """Two plans with the same effective number of clusters for their first ten windows (then apart): along that
+    stretch the rendered chart shows both plans' colours, where the second solid line covered the first."""
+    drawn = []
+    save = charts.save_chart
+
+    def keep(fig, *args, **kwargs):
+        fig.canvas.draw()
+        points = fig.axes[0].transData.transform([(10, 3.0), (80, 3.0)])
+        drawn.append((np.asarray(fig.canvas.buffer_rgba())[..., :3] / 255.0, points))
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(charts, "save_chart", keep)
+    even = np.tile([5, 5, 5, 0], (20, 1))
+    drifting = np.vstack([even[:10], np.tile([12, 2, 1, 0], (10, 1))])
+    charts.plot_effective_clusters({"a": (even, 10), "b": (drifting, 10)}, np.array([30, 5, 1, 1]), tmp_path / "e.png")
+    image, ((x0, y), (x1, _)) = drawn[0]
+    row = image.shape[0] - int(np.rint(y))
+    band = image[row - 3 : row + 4, int(x0) : int(x1)].reshape(-1, 3)
+    for colour in charts.CATEGORICAL[:2]:
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255.0
+        seen = int((np.abs(band - rgb).max(axis=1) < 0.12).sum())
+        assert seen >= 20, f"plan line {colour} hidden along the shared stretch ({seen} pixels)"
+
+
 def test_the_centroid_map_names_at_most_a_dozen_groups(tmp_path, monkeypatch):
     seen = _legend_of(monkeypatch, centroid_map)
     k = 60

@@ -155,3 +155,49 @@ def test_show_all_sorting_links_and_the_plan_menu(report, tmp_path):
     assert seen["sorted"] == CLUSTER_ROWS and seen["firstIsSmallest"]  # the first rows of the new order
     assert seen["again"] == 200
     assert seen["before"] == [True, False] and seen["after"] == [False, True]
+
+
+NARROW = """<script>
+window.addEventListener("load", function () {
+  var root = document.documentElement, table = document.getElementById("cluster-table");
+  var line = parseFloat(getComputedStyle(table).fontSize) * 1.3;
+  function edge(sel) { return Math.round(table.querySelector(sel).getBoundingClientRect().right); }
+  var heads = Array.prototype.filter.call(table.tHead.rows[0].cells, function (c) {
+    return (c.getAttribute("title") || "").indexOf("share of the draws of plan") === 0 && c.offsetWidth > 0;
+  });
+  var out = {page: [root.scrollWidth, root.clientWidth], keywords: edge("td.kw"), examples: edge("td.examples"),
+    stacked: table.classList.contains("stacked")};
+  var input = document.querySelector('input[data-filter="cluster-table"]');
+  input.value = table.querySelector("td.kw").textContent.split(",")[0]; input.dispatchEvent(new Event("input"));
+  out.filtered = Array.prototype.filter.call(table.tBodies[0].rows, function (r) { return r.offsetHeight > 0; }).length;
+  document.body.setAttribute("data-probe", JSON.stringify(Object.assign(out, {
+    drawHeads: heads.map(function (c) {
+      var pad = parseFloat(getComputedStyle(c).paddingTop) + parseFloat(getComputedStyle(c).paddingBottom);
+      return [c.textContent, Math.round((c.getBoundingClientRect().height - pad) / line)];
+    })
+  })));
+});
+</script>
+</body>"""
+
+
+@pytest.mark.parametrize("plans", [1, 3, 10])
+def test_at_800_px_keywords_and_examples_are_on_screen_and_plan_headers_short(tmp_path_factory, tmp_path, plans):
+    """A laptop window: the page does not scroll sideways, the clusters table's keywords and examples end inside the
+    window (with one plan, three, and ten shown one at a time), and each "% draws" header with its plan's name
+    (clusterclip-R2-docs-Bepoch-s0, ...) takes at most three short lines, where it wrapped into six to eight."""
+    run = write_sized_run(tmp_path_factory.mktemp("narrow") / "run", 300, 12, plans, 6)
+    seen = probe(build_report(run, progress=False), 800, tmp_path, NARROW)
+    width = seen["page"][1]
+    assert seen["page"][0] <= width + 1, seen
+    assert seen["keywords"] <= width + 1 and seen["examples"] <= width + 1, f"off-screen at 800 px: {seen}"
+    assert seen["stacked"] and seen["filtered"] == 1, seen  # the stacked rows still filter
+    assert len(seen["drawHeads"]) == (plans if plans <= 3 else 1), seen
+    assert max(lines for _, lines in seen["drawHeads"]) <= 3, seen
+
+
+def test_a_wide_window_keeps_one_line_per_cluster(tmp_path_factory, tmp_path):
+    """The clusters table stacks only where its columns would scroll sideways: at 1500 px one plan's table fits."""
+    run = write_sized_run(tmp_path_factory.mktemp("wide") / "run", 300, 12, 1, 6)
+    seen = probe(build_report(run, progress=False), 1500, tmp_path, NARROW)
+    assert not seen["stacked"] and seen["filtered"] == 1 and seen["examples"] <= seen["page"][1], seen

@@ -17,7 +17,7 @@ from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.registry import default_batch_sizes, get_embedder
 from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
-from clusterclip.pipeline import DEFAULT_STRATEGIES
+from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan import PlanConfig, PlanConfigError
 from clusterclip.plan.chain import INHERITED
 from clusterclip.settings import (
@@ -38,9 +38,10 @@ from clusterclip.settings import (
 
 CONFIGS = (ReadOptions, CorpusConfig, EmbedConfig, EngineConfig, ClusterConfig, PlanConfig)
 COMMANDS = {"run": [], "embed": ["--out", "x"], "cluster": ["x"], "plan": ["x"]}
-CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs"), ("run", "budget_unit")}
-"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, `run`'s two epochs of
-tokens."""
+CLI_OWN = {("run", "strategy"), ("run", "weights"), ("plan", "weights"), ("run", "epochs"), ("plan", "epochs"),
+           ("run", "budget"), ("plan", "budget"), ("run", "budget_unit")}
+"""Options the CLI declares itself: a comma-separated list of strategies, a weights file, the command line's two
+epochs when no budget is given (PlanConfig's default is one), `run`'s budget in tokens."""
 
 
 @pytest.mark.parametrize(
@@ -130,9 +131,9 @@ def test_cli_without_options_builds_the_default_configs():
     assert cluster_config(run) == ClusterConfig()
     assert embed_config(parser.parse_args(["embed", "--out", "x"])) == EmbedConfig()
     assert cluster_config(parser.parse_args(["cluster", "x"])) == ClusterConfig()
-    assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig()]
-    assert plan_configs(run, run.strategies.split(",")) == [PlanConfig(strategy=s, budget_unit="tokens")
-                                                             for s in DEFAULT_STRATEGIES]
+    assert plan_configs(parser.parse_args(["plan", "x"]), ["clusterclip"]) == [PlanConfig(epochs=DEFAULT_EPOCHS)]
+    assert plan_configs(run, run.strategies.split(",")) == [
+        PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS, budget_unit="tokens") for s in DEFAULT_STRATEGIES]
 
 
 def test_every_config_field_is_on_the_command_line():
@@ -155,7 +156,8 @@ def test_one_batch_size_default():
     ("argv", "message"),
     [
         (["embed", "{corpus}", "--out", "{run}", "--batch-size", "0"], "--batch-size must be an integer >= 1"),
-        (["embed", "{corpus}", "--out", "{run}", "--shard-size", "0"], "--shard-size must be an integer >= 1"),
+        (["embed", "{corpus}", "--out", "{run}", "--embed-shard-size", "0"],
+         "--embed-shard-size must be an integer >= 1"),
         (["embed", "{corpus}", "--out", "{run}", "--text-field", ""], "--text-field must be a non-empty string"),
         (["run", "{corpus}", "--out", "{run}", "--cluster-seed", "-1"],
          "--cluster-seed must be an integer in [0, 2147483647]"),
@@ -300,3 +302,43 @@ def test_every_float_option_of_the_proxy_commands_has_a_finite_range(tmp_path, c
     code = cli.main([command, str(corpus), "--out", str(tmp_path / "run"), flag, "1e300", "-q"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and flag in err, err
+
+
+# ----------------------------------------------------------- errors name the option as the caller spelled it
+
+
+def _no_text_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "pyfiles.parquet"
+    pq.write_table(pa.table({"source": ["def f():\n    return 1\n"] * 5, "path": [f"f{i}.py" for i in range(5)]}),
+                   path)
+    return path
+
+
+def test_an_error_through_the_python_api_names_the_api_argument_and_the_cli_names_the_flag(tmp_path, capsys):
+    from clusterclip.cli.main import main
+    from clusterclip.pipeline import run_pipeline
+
+    path = _no_text_column(tmp_path)
+    with pytest.raises(ClusterClipError) as err:
+        run_pipeline([path], out=tmp_path / "api", progress=False)
+    text = str(err.value)
+    assert "no column 'text' (columns: source, path); choose another with corpus=CorpusConfig(text_field=...)" in text
+    assert "--" not in text and "\u27e6" not in text
+    assert main(["run", str(path), "--out", str(tmp_path / "cli"), "-q"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.endswith("no column 'text' (columns: source, path); choose another with --text-field"), line
+    copy = pickle.loads(pickle.dumps(err.value))  # as a Ray task's error reaches the driver
+    assert str(copy) == text and error_message(copy).endswith("choose another with --text-field")
+    summary = run_pipeline([path], out=tmp_path / "api", corpus=CorpusConfig(text_field="source"), progress=False)
+    assert summary["corpus"]["documents"] == 5
+
+
+def test_add_names_its_own_argument(tmp_path):
+    from clusterclip.corpus.parquet import _open_parquet_input
+
+    path = _no_text_column(tmp_path)
+    with pytest.raises(ClusterClipError, match=r"choose another with read=ReadOptions\(text_field=\.\.\.\)$"):
+        _open_parquet_input(path, ReadOptions())

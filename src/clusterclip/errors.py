@@ -9,11 +9,42 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from collections.abc import Iterator
+
+OPTION = re.compile("\u27e6([^\u27e6\u27e7|]*)\\|([^\u27e6\u27e7|]*)\u27e7")
+"""An option named in an error message in both spellings, ``⟦python|flag⟧`` (:func:`option_ref`)."""
+
+
+def option_ref(python: str, flag: str) -> str:
+    """An option as an error message names it: ``python`` (``corpus=CorpusConfig(text_field=...)``) where the
+    error reaches Python code, ``flag`` (``--text-field``) where the command line prints it (:func:`cli_text`).
+    :func:`clusterclip.settings.option` builds both from a setting's declaration."""
+    return f"\u27e6{python}|{flag}\u27e7"
+
+
+def python_text(text: str) -> str:
+    """``text`` with every option named as Python code passes it."""
+    return OPTION.sub(lambda m: m.group(1), text)
+
+
+def cli_text(text: str) -> str:
+    """``text`` with every option named by its command-line flag."""
+    return OPTION.sub(lambda m: m.group(2), text)
 
 
 class ClusterClipError(Exception):
-    """Base class of every error caused by user input or run-directory state (not by a bug)."""
+    """Base class of every error caused by user input or run-directory state (not by a bug).
+
+    A message may name options with :func:`option_ref`: ``str(error)`` names them as the Python API takes them,
+    :func:`clusterclip.settings.error_message` (what the command line prints) by their flags; ``template`` keeps
+    both."""
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str) and OPTION.search(args[0]):
+            self.template = args[0]
+            args = (python_text(args[0]), *args[1:])
+        super().__init__(*args)
 
 
 EXTRAS = {"torch": "torch", "torchdata": "torch", "sentence_transformers": "embed", "model2vec": "embed",

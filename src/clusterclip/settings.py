@@ -40,7 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from clusterclip.errors import ClusterClipError
+from clusterclip.errors import ClusterClipError, cli_text, option_ref
 
 __all__ = [
     "INT32_MAX",
@@ -59,6 +59,7 @@ __all__ = [
     "is_int",
     "is_text",
     "one_of",
+    "option",
     "optional",
     "setting",
     "uint64",
@@ -245,6 +246,8 @@ class Settings:
     """
 
     error_class: ClassVar[type[SettingsError]] = SettingsError
+    API_ARGUMENT: ClassVar[str | None] = None
+    """The argument of the Python API that takes this config (``corpus`` of ``run_pipeline``), for messages."""
 
     def __post_init__(self) -> None:
         check_settings(self)
@@ -333,13 +336,22 @@ def from_args(cls: type[T], args: argparse.Namespace, fields: Iterable[str] | No
     return cls(**{**kwargs, **values})
 
 
+def option(cls: type, name: str) -> str:
+    """Setting ``name`` of ``cls`` as an error message names it (:func:`clusterclip.errors.option_ref`): as the
+    Python API passes it (``corpus=CorpusConfig(text_field=...)``, with the argument ``cls.API_ARGUMENT`` that takes
+    the config) and by its command-line flag (``--text-field``)."""
+    argument = getattr(cls, "API_ARGUMENT", None)
+    python = f"{cls.__name__}({name}=...)"
+    return option_ref(f"{argument}={python}" if argument else python, flag_of(cls, name))
+
+
 def error_message(exc: BaseException, flag: Callable[[str], str] | None = None) -> str:
     """The one-line message of a user error, naming command-line flags instead of parameter names
     (``flag`` maps a name to its flag; default :func:`flag_of` the error's owner) and the command-line
     spelling of None where the option declares one (``cli_none``)."""
     if not isinstance(exc, SettingsError):
-        return str(exc)
-    text = exc.render(flag or (lambda name: flag_of(exc.owner, name)))
+        return cli_text(getattr(exc, "template", str(exc)))
+    text = cli_text(exc.render(flag or (lambda name: flag_of(exc.owner, name))))
     fields = {f.name: f for f in dataclasses.fields(exc.owner)} \
         if exc.owner is not None and dataclasses.is_dataclass(exc.owner) else {}
     spelled = fields[exc.param].metadata.get("cli_none") if exc.param in fields else None

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from clusterclip.add.drift import duplicates_note
 from clusterclip.add.lineage import pending_note
 from clusterclip.cluster.contract import CLUSTER_STAGE, SIZES, ClusterRecord
 from clusterclip.contracts import finished_stages
@@ -105,7 +106,8 @@ def _lineage(run: RunDir, corpus: CorpusRecord | None, problems: dict[str, list[
             out["lineage"] = {
                 "rebuild": replay_commands(run, corpus, cluster),
                 "additions": [{"inputs": a["inputs"], "count": a["count"],
-                               "duplicates_skipped": a.get("duplicates_skipped", 0)} for a in corpus.additions]}
+                               "duplicates_skipped": a.get("duplicates_skipped", 0),
+                               "duplicates_within": a.get("duplicates_within", 0)} for a in corpus.additions]}
     return out
 
 
@@ -180,9 +182,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines += _plan_lines(summary.get("plans", {}))
     for add in summary.get("lineage", {}).get("additions", []):
         lines.append(f"added:    {add['count']:,} documents from {' '.join(add['inputs'])}"
-                     + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))
+                     + (f" (duplicates skipped: {duplicates_note(add['duplicates_skipped'], add['duplicates_within'])})"
+                        if add["duplicates_skipped"] else ""))
     if steps := summary.get("lineage", {}).get("rebuild"):
-        lines.append("rebuild:  " + ", then ".join(f"`{c}`" for c in steps))
+        lines.append("replay:   the run grew by `clusterclip add`; to rebuild it from its inputs (not needed to use "
+                     "it): " + ", then ".join(f"`{c}`" for c in steps))
     if summary.get("busy"):
         lines.append(f"busy:     {summary['busy']}")
     if summary.get("pending"):

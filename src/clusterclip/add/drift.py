@@ -186,6 +186,14 @@ def cluster_shift(added: np.ndarray, old_sizes: np.ndarray, draws: int = SHIFT_D
     return {"shift": round(shift, 6), "chance": round(chance, 6), "excess": round(max(0.0, shift - chance), 6)}
 
 
+def duplicates_note(skipped: int, within: int) -> str:
+    """Where the ``skipped`` duplicates of an add were: ``within`` of them repeat a text earlier in the new inputs,
+    the others a text the run already holds."""
+    parts = [f"{skipped - within:,} with a text already in the run" if skipped > within else "",
+             f"{within:,} repeating a text earlier in the new inputs" if within else ""]
+    return " and ".join(p for p in parts if p)
+
+
 def format_drift(report: dict[str, Any], run: RunDir) -> str:
     """The drift report as ``clusterclip add`` prints it."""
     if report.get("already_added"):
@@ -209,8 +217,9 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
         "fastest-growing clusters: " + ", ".join(
             f"{c} (+{report['cluster_added'][c]} on {report['cluster_before'][c]}, {growth[c]:.0%})" for c in top),
     ]
-    if report.get("duplicates_skipped"):
-        lines.insert(1, f"skipped {report['duplicates_skipped']:,} documents whose text is already in the run "
+    if skipped := report.get("duplicates_skipped"):
+        within = int(report.get("duplicates_within") or 0)
+        lines.insert(1, f"skipped {skipped:,} duplicate documents: {duplicates_note(skipped, within)} "
                         "(add --allow-duplicates to append them)")
     if report["recommend_refit"]:
         lines.append(f"recommendation: re-cluster with `clusterclip cluster {run.root} --refit` (it refuses while "

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from clusterclip.add.drift import duplicates_note
 from clusterclip.add.lineage import text_hashes
 from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CorpusRecord, corpus_part, open_part
 from clusterclip.corpus.grow import NewDocs
@@ -22,6 +23,7 @@ from clusterclip.corpus.records import DocBatch, ReadOptions, ReadStats
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.progress import progress_bar
+from clusterclip.settings import option
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 
@@ -37,8 +39,8 @@ def read_new_documents(run: RunDir, journal: Mapping[str, Any], base: CorpusReco
         if not new.ids:
             raise ClusterClipError(
                 f"{', '.join(journal['inputs'])}: no usable documents to add" + (
-                    f": all {new.duplicates} are already in the run (same text); add --allow-duplicates to "
-                    "append them again" if new.duplicates else ""))
+                    f": all {new.duplicates} are duplicates ({duplicates_note(new.duplicates, new.duplicates_within)}"
+                    "); add --allow-duplicates to append them" if new.duplicates else ""))
         check_new_ids(run, base, units, new, opts)
     except ClusterClipError:
         if not run.path(A.ADD_JOURNAL).exists():
@@ -56,11 +58,12 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
                         make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
                         field_names=opts.field_names, scorer=SCORERS.get(base.config.get("quality_scorer") or ""))
-    stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
+    stats, ids, ends, pos, seen, n_read, within = ReadStats(), [], [], [], set(), 0, 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
             for batch in read_unit(unit, opts, stats):
-                keep = _unseen(batch, known, seen)
+                keep, repeated = _unseen(batch, known, seen)
+                within += repeated
                 kept = DocBatch([batch.ids[i] for i in keep], [batch.texts[i] for i in keep],
                                 [batch.groups[i] for i in keep], [batch.fields[i] for i in keep])
                 writer.add(kept)
@@ -71,23 +74,28 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
             ends.append(n_read)
     read = writer.finish(stats)
     return NewDocs(read.parts, read.tokens, ids, ends, stats, read.groups, np.asarray(pos, np.int64),
-                   n_read - len(ids))
+                   n_read - len(ids), within)
 
 
-def _unseen(batch: DocBatch, known: np.ndarray | None, seen: set[int]) -> list[int]:
+def _unseen(batch: DocBatch, known: np.ndarray | None, seen: set[int]) -> tuple[list[int], int]:
     """Positions in ``batch`` of the documents to keep: all without ``known``, else those whose text hash is
-    neither in ``known`` nor in ``seen`` (the new texts so far, updated)."""
+    neither in ``known`` nor in ``seen`` (the new texts so far, updated); and how many were skipped as repeats of
+    a new text (not in ``known``)."""
     if known is None:
-        return list(range(len(batch)))
+        return list(range(len(batch))), 0
     hashes = text_hashes(batch.texts)
     old = np.zeros(len(hashes), bool) if not known.size else \
         known[np.minimum(np.searchsorted(known, hashes), known.size - 1)] == hashes
-    keep = []
+    keep, repeated = [], 0
     for i, h in enumerate(hashes.tolist()):
-        if not old[i] and h not in seen:
-            seen.add(h)
-            keep.append(i)
-    return keep
+        if old[i]:
+            continue
+        if h in seen:
+            repeated += 1
+            continue
+        seen.add(h)
+        keep.append(i)
+    return keep, repeated
 
 
 def _where_new(units: Sequence[WorkUnit], new: NewDocs, pos: int, opts: ReadOptions) -> str:
@@ -112,8 +120,8 @@ def check_new_ids(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], ne
     """Refuse new ids that an existing document has (streaming the old parts' id column) or that two new
     documents share; the error names both places."""
     hint = (f"ids come from field {opts.id_field!r}" if opts.id_field else
-            "ids default to FILE:LINE, so a new file named like an old one collides: use --id-field (a copy of an "
-            "input under another name is refused as a duplicate)")
+            "ids default to FILE:LINE, so a new file named like an old one collides: set "
+            f"{option(type(opts), 'id_field')} (a copy of an input under another name is refused as a duplicate)")
     first: dict[str, int] = {}
     for pos, doc_id in enumerate(new.ids):
         if doc_id in first:

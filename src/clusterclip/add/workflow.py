@@ -146,7 +146,8 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     growth = Growth(journal, base, n_old, new, shards, scores, sizes, time.perf_counter() - t0)
     grown = {entry.name: entry.grow(run, growth) for entry in TABLE if entry.grow is not None}
     report["dedup"] = _dedup_summary(grown[DEDUP_STAGE], run.record(DEDUP_STAGE) is not None)
-    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates})
+    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates,
+                                             "duplicates_within": new.duplicates_within})
     run.path(A.ADD_JOURNAL).unlink()
     return load_json(run.path(A.DRIFT_REPORT))
 

@@ -41,8 +41,9 @@ command-line grammar (every command; `clusterclip COMMAND --help` has its option
   * An option means the same in every command: one that takes a comma-separated list (its help
     says so) takes it everywhere, and the list form of a single-value option has a plural name
     (run --strategies for plan's --strategy; experiment --max-repeats, --duplicate-modes).
-  * Former spellings (export --out, run --strategy, experiment --max-repeat and --duplicates)
-    still work and print a one-line deprecation note on stderr.
+  * Former spellings (export --out, run --strategy, experiment --max-repeat and --duplicates,
+    run/embed --shard-size for --embed-shard-size) still work and print a one-line deprecation
+    note on stderr.
 """
 EXAMPLES = """\
 examples:

@@ -120,7 +120,7 @@ def add_inputs(p: argparse.ArgumentParser, **out: Any) -> None:
 def add_embed(p: argparse.ArgumentParser) -> None:
     """The embed stage's options and the engine's."""
     g = p.add_argument_group("embedding")
-    add_arguments(g, EmbedConfig, EMBED_FIELDS)
+    add_arguments(g, EmbedConfig, EMBED_FIELDS, overrides={"shard_size": {"action": Renamed, "old": ("--shard-size",)}})
     add_engine(g)
 
 
@@ -149,14 +149,19 @@ def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
                        help=f"strategies to plan, comma-separated: {', '.join(STRATEGIES)} (each as `clusterclip "
                             "plan --strategy`)")
         fields = tuple(f for f in PLAN_FIELDS if f != "strategy")
-    epochs = {"help": f"the budget in passes over the corpus when --budget is not given (default: {DEFAULT_EPOCHS}, "
-                      "so that the cap can act; `clusterclip plan` defaults to 1)"}
+    budgets = {"budget": {"help": "draws (docs) or tokens to plan (default: --epochs passes over the corpus)"},
+               "epochs": {"help": f"the budget in passes over the corpus (N documents, or all tokens, each) when "
+                                  f"--budget is not given (default: {DEFAULT_EPOCHS}, so that the cap can act)"}}
     if multi:
-        unit = {"default": "tokens", "help": "unit of the budget (run plans its strategies at equal tokens, so "
-                                             "that they compare at the same training budget)"}
-        add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs, "budget_unit": unit})
+        unit = {"default": "tokens", "help": "unit of the budget (default: tokens, where `clusterclip plan`'s is docs: "
+                                             "run plans its strategies at equal tokens, so that they compare at the "
+                                             "same training budget)"}
+        add_arguments(g, PlanConfig, fields, overrides={**budgets, "budget_unit": unit})
     else:  # what a continuation inherits stays out of the namespace unless given (explicit_plan_settings)
-        add_arguments(g, PlanConfig, [f for f in fields if f not in INHERITED])
+        unit = {"help": "unit of the budget (default: docs, where `clusterclip run`'s is tokens: run compares its "
+                        "strategies at equal tokens)"}
+        add_arguments(g, PlanConfig, [f for f in fields if f not in INHERITED],
+                      overrides={**budgets, "budget_unit": unit})
         add_arguments(g, PlanConfig, [f for f in fields if f in INHERITED], unset=True)
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
@@ -185,10 +190,13 @@ def explicit_plan_settings(a: argparse.Namespace) -> list[str]:
 
 
 def plan_configs(a: argparse.Namespace, strategies: Sequence[str]) -> list[PlanConfig]:
-    """One plan per strategy; the weights go to the strategies that take them, and one without clusters
-    (``random``) always takes the default order (it has no clusters to spread)."""
+    """One plan per strategy, of :data:`~clusterclip.pipeline.DEFAULT_EPOCHS` epochs without a budget (or a
+    continuation); the weights go to the strategies that take them, and one without clusters (``random``) always
+    takes the default order (it has no clusters to spread)."""
     weights = load_weights(a.weights) if a.weights else None
     kinds = {s: STRATEGY_CLASSES.get(s) for s in strategies}
+    if a.budget is None and a.epochs is None and getattr(a, "continue_plan", None) is None:
+        a.epochs = DEFAULT_EPOCHS  # the one default of `run` and `plan`; a continuation's is what remains
     return [from_args(PlanConfig, a, PLAN_FIELDS, strategy=s,
                       weights=weights if kinds[s] is not None and kinds[s].USES_WEIGHTS else None,
                       order=a.order if kinds[s] is None or kinds[s].CLUSTERED else DEFAULT_ORDER) for s in strategies]

@@ -17,7 +17,7 @@ from clusterclip.cli.options import (
     engine_config,
     plan_configs,
 )
-from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_RUN_DIR, run_pipeline
+from clusterclip.pipeline import DEFAULT_RUN_DIR, run_pipeline
 from clusterclip.summary import format_summary
 
 
@@ -37,8 +37,6 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
 
 def cmd_run(a: argparse.Namespace) -> int:
     strategies = [s.strip() for s in a.strategies.split(",") if s.strip()]
-    if a.budget is None and a.epochs is None:
-        a.epochs = DEFAULT_EPOCHS
     summary = run_pipeline(a.inputs, a.out, corpus_config(a), embed_config(a), cluster_config(a),
                            plan_configs(a, strategies), force=a.force, progress=not a.quiet, engine=engine_config(a))
     print(format_summary(summary))

@@ -14,6 +14,8 @@ class CorpusConfig(ReadOptions):
     """Options of the corpus stage (part of the stage record): how to read records, how to count
     tokens, and how long a docstring must be to join the default corpus."""
 
+    API_ARGUMENT = "corpus"
+
     tokenizer: str | None = setting(None, check=optional(is_text),
                                     help="Hugging Face tokenizer name or path for token counts (default: a "
                                          "word/punctuation regex count)")

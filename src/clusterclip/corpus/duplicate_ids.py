@@ -18,6 +18,7 @@ from clusterclip.corpus.parts import WrittenParts
 from clusterclip.corpus.reading import located_documents
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.settings import option
 from clusterclip.store import RunDir
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,8 @@ def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | 
         where = _document_locations(resolved, config, (first, second)) if inputs else {}
         at = [where.get(i, f"document {i}") for i in (first, second)]
         raise ClusterClipError(f"{', '.join(map(str, inputs)) or DEFAULT_CORPUS}: {msg}, the first {doc_id!r} at "
-                               f"{at[0]} and again at {at[1]}; ids must be unique (or use --on-bad-record skip "
-                               "to keep them, counted)")
+                               f"{at[0]} and again at {at[1]}; ids must be unique (or set "
+                               f"{option(type(config), 'on_bad_record')} to skip to keep them, counted)")
     log.warning("corpus: %s, the first %r (kept)", msg, doc_id)
     return duplicates
 

@@ -22,7 +22,7 @@ class NewDocs:
     """What reading an add's inputs wrote and counted: the new parts (run-relative), token counts and ids;
     ``unit_ends[u]``: documents read up to work unit ``u`` (kept or not), ``read_pos[i]``: the position among
     those of the ``i``-th kept document, ``duplicates``: documents skipped because their text is already in the
-    run."""
+    run or earlier in the new inputs (``duplicates_within``: the latter)."""
 
     parts: list[str]
     tokens: np.ndarray
@@ -32,6 +32,7 @@ class NewDocs:
     groups: Counter[str]
     read_pos: np.ndarray
     duplicates: int = 0
+    duplicates_within: int = 0
     fields: dict[str, dict[str, Any]] | None = None
 
 
@@ -44,7 +45,8 @@ def grow_corpus_record(run: RunDir, growth: Growth) -> CorpusRecord:
     entry = {"key": journal["key"], "inputs": journal["inputs"], "input_hashes": journal["input_hashes"],
              "command": journal["command"], "cluster_command": journal["base"]["cluster"].get("command"),
              "first_index": base.count, "count": len(new.ids), "parts": new.parts,
-             "skipped": new.stats.skipped, "duplicates_skipped": new.duplicates}
+             "skipped": new.stats.skipped, "duplicates_skipped": new.duplicates,
+             "duplicates_within": new.duplicates_within}
     groups = Counter(base.groups) + new.groups
     config = {**base.config, "added": [*base.config.get("added", []),
                                        {"inputs": journal["inputs"], "read": journal["read"]}]}

@@ -12,6 +12,7 @@ from clusterclip.corpus import limits
 from clusterclip.corpus.format_base import ColumnFormat, Folder, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.settings import option
 
 HF_METADATA = ("state.json", "dataset_info.json")
 
@@ -54,12 +55,13 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
     if isinstance(ds, datasets.DatasetDict):
         if opts.split not in ds:
             raise ClusterClipError(f"{path}: split {opts.split!r} not found (splits: {', '.join(ds)}); "
-                                   "choose one with --split")
+                                   f"choose one with {option(type(opts), 'split')}")
         ds = ds[opts.split]
     if not opts.read_all_columns(ds.column_names):
         if opts.text_field not in ds.column_names:
             raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
-                                 f"{', '.join(ds.column_names)}); choose another with --text-field")
+                                 f"{', '.join(ds.column_names)}); choose another with "
+                                 f"{option(type(opts), 'text_field')}")
         ds = ds.select_columns(list(dict.fromkeys(c for c in opts.read_columns() if c in ds.column_names)))
     row = 0
     try:

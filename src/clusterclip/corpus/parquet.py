@@ -16,6 +16,7 @@ from clusterclip.corpus import limits
 from clusterclip.corpus.format_base import ColumnFormat, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError
+from clusterclip.settings import option
 
 
 def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
@@ -58,7 +59,7 @@ def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, 
         return pf, list(names)
     if opts.text_field not in names:
         raise BadRecordError(source, None, f"no column {opts.text_field!r} (columns: {', '.join(names)}); "
-                             "choose another with --text-field")
+                             f"choose another with {option(type(opts), 'text_field')}")
     text_type = pf.schema_arrow.field(opts.text_field).type
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from clusterclip.corpus import limits
 from clusterclip.corpus.kinds import KINDS, RECORD_KINDS, KindError, RecordKind, template_fields, text_of
 from clusterclip.errors import BadRecordError, ClusterClipError
-from clusterclip.settings import Settings, is_text, optional, setting
+from clusterclip.settings import Settings, is_text, option, optional, setting
 
 FIELD_KINDS = ("auto", "num", "cat")
 """How a kept field is typed: from its values (numbers: numeric, anything else: categorical), or as declared."""
@@ -64,6 +64,8 @@ def _names(text: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class ReadOptions(Settings):
     """How records are turned into documents; validated on construction."""
+
+    API_ARGUMENT = "read"
 
     text_field: str = setting("text", check=is_text, help="field or column holding the document text")
     id_field: str | None = setting(None, check=optional(is_text),
@@ -285,8 +287,9 @@ def field_text(value: Any, name: str, source: str, loc: int | None) -> str | Non
 def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:
     if opts.text_field not in record:
         keys = ", ".join(sorted(map(str, record))[:8]) or "none"
-        hint = "; choose another with --text-field" + (
-            ", or a --record-kind (" + ", ".join(f"{k.name}: {'/'.join(k.FIELDS)}" for k in KINDS.values() if k.FIELDS)
+        hint = f"; choose another with {option(type(opts), 'text_field')}" + (
+            f", or a {option(type(opts), 'record_kind')} ("
+            + ", ".join(f"{k.name}: {'/'.join(k.FIELDS)}" for k in KINDS.values() if k.FIELDS)
             + ")" if opts.kind == "auto" else "")
         raise BadRecordError(source, loc, f"missing text field {opts.text_field!r} (fields: {keys}){hint}")
     text = record[opts.text_field]

@@ -18,7 +18,8 @@ class EmbedConfig(Settings):
     batch_size: int | None = setting(None, check=optional(at_least(1)),
                                      help="documents per encoder batch (default: the embedder's own: "
                                           + ", ".join(f"{n} {b}" for n, b in default_batch_sizes().items()) + ")")
-    shard_size: int = setting(DEFAULT_SHARD_SIZE, check=at_least(1), help="embeddings per shard file")
+    shard_size: int = setting(DEFAULT_SHARD_SIZE, check=at_least(1), flag="--embed-shard-size",
+                              help="embeddings per shard file (export's --shard-size is rows per export shard)")
     device: str = setting("cpu", check=is_text, help="torch device of the minilm encoder (cpu, cuda)")
     extra: dict[str, Any] = field(default_factory=dict)
 

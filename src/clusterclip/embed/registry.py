@@ -33,7 +33,7 @@ EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
 DEFAULT_EMBEDDER = "lsa"
 """Chosen by the multi-corpus benchmark (``docs/embedders.md``)."""
 DEFAULT_SHARD_SIZE = 65_536
-"""Embeddings per shard file (``--shard-size``)."""
+"""Embeddings per shard file (``--embed-shard-size``)."""
 
 
 def fitted_embedders() -> tuple[type[FittedEmbedder], ...]:

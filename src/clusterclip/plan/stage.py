@@ -241,6 +241,8 @@ def plan_argv(config: PlanConfig, continues: Mapping[str, Any] | None = None) ->
     """The ``clusterclip plan`` command line that builds this plan (``WEIGHTS_FILE`` stands for the
     weights, whose file is not kept)."""
     values = {k: v for k, v in config.to_json().items() if k != "weights"}
+    if continues is None and config.budget is None:
+        values["epochs"] = config.epochs or 1  # stated: the command line's default is not PlanConfig's one epoch
     default = PlanConfig(strategy=config.strategy, weights=config.weights).to_json()
     out = ["clusterclip", "plan", RUN, *command_flags(PlanConfig, values, PLAN_FIELDS, default,
                                                       always=("strategy",))]

@@ -40,17 +40,18 @@ def build_report(
     ``progress`` shows tqdm bars on stderr for the corpus pass and the charts.
     """
     if out_dir is not None:
-        return _build(run_dir, Path(out_dir), progress)
+        return _build(run_dir, Path(out_dir), progress)[0]
     rd = RunDir(run_dir)
     if not rd.root.is_dir():
-        return _build(run_dir, rd.root, progress)  # load_run says it is not a run directory
+        return _build(run_dir, rd.root, progress)[0]  # load_run says it is not a run directory
     upstream = _upstream(rd)
     built: list[Path] = []
 
     def build(job: Job) -> Built:
-        built.append(_build(run_dir, rd.path(REPORT_DIR), progress))
-        files = [built[0], *sorted(p for p in built[0].parent.glob("*.png") if OWN_CHART.match(p.name))]
-        return Built([p.relative_to(rd.root).as_posix() for p in files])
+        page, plan_notes = _build(run_dir, rd.path(REPORT_DIR), progress)
+        built.append(page)
+        files = [page, *sorted(p for p in page.parent.glob("*.png") if OWN_CHART.match(p.name))]
+        return Built([p.relative_to(rd.root).as_posix() for p in files], {"plan_notes": list(plan_notes)})
 
     # Rebuilt every time: the page also shows experiment and tune results, which live in other run directories.
     run_stage(rd, Stage(REPORT_STAGE, {}, config_hash(upstream), build, reads=dict.fromkeys(upstream, ()),
@@ -58,7 +59,8 @@ def build_report(
     return built[0]
 
 
-def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
+def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> tuple[Path, tuple[str, ...]]:
+    """The page and its charts in ``out``; returns its path and the notes on the plans it left out."""
     t0 = time.perf_counter()
     run = load_run(run_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,7 @@ def _build(run_dir: str | os.PathLike[str], out: Path, progress: bool) -> Path:
     with atomic_write(html_path, "w") as fh:
         fh.write(text)
     _remove_stale_charts(out, keep=set(made))
-    return html_path
+    return html_path, run.plan_notes
 
 
 def _upstream(rd: RunDir) -> dict[str, str]:

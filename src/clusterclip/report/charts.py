@@ -308,7 +308,7 @@ def plot_effective_clusters(
             windows.add(window)
             x = int((starts or {}).get(name, 0)) + np.arange(len(m)) * window
             y = effective_number(m, axis=1)
-            _plan_line(ax, x, y, name, CATEGORICAL[i % len(CATEGORICAL)], drawn)
+            _plan_line(ax, x, y, name, i, drawn)
         if sizes.size:
             ax.axhline(sizes.size, color="black", linestyle=":", linewidth=1.2, label=f"K = {sizes.size}")
             natural = float(effective_number(sizes))
@@ -330,17 +330,24 @@ def plot_effective_clusters(
         return save_chart(fig, path, title)
 
 
-def _plan_line(ax: Axes, x: np.ndarray, y: np.ndarray, name: str, colour: str,
+PLAN_DASHES: list[str | tuple[int, tuple[int, ...]]] = ["-", (0, (6, 2)), (0, (2, 2)), (0, (6, 2, 2, 2))]
+PLAN_MARKERS = "os^Dv"
+
+
+def _plan_line(ax: Axes, x: np.ndarray, y: np.ndarray, name: str, i: int,
                drawn: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """One plan's line; a line identical to one drawn before is dashed on top of it and says so in the legend."""
+    """Plan ``i``'s line: its own colour, dash pattern and markers (placed apart from the other plans'), so a line
+    that runs on top of another for a stretch still shows both; one identical to a line drawn before is dashed
+    on top of it and says so in the legend."""
     twins = [other for other, (ox, oy) in drawn.items()
              if len(ox) == len(x) and np.array_equal(ox, x) and np.allclose(oy, y, rtol=1e-9, atol=1e-9)]
     drawn[name] = (x, y)
-    if not twins:
-        ax.plot(x, y, color=colour, linewidth=1.6, label=name)
-    else:
-        ax.plot(x, y, color=colour, linewidth=2.2, linestyle=(0, (3, 3)), marker="os^Dv"[(len(twins) - 1) % 5],
-                markersize=4.5, markevery=max(1, len(x) // 12), zorder=3, label=f"{name} (same as {twins[0]})")
+    step = max(1, len(x) // 10)
+    dashes = (0, (3, 3)) if twins else PLAN_DASHES[i % len(PLAN_DASHES)]
+    ax.plot(x, y, color=CATEGORICAL[i % len(CATEGORICAL)], linewidth=2.2 if twins else 1.6, linestyle=dashes,
+            marker=PLAN_MARKERS[i % len(PLAN_MARKERS)], markersize=4.5,
+            markevery=(i * max(1, step // len(PLAN_MARKERS)) % step, step), zorder=3 if twins else 2,
+            label=f"{name} (same as {twins[0]})" if twins else name)
 
 
 def expected_random_effective(sizes: np.ndarray, window: int, n_sims: int = 200, seed: int = 0) -> float:

@@ -16,6 +16,8 @@ REPORT_HTML = "report.html"
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReportRecord(StageRecord):
-    """``report.json``: the page and its charts (``artifacts``) and the stages they show (``upstream``)."""
+    """``report.json``: the page and its charts (``artifacts``), the stages they show (``upstream``) and what the
+    page says of the plans it left out or shows in part (``plan_notes``: a stale plan, a damaged record)."""
 
     NAME: ClassVar[str] = REPORT_STAGE
+    plan_notes: list[str] | None = None

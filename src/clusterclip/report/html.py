@@ -1,8 +1,8 @@
 """HTML building blocks of the report: escaping, tables, figures, sections and the page shell.
 
 The page is one self-contained file: inline CSS, ``<img>`` tags pointing at PNGs in the same folder
-and a few lines of vanilla JavaScript: sortable and filterable tables, ``<body data-ready="1">`` once
-they are wired (so a headless browser can tell the script ran), and after loading
+and a few lines of vanilla JavaScript (:mod:`clusterclip.report.page_script`): sortable and filterable tables,
+``<body data-ready="1">`` once they are wired (so a headless browser can tell the script ran), and after loading
 ``data-broken-images`` = the number of charts that failed to load, each replaced by a note saying the
 PNGs must stay beside the page. Nothing is fetched from a network.
 """
@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from clusterclip.report.charts import Chart
+from clusterclip.report.page_script import JS
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --soft:#f6f8fa; --accent:#4e79a7; }
@@ -57,6 +58,8 @@ details summary { cursor:pointer; color:var(--muted); }
 details ol { margin:4px 0 0; padding-left:18px; max-width:70ch; }
 td.kw { min-width:220px; max-width:320px; }
 td.examples { min-width:260px; max-width:440px; font-size:12px; }
+th.draws { min-width:9.5em; }
+th .plan { font-size:11px; font-weight:normal; color:var(--muted); overflow-wrap:anywhere; }
 #cluster-table { width:100%; }
 figure { margin:10px 0 18px; }
 figure img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px; }
@@ -74,121 +77,18 @@ table.kv td:last-child { word-break:break-word; }
 p.more { color:var(--muted); margin:6px 0; }
 p.more button, .toolbar select { font:inherit; padding:1px 8px; border:1px solid var(--line); border-radius:6px;
                                  background:var(--soft); cursor:pointer; }
+table.stacked, table.stacked thead, table.stacked tbody { display:block; }
+table.stacked thead { position:sticky; top:0; z-index:1; } table.stacked th { position:static; }
+table.stacked tr { display:grid; grid-template-columns:var(--cols); border-bottom:1px solid var(--line); }
+table.stacked tr[hidden] { display:none; }
+table.stacked th, table.stacked td { padding:4px 5px; border:0; min-width:0; max-width:none; }
+table.stacked tr > :nth-last-child(2) { grid-column:1 / var(--mid); }
+table.stacked tr > :last-child { grid-column:var(--mid) / -1; }
 @media (max-width: 700px) { header, main, footer { padding-left:12px; padding-right:12px; }
-  td.kw { min-width:160px; } td.examples { min-width:200px; } .toolbar input { min-width:0; width:100%; } }
+  .toolbar input { min-width:0; width:100%; } }
 .scroll table { margin:0; }
 footer { color:var(--muted); font-size:12px; padding:12px 32px 24px; border-top:1px solid var(--line); }
 """
-
-JS = """
-(function () {
-  "use strict";
-  function keyOf(td, numeric) {
-    var v = td.getAttribute("data-v");
-    if (v === null) { v = td.textContent.trim(); }
-    return numeric ? parseFloat(v) : v.toLowerCase();
-  }
-  function sortTable(table, th, col) {
-    var numeric = th.getAttribute("data-type") === "num";
-    var current = th.getAttribute("aria-sort");
-    var first = th.getAttribute("data-first") || (numeric ? "descending" : "ascending");
-    var dir = current === "descending" ? "ascending" : (current === "ascending" ? "descending" : first);
-    Array.prototype.forEach.call(table.tHead.rows[0].cells, function (h) { h.removeAttribute("aria-sort"); });
-    th.setAttribute("aria-sort", dir);
-    var sign = dir === "ascending" ? 1 : -1;
-    var body = table.tBodies[0];
-    var rows = Array.prototype.slice.call(body.rows);
-    rows.sort(function (a, b) {
-      var x = keyOf(a.cells[col], numeric), y = keyOf(b.cells[col], numeric);
-      if (numeric) {
-        if (isNaN(x) || isNaN(y)) { return isNaN(x) - isNaN(y); }
-      }
-      return x < y ? -sign : (x > y ? sign : 0);
-    });
-    var frag = document.createDocumentFragment();
-    rows.forEach(function (r) { frag.appendChild(r); });
-    body.appendChild(frag);
-    refresh(table);
-  }
-  function refresh(table) {
-    var input = document.querySelector('input[data-filter="' + table.id + '"]');
-    var q = input ? input.value.trim().toLowerCase() : "";
-    var limit = parseInt(table.getAttribute("data-limit") || "0", 10);
-    var clip = limit > 0 && q === "" && table.getAttribute("data-all") !== "1";
-    var shown = 0;
-    Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
-      var match = q === "" || r.textContent.toLowerCase().indexOf(q) >= 0;
-      if (match) { shown += 1; }
-      r.hidden = !match || (clip && shown > limit);
-    });
-  }
-  function showAll(table, all) {
-    table.setAttribute("data-all", all ? "1" : "0");
-    var button = document.querySelector('[data-more="' + table.id + '"] button');
-    if (button) { button.textContent = all ? "show the first " + table.getAttribute("data-limit") : "show all"; }
-    refresh(table);
-  }
-  function reveal() {
-    var id = decodeURIComponent(location.hash.slice(1));
-    var row = id ? document.getElementById(id) : null;
-    var table = row && row.hidden ? row.closest("table[data-limit]") : null;
-    if (table) { showAll(table, true); row.scrollIntoView(); }
-  }
-  function wire() {
-    Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
-      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, col) {
-        th.tabIndex = 0;
-        th.addEventListener("click", function () { sortTable(table, th, col); });
-        th.addEventListener("keydown", function (e) {
-          if (e.key === "Enter" || e.key === " ") { e.preventDefault(); sortTable(table, th, col); }
-        });
-      });
-    });
-    Array.prototype.forEach.call(document.querySelectorAll("input[data-filter]"), function (input) {
-      var table = document.getElementById(input.getAttribute("data-filter"));
-      if (table) { input.addEventListener("input", function () { refresh(table); }); }
-    });
-    Array.prototype.forEach.call(document.querySelectorAll("[data-more]"), function (note) {
-      var table = document.getElementById(note.getAttribute("data-more"));
-      if (!table) { return; }
-      note.hidden = false;
-      note.querySelector("button").addEventListener("click", function () {
-        showAll(table, table.getAttribute("data-all") !== "1");
-      });
-      refresh(table);
-    });
-    Array.prototype.forEach.call(document.querySelectorAll("select[data-pick]"), function (select) {
-      var table = document.getElementById(select.getAttribute("data-pick"));
-      if (!table) { return; }
-      select.addEventListener("change", function () {
-        Array.prototype.forEach.call(table.querySelectorAll(".pick"), function (c) {
-          c.classList.toggle("pick-off", !c.classList.contains("pick-" + select.value));
-        });
-      });
-    });
-    window.addEventListener("hashchange", reveal);
-    reveal();
-    document.body.setAttribute("data-ready", "1");
-  }
-  function checkImages() {
-    var broken = 0;
-    Array.prototype.forEach.call(document.images, function (img) {
-      if (img.complete && img.naturalWidth === 0) {
-        broken += 1;
-        var msg = document.createElement("p");
-        msg.className = "note";
-        msg.textContent = "Chart not found: " + img.getAttribute("src") +
-          " (keep the PNG files in the same folder as report.html).";
-        img.replaceWith(msg);
-      }
-    });
-    document.body.setAttribute("data-broken-images", String(broken));
-  }
-  window.addEventListener("load", checkImages);
-  if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", wire); } else { wire(); }
-})();
-"""
-
 
 def esc(value: object) -> str:
     """HTML-escape ``str(value)`` (quotes included, so it is safe in attributes too)."""
@@ -237,6 +137,8 @@ class Column:
     tip: str = ""
     ascending_first: bool = False
     cls: str = ""
+    plan: str = ""
+    """A plan's name under the title, in small type that breaks anywhere (a name has no spaces)."""
 
 
 def plain(v: object) -> object:
@@ -271,7 +173,8 @@ def _th(c: Column) -> str:
         attrs += ' data-first="ascending"'
     if c.tip:
         attrs += f' title="{esc(c.tip)}"'
-    return f"<th{attrs}>{esc(c.title)}</th>"
+    plan = f'<br><span class="plan">{esc(c.plan)}</span>' if c.plan else ""
+    return f"<th{attrs}>{esc(c.title)}{plan}</th>"
 
 
 def table(

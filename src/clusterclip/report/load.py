@@ -90,6 +90,8 @@ class RunView:
     notes: tuple[str, ...]
     tune: dict[str, Any] | None = None
     coverage: np.ndarray | None = None
+    plan_notes: tuple[str, ...] = ()
+    """The notes about plans left out of the page, or shown in part (also in ``notes``)."""
     """Each cluster's mean embedding coverage (the share of its documents' text the embedder represented)."""
 
     @property
@@ -141,7 +143,9 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     if tokens is not None and labels is not None and len(tokens) != len(labels):
         notes.append("tokens.npy and labels.npy differ in length; token shares per cluster omitted")
     k = 0 if sizes is None else len(sizes)
+    before = len(notes)
     plans = _load_plans(rd, k, notes)
+    plan_notes = tuple(notes[before:])
     experiment = _load_experiment(rd, notes)
     tune = _load_json_file(rd, TUNE_RESULTS, "tune", notes)
     return RunView(
@@ -157,6 +161,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
         notes=tuple(notes),
         tune=tune,
         coverage=_coverage(rd, records, labels, k),
+        plan_notes=plan_notes,
     )
 
 

@@ -202,8 +202,9 @@ def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, ob
     details: list[tuple[str, object]] = []
     if run.corpus is not None:
         inputs = run.corpus.config.get("inputs")
-        if inputs:
-            shown = [shown_path(str(i)) for i in (inputs if isinstance(inputs, list) else [inputs])]
+        shown = [shown_path(str(i)) for i in (inputs if isinstance(inputs, list) else [inputs] if inputs else [])]
+        shown += [f"{shown_path(str(i))} (added)" for a in run.corpus.additions or () for i in a.get("inputs", ())]
+        if shown:
             details.append(("inputs", ", ".join(shown)))
         details.append(("records skipped", run.corpus.skipped))
     if n and tokens:

@@ -137,7 +137,8 @@ def _cluster_columns(t: ClusterTable) -> list[h.Column]:
         cols.append(h.Column("% seen", numeric=True, tip="mean share of its documents' text the embedder represented "
                              "(low: words outside its vocabulary, another script, truncated text)"))
     cols += [
-        h.Column(f"% draws {name}", numeric=True, tip=f"share of the draws of plan {name}", cls=_pick(t, i))
+        h.Column("% draws", numeric=True, tip=f"share of the draws of plan {name}", cls=f"draws {_pick(t, i)}".strip(),
+                 plan=name)
         for i, name in enumerate(t.draw_plans)
     ]
     if t.with_groups:
@@ -206,8 +207,8 @@ def _clusters(t: ClusterTable | None) -> str:
     )
     rows = [_cluster_row(r, t) for r in t.rows]
     ids = [f"cluster-{r.cluster}" for r in t.rows]
-    table = h.table(_cluster_columns(t), rows, table_id="cluster-table", sortable=True, row_ids=ids,
-                    limit=CLUSTER_ROWS)
+    columns = _cluster_columns(t)
+    table = h.table(columns, rows, table_id="cluster-table", sortable=True, row_ids=ids, css="fit", limit=CLUSTER_ROWS)
     more = h.more_rows("cluster-table", len(rows), CLUSTER_ROWS, "clusters")
     notes = (
         ""
@@ -220,7 +221,17 @@ def _clusters(t: ClusterTable | None) -> str:
         "removed); examples are the documents closest to the centroid. "
         "<b>% draws</b> is the share of each plan's training draws that comes from the cluster."
     )
-    return h.section("clusters", title, notes + toolbar + more + f'<div class="scroll">{table}</div>', intro)
+    box = f'<div class="scroll" style="{_narrow_grid(columns)}">{table}</div>'
+    return h.section("clusters", title, notes + toolbar + more + box, intro)
+
+
+def _narrow_grid(columns: list[h.Column]) -> str:
+    """The clusters table's grid when its columns would scroll sideways (the page's script stacks it): the columns
+    shown before keywords and examples on one line, a plan's % draws wider for its name, then keywords and
+    examples side by side below them, so a laptop window shows every column."""
+    shown = [c for c in columns[:-2] if "pick-off" not in c.cls]
+    widths = " ".join("minmax(min-content,2fr)" if c.plan else "minmax(min-content,1fr)" for c in shown)
+    return f"--cols:{widths}; --mid:{max(1, 2 * len(shown) // 5) + 1}"
 
 
 def _charts_section(section_id: str, title: str, figs: list[str], missing: str, intro: str, grid: bool = False) -> str:
