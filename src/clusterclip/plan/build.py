@@ -35,8 +35,8 @@ from clusterclip.plan import identity
 from clusterclip.plan.clip import clip_stats
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
 from clusterclip.plan.integrity import BlockChecksums
-from clusterclip.plan.interleave import Interleave, Slots, place
-from clusterclip.plan.order import Chunk, emit, virtual_scale
+from clusterclip.plan.interleave import Interleave, Slots, coalesced, place
+from clusterclip.plan.order import emit, virtual_scale
 from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
 from clusterclip.plan.prior import PriorPasses, counted_stats, group_levels
 from clusterclip.plan.quotas import Corpus, Groups, Quotas, check_inputs, compute_quotas, sampling_groups
@@ -193,7 +193,7 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
         with _output(out, length) as dest:
             chunks = emit(p.cluster_scale, u_c, np.argsort(u_c, kind="stable"), p.cluster_draws, slots, dest,
                           chunk_size)
-            for run in _coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
+            for run in coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
                 place(dest[run[0].pos:run[-1].pos + run[-1].count], slots, inter, p.passes)
                 for chunk in run:
                     stream.add(chunk, dest)
@@ -209,20 +209,6 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
     return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
                 identity=digest.hexdigest(), checksums=blocks.finish(), per_stratum=stratum,
                 tier_mixture=stream.tier_mixture, tiers=strata.unit_tier)
-
-
-def _coalesced(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
-    """Consecutive chunks in runs of at least ``size`` draws (the last run may hold fewer)."""
-    run: list[Chunk] = []
-    held = 0
-    for chunk in chunks:
-        run.append(chunk)
-        held += chunk.count
-        if held >= size:
-            yield run
-            run, held = [], 0
-    if run:
-        yield run
 
 
 def _statistics(p: Draws, stream: StreamStats) -> tuple[dict[str, np.ndarray], np.ndarray]:

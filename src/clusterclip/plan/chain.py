@@ -14,7 +14,10 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any
 
+from clusterclip.dedup.contract import DEDUP_STAGE
 from clusterclip.plan.config import STRATA_FIELDS, PlanConfig
+from clusterclip.plan.contract import PlanRecord
+from clusterclip.store import RunDir, StaleArtifactError
 
 INHERITED = ("max_repeat", "duplicates", *STRATA_FIELDS)
 """The settings a continuation inherits: what its root promised about repetition and what may be drawn."""
@@ -69,3 +72,18 @@ def overrides_note(overrides: dict[str, list[Any]]) -> str | None:
         return None
     parts = [f"{name} {old!r} -> {new!r}" for name, (old, new) in overrides.items()]
     return "this continuation overrides what its parent promised: " + "; ".join(parts)
+
+
+def same_groups(run: RunDir, rec: PlanRecord) -> None:
+    """Refuse to continue a plan over duplicate groups that ``dedup`` rebuilt since: its caps were per group, and
+    over other groups the chain's draws would no longer be counted against them. (A re-clustering is no reason:
+    the cap counts documents, and a continuation on the new clusters is how a run follows a refit.)"""
+    built_on = rec.upstream.get(DEDUP_STAGE)
+    if built_on is None or rec.plan_config().duplicates == "none":
+        return
+    now = run.require(DEDUP_STAGE, verify=False)
+    if built_on != run.output_hash(DEDUP_STAGE) and built_on not in now.get("grown_from", []):  # add extends them
+        raise StaleArtifactError(
+            f"{run.root}: plan {rec.name!r} was planned over duplicate groups that `clusterclip dedup` has rebuilt "
+            "since, so a continuation cannot keep its caps per group over the chain; re-run `clusterclip dedup` "
+            "with the settings the plan was built on, or plan a new root on the run as it is now")

@@ -20,9 +20,11 @@ the plain plan is O(draws x strata per cluster), not a sort.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
-from clusterclip.plan.order import counts_before
+from clusterclip.plan.order import Chunk, counts_before
 from clusterclip.plan.passes import Passes, seg_arange
 
 
@@ -121,3 +123,17 @@ def place(slots_out: np.ndarray, slots: Slots, inter: Interleave, passes: Passes
     rank = inter.rank(s_rep, np.repeat(ilo, need) + step)
     cd = inter.cluster[s_rep]
     slots_out[inv[base[cd] + rank - klo[cd]]] = docs
+
+
+def coalesced(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
+    """Consecutive chunks in runs of at least ``size`` draws (the last run may hold fewer)."""
+    run: list[Chunk] = []
+    held = 0
+    for chunk in chunks:
+        run.append(chunk)
+        held += chunk.count
+        if held >= size:
+            yield run
+            run, held = [], 0
+    if run:
+        yield run

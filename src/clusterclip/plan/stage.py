@@ -19,7 +19,7 @@ from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, load_groups
 from clusterclip.embed.contract import EMBED_STAGE
 from clusterclip.errors import disk_full_at
 from clusterclip.plan.build import Plan, build_plan
-from clusterclip.plan.chain import inherit
+from clusterclip.plan.chain import inherit, same_groups
 from clusterclip.plan.chain import overrides as chain_overrides
 from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
 from clusterclip.plan.contract import (
@@ -109,21 +109,6 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     with disk_full_at(run.path(plan_path(name)), kept="the temp files were removed"):
         return run_stage(run, Stage(plan_stage_name(name), config.to_json(), config_hash(inputs), build, reads,
                                     command=plan_argv(config, continues), record=PlanRecord), force)
-
-
-def _same_groups(run: RunDir, rec: PlanRecord) -> None:
-    """Refuse to continue a plan over duplicate groups that ``dedup`` rebuilt since: its caps were per group, and
-    over other groups the chain's draws would no longer be counted against them. (A re-clustering is no reason:
-    the cap counts documents, and a continuation on the new clusters is how a run follows a refit.)"""
-    built_on = rec.upstream.get(DEDUP_STAGE)
-    if built_on is None or rec.plan_config().duplicates == "none":
-        return
-    now = run.require(DEDUP_STAGE, verify=False)
-    if built_on != run.output_hash(DEDUP_STAGE) and built_on not in now.get("grown_from", []):  # add extends them
-        raise StaleArtifactError(
-            f"{run.root}: plan {rec.name!r} was planned over duplicate groups that `clusterclip dedup` has rebuilt "
-            "since, so a continuation cannot keep its caps per group over the chain; re-run `clusterclip dedup` "
-            "with the settings the plan was built on, or plan a new root on the run as it is now")
 
 
 def _inputs(run: RunDir, config: PlanConfig, use_tokens: bool,
@@ -285,7 +270,7 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int,
         raise PlanConfigError("continue", f"names no finished plan {parent!r}; plans here: "
                               f"{', '.join(list_plans(run)) or 'none'}")
     rec = PlanRecord.require(run, plan_stage_name(parent), verify=False)
-    _same_groups(run, rec)
+    same_groups(run, rec)
     length = rec.length
     if not 0 <= consumed <= length:
         raise PlanConfigError("consumed", f"must be in 0..{length} (the length of plan {parent!r}), got {consumed}")
