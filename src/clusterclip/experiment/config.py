@@ -15,15 +15,8 @@ from typing import Any
 
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
-from clusterclip.experiment.specs import (
-    CLUSTERCLIP_VARIANTS,
-    DEFAULT_ONLINE_UPDATES,
-    ONLINE_RULES,
-    clusterclip_spec,
-    online_spec,
-    plain_spec,
-    temperature_spec,
-)
+from clusterclip.experiment import spec_grammar
+from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, DEFAULT_ONLINE_UPDATES, ONLINE_RULES
 from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT
 from clusterclip.settings import (
     Settings,
@@ -38,8 +31,8 @@ from clusterclip.settings import (
 from clusterclip.store import config_hash
 
 STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
-CAPPED = (*CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
-"""The strategies swept over ``max_repeats``."""
+"""The experiment's named strategies; ``--strategies`` takes any item of :mod:`.spec_grammar` (a strategy of the
+planner's registry with plan options, ``plan:PATH``)."""
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "online_updates", "device",
                   "threads")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
@@ -140,10 +133,14 @@ class ExperimentConfig(Settings):
     embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS, help="embedder of the pipeline")
     k: int = setting(24, check=at_least(2), help="number of clusters")
     strategies: tuple[str, ...] = setting(
-        ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
+        ("random", "uniform", "temperature", "clusterclip"), check=spec_grammar.check_items,
+        parse=spec_grammar.join_items,
         help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread (the planner's "
-             "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), and "
-             "online[:bandit|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md)")
+             "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), "
+             "online[:bandit|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md); any planner "
+             "strategy with plan options (clusterclip:max_repeat=15,order=spread; weights:FILE,max_repeat=12), and "
+             "plan:PATH (a finished plan's strategy and options over its run's clusters): docs/experiment.md, "
+             "Strategy specs")
     passes: float = setting(6.0, check=POSITIVE,
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
@@ -174,15 +171,15 @@ class ExperimentConfig(Settings):
         if self.model.vocab_size < MIN_BPE_VOCAB:
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
-        if not any(s in CAPPED for s in self.strategies):
+        sweeps = self._check_item_caps()
+        if not sweeps:
             if set(self.duplicates) - {"none"}:
                 raise SettingsError("duplicates", f"{','.join(self.duplicates)} applies to the clusterclip strategies; "
                                     "add one to {strategies}", type(self))
-            return
-        if not self.max_repeats:
+        elif not self.max_repeats:
             raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip and online strategies",
                                 type(self))
-        low = [r for r in self.max_repeats if r <= self.passes]
+        low = [r for r in (self.max_repeats if sweeps else ()) if r <= self.passes]
         if low:
             raise SettingsError(
                 "max_repeats",
@@ -191,9 +188,20 @@ class ExperimentConfig(Settings):
                 f"ClusterClip identical to random; use caps above the number of passes "
                 f"(e.g. {math.ceil(self.passes * 1.5)}) or lower {{passes}}", type(self))
 
+    def _check_item_caps(self) -> bool:
+        """Refuse an item's own ``max_repeat`` at or below the passes (as ``max_repeats``; a ``plan:`` item's cap is
+        known once its plan is read); whether an item sweeps ``max_repeats``."""
+        items = [spec_grammar.parse_item(text) for text in self.strategies]
+        for item in items:
+            cap = item.options.get("max_repeat")
+            if cap is not None and cap <= self.passes:
+                raise SettingsError("strategies", f"item {item.text!r}: max_repeat {cap} must exceed {{passes}} "
+                                    f"{self.passes:g} (a lower cap is infeasible, an equal one is random)", type(self))
+        return any(spec_grammar.sweeps_caps(item) for item in items)
+
     def uses_groups(self) -> bool:
-        """Whether a swept strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
-        return any(d != "none" for d in self.duplicates)
+        """Whether a strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
+        return any(s.get("duplicates", "none") != "none" for s in self.strategy_specs())
 
     def splits(self) -> tuple[int, ...]:
         """The split seeds trained on: ``split_seeds``, or ``split_seed`` alone when that is empty."""
@@ -213,18 +221,9 @@ class ExperimentConfig(Settings):
         return config_hash(d)
 
     def strategy_specs(self) -> list[dict[str, Any]]:
-        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs."""
-        specs: list[dict[str, Any]] = []
-        for s in self.strategies:
-            if s in CLUSTERCLIP_VARIANTS:
-                specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s], duplicates=d)
-                          for r in self.max_repeats for d in self.duplicates]
-            elif s in ONLINE_RULES:
-                specs += [online_spec(ONLINE_RULES[s], r, self.online_updates) for r in self.max_repeats]
-            elif s == "temperature":
-                specs.append(temperature_spec(self.tau))
-            else:
-                specs.append(plain_spec(s))
+        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs (files and plans that
+        items name are read here: :func:`.spec_grammar.resolve`)."""
+        specs = [spec for text in self.strategies for spec in spec_grammar.resolve(text, self)]
         return list({spec["name"]: spec for spec in specs}.values())
 
 

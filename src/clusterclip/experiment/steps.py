@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clusterclip.corpus.contract import read_column
 from clusterclip.dedup.contract import load_groups
 from clusterclip.experiment.batches import PlanBatches
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
@@ -35,6 +36,7 @@ from clusterclip.experiment.model import GPT
 from clusterclip.experiment.online import Steering
 from clusterclip.experiment.prepare import Prepared, Tokenized
 from clusterclip.experiment.results import PRIMARY
+from clusterclip.experiment.spec_grammar import run_labels
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.train import train_model
 from clusterclip.plan.build import Plan, build_plan
@@ -88,6 +90,7 @@ class PlannedProxy:
     plan: Plan | np.ndarray
     online: str | None = None
     updates: int = 0
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,22 +175,26 @@ def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, 
     if spec.get("shuffle"):
         replayed = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(np.asarray(plan.order, dtype=np.int64))
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
-    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0))
+    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0),
+                        str(plan.identity))
 
 
 def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
-    """The spec's plan for the token budget. ``group-cap`` plans documents (members differ in tokens): enough
+    """The spec's plan for the token budget, over the split's clusters or, with ``clusters``, another run's (each
+    training document in its cluster there). ``group-cap`` plans documents (members differ in tokens): enough
     of them, at the training split's mean length plus 5 %, for the steps (the packer stops at the budget)."""
-    k, lengths = prep.data["k"], tok.train.lengths
+    labels, k, lengths = prep.labels, prep.data["k"], tok.train.lengths
+    if "clusters" in spec:
+        labels, k = run_labels(spec["clusters"], read_column(prep.run, "id"))
     if spec.get("duplicates", "none") == "none":
-        return build_plan(prep.labels, plan_config(spec, setup.budget, seed), tokens=lengths, n_clusters=k)
+        return build_plan(labels, plan_config(spec, setup.budget, seed), tokens=lengths, n_clusters=k)
     group, kept = load_groups(prep.run)
     if spec["duplicates"] == "group-cap":
         docs = math.ceil(1.05 * setup.budget / float(lengths.mean()))
         cfg = plan_config(spec, min(docs, spec["max_repeat"] * kept.size), seed, budget_unit="docs")
     else:
         cfg = plan_config(spec, setup.budget, seed)
-    return build_grouped_plan(prep.labels, cfg, group, kept, tokens=lengths, n_clusters=k)
+    return build_grouped_plan(labels, cfg, group, kept, tokens=lengths, n_clusters=k)
 
 
 def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str = "cpu",
@@ -250,6 +257,7 @@ def proxy_record(planned: PlannedProxy, trained: TrainedProxy, metrics: ProxyMet
     h, mix_c, mix_d = metrics.heldout, metrics.cluster_mixture, metrics.domain_mixture
     return {
         "strategy": planned.name, "seed": planned.seed, "plan": planned.plan_config.to_json(),
+        "plan_identity": planned.identity,
         "plan_stats": planned.plan_stats,
         "heldout_macro_cluster": h["macro_cluster"], "heldout_micro": h["micro"],
         "heldout_macro_domain": h.get("macro_domain"), "heldout_worst10_cluster": h["worst10_cluster"],

@@ -25,6 +25,8 @@ def format_summary(res: dict[str, Any]) -> str:
         lines.append(f"| {name} | {c['status']} | {a.get('pairs', '–')} | {format_interval(a.get('objective'))} | "
                      f"{format_interval(a.get('micro'))} | {a.get('feasible', '–')} |")
     lines += ["", f"Chosen: {res.get('winner')}. {res.get('reason', '')}", f"Status: {res.get('status')}."]
+    if (res.get("budget") or {}).get("message"):
+        lines.append(res["budget"]["message"][0].upper() + res["budget"]["message"][1:] + ".")
     lines += _weight_lines(res.get("weight_search"))
     unseen = res.get("unseen")
     if unseen:
@@ -35,6 +37,9 @@ def format_summary(res: dict[str, Any]) -> str:
     if res.get("plan"):
         lines.append(f"Plan for the whole corpus: {res['plan']['name']}; the same plan by hand:\n  "
                      f"{res['plan']['command']}")
+    if res.get("check_command"):
+        what = "the choice" if res.get("winner") != "random" else "the best candidate (random was chosen)"
+        lines.append(f"Check {what} against random on split seeds the search never saw:\n  {res['check_command']}")
     return "\n".join(lines) + "\n"
 
 

@@ -2,8 +2,9 @@
 
 Round 0 runs the natural (size-proportional) mixture, temperature 0.5, uniform and Dirichlet draws
 around the natural one (:func:`~clusterclip.mixture.propose`); every later round fits the predictor
-(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit
-the predicted best, explore far from every run), inside a trust region around the measured mixtures
+(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit the
+predicted best, explore far from every run), or with ``--predictor none`` fresh draws like round 0's (the
+baseline a predictor must beat), inside a trust region around the measured mixtures
 (:mod:`clusterclip.mixture.trust`: a proposal is pulled back to within the swarm's own spacing of a measured
 mixture, and flagged when it still extrapolates). The groups are merged, or the cap raised, until the
 natural mixture is feasible on every split (:func:`.groups.feasible_grouping`, which says what it changed).
@@ -26,6 +27,7 @@ import numpy as np
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.stats import paired_interval
 from clusterclip.experiment.tune import groups as G
+from clusterclip.experiment.tune.config import NO_PREDICTOR
 from clusterclip.experiment.tune.halving import run_rung, search_pairs
 from clusterclip.experiment.tune.proxies import Pair
 from clusterclip.experiment.tune.search import Search
@@ -84,8 +86,8 @@ def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[
     and in predicted rounds whether it explores, its distance to the nearest measured mixture before the trust
     region pulled it back (``distance``, ``pulled``) and why it still extrapolates (``flags``)."""
     n, seed = s.tune.weight_runs, s.tune.plan_seed * 1000 + r
-    if swarm is None or len(swarm) < 2:
-        # later rounds without two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
+    if swarm is None or len(swarm) < 2 or s.tune.predictor == NO_PREDICTOR:
+        # no predictor, or not two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
         w = propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS if r == 0 else (), feasible=sp.feasible)
         return w, [{"predicted": None} for _ in w]
     prop = next_round(swarm, make_predictor(s.tune.predictor), n,
