@@ -154,6 +154,26 @@ def test_groups_merge_clusters_and_map_other_splits() -> None:
     assert w.sum() == pytest.approx(1.0) and len(set(np.round(w[0][of == of[0]], 9))) == 1
 
 
+def test_no_predictor_draws_every_round_afresh_from_round_0s_distribution(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``--predictor none``, the baseline a predictor must beat: the same round 0, then fresh draws (nothing fitted,
+    no trust region), judged by the same finals."""
+    fitted = _tune(tmp_path / "fit", PlanRunner())["weight_search"]["rounds"]
+    drawn = _tune(tmp_path / "none", PlanRunner(), dataclasses.replace(WEIGHTS, predictor="none"))
+    rounds = drawn["weight_search"]["rounds"]
+    assert [c["group_weights"] for c in rounds[0]["candidates"]] == [c["group_weights"] for c in
+                                                                      fitted[0]["candidates"]]
+    assert all(set(c) == {"name", "group_weights", "measured", "predicted"} and c["predicted"] is None
+               for r in rounds for c in r["candidates"])
+    names = [c["name"] for r in rounds for c in r["candidates"]]
+    assert len(set(names)) == len(names) == 3 * 4 and drawn["weight_search"]["final"]
+    swarm = from_arrays(np.eye(3)[[0, 1, 2, 0]] * 0.5 + 0.5 / 3, np.arange(4.0), ["a", "b", "c"])
+    write_swarm(tmp_path / "swarm.csv", swarm)
+    assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv"),
+                 "--predictor", "none"]) == 2
+    assert "--predictor none has nothing to fit" in capsys.readouterr().err
+
+
 def test_from_csv_proposes_and_writes_a_weights_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(0)
     w = rng.dirichlet(np.ones(4), size=40)
