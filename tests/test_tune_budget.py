@@ -66,15 +66,16 @@ def test_a_budget_that_fits_says_so_at_the_start_and_changes_nothing(tmp_path: P
 
 
 def test_a_budget_too_small_shrinks_to_fewer_rounds_on_more_pairs_and_still_decides(tmp_path: Path) -> None:
-    """At 150 s a run, the CPU-sized settings need 30 runs, 75 minutes: more than 40. Said at once (after the first
+    """At 120 s a run, the CPU-sized settings need 30 runs, 60 minutes: more than 40. Said at once (after the first
     run, before any other), and the search shrinks to one round of 3 mixtures on 2 pairs and its best on all 6
-    pairs (16 runs, 40 minutes) instead of 9 single-pair candidates and finals that never run."""
-    res, events, runner = _tune(tmp_path, 150.0)
+    pairs (16 runs, 32 minutes: within 80 % of the 40) instead of 9 single-pair candidates and finals that never
+    run."""
+    res, events, runner = _tune(tmp_path, 120.0)
     b = res["budget"]
-    assert b["verdict"] == "shrunk" and b["asked"] == {"runs": 30, "minutes": 75.0}
+    assert b["verdict"] == "shrunk" and b["asked"] == {"runs": 30, "minutes": 60.0}
     assert b["shrunk_to"] == {"weight_rounds": 1, "weight_pairs": 2}
     assert events[1] == f"tune: {b['message']}" and len([e for e in events[:2] if "macro" in e]) == 1
-    assert "shrunk to --weight-rounds 1 --weight-pairs 2 (about 16 runs, 40 minutes with --jobs 1), which can" \
+    assert "shrunk to --weight-rounds 1 --weight-pairs 2 (about 16 runs, 32 minutes with --jobs 1), which can" \
         in b["message"]
     [round0] = res["weight_search"]["rounds"]
     assert len(round0["pairs"]) == 2 and len(round0["candidates"]) == 3
@@ -91,8 +92,11 @@ def test_a_budget_no_search_fits_says_so_at_once_and_what_would(tmp_path: Path) 
     assert "it cannot reach a verdict, nor can the smallest search (--weight-rounds 1 --weight-runs 2 " \
            "--weight-pairs 1:" in b["message"]
     need = int(b["message"].rsplit("about ", 1)[1])
-    assert need == 217  # 1 x 2 mixtures on 1 pair and random, then the best and random on 5 more: 13 runs of 1000 s
-    assert len(res["weight_search"]["rounds"]) == 3  # run as asked
+    assert need == 271  # 1 x 2 mixtures on 1 pair and random, then the best and random on 5 more: 13 runs of 1000 s,
+    # in 80 % of the time
+    assert len(res["weight_search"]["rounds"]) == 1 and "no round 1: at 1000 s a run" in res["weight_search"]["cut"]
+    assert "the finals on every pair no longer fit the budget left" in res["weight_search"]["late"]
+    assert f"tune: budget: {res['weight_search']['late']}" in events
 
 
 def test_too_few_pairs_for_a_verdict_are_said_whatever_the_budget(tmp_path: Path) -> None:
@@ -113,3 +117,39 @@ def test_max_runs_alone_shrinks_before_any_time_is_measured(tmp_path: Path) -> N
     assert res["budget"]["verdict"] == "shrunk" and "the 19 runs left of --max-runs 20" in res["budget"]["message"]
     assert res["progress"]["search_runs"] <= 20
     assert all(a["pairs"] == 6 for a in res["weight_search"]["final"].values())
+
+
+class Slowing(Timed):
+    """The first run takes 10 s, every later one 300 s (the machine got busy after the estimate)."""
+
+    def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
+        self.seconds = 10.0 if not self.calls else 300.0
+        return super().__call__(spec, split, seed)
+
+
+def test_runs_that_get_slower_cut_the_rounds_so_the_finals_still_run_on_every_pair(tmp_path: Path) -> None:
+    """At 10 s a run the CPU-sized search fits 40 minutes; after round 0 the runs take 300 s: at that pace round 1
+    and the finals would not, so there is no round 1 and the best mixture gets every pair (a verdict)."""
+    res = run_tune([], tmp_path, CFG, DOCS, runner=Slowing(0.0), write_plan=False)
+    ws = res["weight_search"]
+    assert res["budget"]["verdict"] == "fits" and len(ws["rounds"]) == 1
+    assert ws["cut"].startswith("no round 1: at 228 s a run, its 3 mixtures and the finals would not fit")
+    [final] = ws["final"].values()
+    assert final["pairs"] == 6 and "note" not in final["objective"]
+    assert "Weight search cut to the budget: no round 1" in format_summary(res)
+    unlimited = run_tune([], tmp_path / "free", CFG, TuneConfig(**{**DOCS.__dict__, "max_minutes": None}),
+                         runner=Slowing(0.0), write_plan=False)
+    assert len(unlimited["weight_search"]["rounds"]) == 3 and "cut" not in unlimited["weight_search"]
+
+
+def test_the_measured_load_8_run_would_now_be_told_at_once_that_it_cannot_decide() -> None:
+    """The measurement of docs/tune.md: the former CPU-sized command at 319 s a run, --jobs 2, 33 of its 40 minutes
+    left after the first run. No search, however small, fits 80 % of that (the smallest: 7 rounds of 2 runs)."""
+    from dataclasses import replace
+
+    from clusterclip.experiment.tune.budget import _fits
+
+    tune = replace(DOCS, jobs=2)
+    left = (33 * 60.0, None)
+    assert not any(_fits(schedule(CFG, t, 0), 319.0, 2, left) for t in [tune, *smaller(CFG, tune, 0)])
+    assert _fits(schedule(CFG, smaller(CFG, tune, 0)[-1], 0), 319.0, 2, (60 * 60.0, None))  # an hour would do

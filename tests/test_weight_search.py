@@ -324,9 +324,11 @@ def test_finals_stopped_by_the_budget_are_judged_on_the_pairs_all_of_them_finish
     not all finish: every finalist is judged on the same 3 pairs (not on the rounds' 2), and 3 < 6 pairs give
     no verdict. (The budget would shrink this search to fit its 33 runs; here it is kept as asked, as when runs
     take longer than the first one did and the time runs out in the finals.)"""
-    from clusterclip.experiment.tune import search_stage
+    from clusterclip.experiment.tune import pace, search_stage, weights
 
     monkeypatch.setattr(search_stage, "plan_budget", lambda s: {"message": "budget: kept as asked"})
+    for module in (pace, weights):  # and no cut while it runs
+        monkeypatch.setattr(module, "fits", lambda s, phases: True)
     res = _tune(tmp_path, PlanRunner(), dataclasses.replace(WEIGHTS, max_runs=33))
     final = res["weight_search"]["final"]
     assert res["status"] == "stopped: max-runs 33 reached" and len(final) == 4

@@ -8,7 +8,8 @@ a round, the finals: ``--jobs`` runs at a time within a phase), with the split p
 session. When it does not fit, it is shrunk rather than left to spend the budget on candidates measured on one
 pair: the weight search measures its candidates on at least two pairs and drops rounds, then candidates per round;
 then the grid keeps fewer candidates per rung (a larger ``eta``). A search that cannot reach a verdict even then
-says so at once and runs as asked (its runs are reused by a later search with more time).
+says so at once, with the ``--max-minutes`` that would, and runs as far as the budget goes (its runs are reused by a
+later search with more time). While the search runs, :mod:`.pace` cuts it again whenever the runs get slower.
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.stats import MIN_PAIRS
 from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.halving import rung_sizes, search_pairs
+from clusterclip.experiment.tune.pace import halving_phases
 from clusterclip.experiment.tune.pool import prefetch
 from clusterclip.experiment.tune.search import Search
 
 SHRUNK = ("weight_rounds", "weight_runs", "weight_pairs", "eta")
 """The settings a shrink may change."""
+SLACK = 0.8
+"""A search fits when its estimate takes at most this share of the time left: on a shared machine the runs after
+the first are often slower (measured on 2 cores at load 8-11: a first run of 319 s, later ones of 480-700 s)."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,7 @@ def schedule(cfg: ExperimentConfig, tune: TuneConfig, grid: int) -> Schedule:
     phases: list[int] = []
     random_pairs = 0
     if "grid" in tune.search and grid:
-        alive, done = grid, 0
-        for size in rung_sizes(n_pairs, tune.eta):
-            phases.append((alive + 1) * (size - done))
-            alive, done = max(1, math.ceil(alive / tune.eta)), size
+        phases += halving_phases(grid, rung_sizes(n_pairs, tune.eta), 0, tune.eta)
         random_pairs = n_pairs
     if "weights" in tune.search:
         p = min(tune.weight_pairs, n_pairs)
@@ -120,10 +122,11 @@ def plan_budget(s: Search) -> dict[str, Any]:
     option = next((t for t in smaller(s.cfg, s.tune, grid) if fits(t)), None)
     if option is None:
         least = (smaller(s.cfg, s.tune, grid) or [s.tune])[-1]
-        need = schedule(s.cfg, least, grid).seconds(per_run, s.tune.jobs) / 60 + _spent(s) / 60
+        need = schedule(s.cfg, least, grid).seconds(per_run, s.tune.jobs) / 60 / SLACK + _spent(s) / 60
         rec.update(verdict="cannot", message=f"{head}, beyond {_limits(s, left)}: it cannot reach a verdict, nor can "
                    f"the smallest search ({_flags(least)}: {_said(schedule(s.cfg, least, grid), per_run, least)}); "
-                   f"it runs as asked and will choose random: raise --max-minutes to about {math.ceil(need)}")
+                   f"it runs as far as the budget goes and will choose random: raise --max-minutes to about "
+                   f"{math.ceil(need)}")
         return rec
     rec.update(verdict="shrunk", shrunk_to={k: getattr(option, k) for k in SHRUNK if getattr(option, k) !=
                                             getattr(s.tune, k)},
@@ -146,7 +149,7 @@ def _spent(s: Search) -> float:
 
 def _fits(sched: Schedule, per_run: float, jobs: int, left: tuple[float | None, int | None]) -> bool:
     seconds, runs = left
-    return (seconds is None or sched.seconds(per_run, jobs) - per_run <= seconds) and \
+    return (seconds is None or sched.seconds(per_run, jobs) - per_run <= SLACK * seconds) and \
         (runs is None or sched.runs - 1 <= runs)  # the first run (random, first pair) is done
 
 
@@ -161,7 +164,8 @@ def _said(sched: Schedule, per_run: float, tune: TuneConfig) -> str:
 def _limits(s: Search, left: tuple[float | None, int | None]) -> str:
     parts = []
     if left[0] is not None:
-        parts.append(f"the {max(left[0], 0) / 60:.0f} minutes left of --max-minutes {s.tune.max_minutes:g}")
+        parts.append(f"{SLACK:.0%} of the {max(left[0], 0) / 60:.0f} minutes left of --max-minutes "
+                     f"{s.tune.max_minutes:g}")
     if left[1] is not None:
         parts.append(f"the {left[1]} runs left of --max-runs {s.tune.max_runs}")
     return " and ".join(parts)

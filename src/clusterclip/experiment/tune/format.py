@@ -77,6 +77,9 @@ def _weight_lines(ws: dict[str, Any] | None) -> list[str]:
                      f"flagged as extrapolating ({below} predicted below every measured objective).")
     if ws.get("stopped"):
         lines.append(f"Weight search stopped: {ws['stopped']}.")
+    for key in ("cut", "cut_finals", "late"):
+        if ws.get(key):
+            lines.append(f"Weight search cut to the budget: {ws[key]}.")
     vs = ws.get("versus_grid")
     if vs:
         lines.append(f"{vs['a']} minus best grid candidate {vs['b']}: {format_interval(vs['minus'])}.")
