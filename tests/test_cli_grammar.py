@@ -112,7 +112,7 @@ def test_former_spellings_run_end_to_end(tmp_path, capsys):
     assert main(["run", str(corpus), "--out", run, "--embedder", "hashing", "--k", "3",
                  "--strategy", "random", "-q"]) == 0
     assert "deprecated; use --strategies" in capsys.readouterr().err
-    assert [p.name for p in (tmp_path / "run" / "plans").iterdir()] == ["random-Rinf-docs-B2epochs-s0"]
+    assert [p.name for p in (tmp_path / "run" / "plans").iterdir()] == ["random-Rinf-tokens-B2epochs-s0"]
     assert main(["export", run, "--format", "jsonl", "--out", str(tmp_path / "x"), "-q"]) == 0
     assert "deprecated; use --dest" in capsys.readouterr().err
     assert (tmp_path / "x" / "export.json").is_file()

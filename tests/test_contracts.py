@@ -169,7 +169,8 @@ def test_the_trainer_side_and_the_planner_settings_import_light():
     assert len(sampler) <= 30, sampler
     settings = _loaded("from clusterclip.plan import PlanConfig")
     assert set(settings) == {"clusterclip", "clusterclip.errors", "clusterclip.plan", "clusterclip.plan.config",
-                             "clusterclip.plan.strategies", "clusterclip.settings"}, settings
+                             "clusterclip.plan.strata_spec", "clusterclip.plan.strategies",
+                             "clusterclip.settings"}, settings
 
 
 class Tsv(RowFormat):

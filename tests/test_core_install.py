@@ -14,6 +14,7 @@ import subprocess
 import venv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,6 +58,11 @@ def test_core_install_runs_the_default_job(core, tmp_path, embedder):
     done = _run(core, *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "run" / "labels.npy").is_file() and list((tmp_path / "run" / "plans").iterdir())
+    # the default strategies are planned at equal tokens: each holds the budget plus less than one document
+    tokens = np.load(tmp_path / "run" / "tokens.npy")
+    totals = [int(tokens[np.load(p / "plan.npy")].sum()) for p in (tmp_path / "run" / "plans").iterdir()]
+    assert len(totals) == 3 and all(0 <= t - 2 * int(tokens.sum()) < int(tokens.max()) for t in totals), totals
+    assert "differ in tokens" not in done.stdout
 
 
 @pytest.mark.slow

@@ -188,7 +188,8 @@ def test_command_prints_the_largest_groups_with_a_sample_pair(run_dir, tmp_path,
 
 def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
     """`clusterclip plan --duplicates group-cap|drop` over the run's groups: a group's members together never
-    exceed the cap, `drop` draws only kept documents, and a continuation is refused with one line."""
+    exceed the cap, `drop` draws only kept documents, and a continuation keeps both over the whole chain (it
+    inherits the policy and the cap, docs/sampling.md)."""
     path = tmp_path / "run"
     shutil.copytree(run_dir[0], path)
     assert main(["dedup", str(path), "-q"]) == 0
@@ -200,8 +201,10 @@ def test_plan_command_draws_each_group_within_the_cap(run_dir, tmp_path):
         assert np.bincount(group[order], minlength=kept.size).max() <= 2
         if mode == "drop":
             assert np.isin(order, kept).all()
-    assert main(["plan", str(path), "--strategy", "uniform", "--duplicates", "drop", "--continue",
-                 folder.name, "--consumed", "5", "-q"]) == 2
+    assert main(["plan", str(path), "--strategy", "uniform", "--continue", folder.name, "--consumed", "5", "-q"]) == 0
+    (cont,) = [p for p in (path / "plans").iterdir() if "-cont-" in p.name]
+    chain = np.concatenate([np.load(folder / "plan.npy")[:5], np.load(cont / "plan.npy")])
+    assert np.isin(chain, kept).all() and np.bincount(group[chain], minlength=kept.size).max() <= 2
 
 
 def deduped_copy(run_dir, tmp_path) -> tuple[Path, RunDir]:

@@ -209,7 +209,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         mp.chdir(full)
         assert main(["run", *sorted(glob.glob("data/*.jsonl.gz")), "--out", "runs/web", "-q"]) == 0
         assert main(["dedup", "runs/web", "-q"]) == 0
-    plan = "clusterclip-R4-docs-B2epochs-s0"
+    plan = "clusterclip-R4-tokens-B2epochs-s0"
     length = len(load_npy(full / "runs/web/plans" / plan / "plan.npy"))
     tokens = int(load_npy(full / "runs/web/tokens.npy").sum())
     return World(inputs, full, {"NAME": plan, "PLAN": plan, **shell_variables(ROOT / "README.md")},

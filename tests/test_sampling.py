@@ -596,3 +596,18 @@ def test_budget_equal_to_the_capacity_survives_rounding():
     plan = build_plan(labels, PlanConfig(strategy="temperature", budget=56, budget_unit="tokens", max_repeat=2),
                       tokens=tokens)
     assert plan.order.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("strategy", ["clusterclip", "uniform", "temperature", "random"])
+def test_a_token_budget_is_met_within_one_document_whatever_the_number_of_clusters(strategy):
+    """Every group overshoots its token quota by less than a document; the plan gives back last draws so that
+    its total holds the budget plus less than one document (so plans of several strategies compare at equal
+    tokens, issue 43)."""
+    rng = np.random.default_rng(11)
+    labels = rng.integers(0, 300, 20_000)
+    tokens = rng.integers(1, 2_000, 20_000)
+    budget = int(tokens.sum() * 1.7)
+    plan = build_plan(labels, PlanConfig(strategy=strategy, budget=budget, budget_unit="tokens", max_repeat=50),
+                      tokens=tokens)
+    got = int(tokens[np.asarray(plan.order)].sum())
+    assert got == plan.stats["tokens"] and 0 <= got - budget < tokens.max()

@@ -72,14 +72,15 @@ def run_pipeline(  # noqa: PLR0913 -- one argument per settings section, as the 
     """Run every stage into ``out`` (the default corpus when ``inputs`` is empty); returns the summary.
 
     ``plans`` is a sequence of :class:`clusterclip.plan.PlanConfig`; by default ClusterClip plus the
-    uniform and random baselines, each with a budget of :data:`DEFAULT_EPOCHS` epochs. With ``engine.engine == "ray"``,
+    uniform and random baselines, each with a budget of :data:`DEFAULT_EPOCHS` epochs of the corpus' tokens (equal
+    tokens, so that they compare at the same training budget). With ``engine.engine == "ray"``,
     embedding and assignment run on Ray Data (a local instance, or the cluster at ``engine.ray_address``).
     """
     corpus, embed, cluster = corpus or CorpusConfig(), embed or EmbedConfig(), cluster or ClusterConfig()
     engine = engine or EngineConfig()
     run = RunDir(out)
     plan_configs = list(plans) if plans is not None else \
-        [PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS) for s in DEFAULT_STRATEGIES]
+        [PlanConfig(strategy=s, epochs=DEFAULT_EPOCHS, budget_unit="tokens") for s in DEFAULT_STRATEGIES]
     with writing(run), engine.session():
         check_record_files(record_paths(run))
         embed_corpus(run, inputs, corpus, embed, force=force, progress=progress, engine=engine.engine)

@@ -15,6 +15,7 @@ from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
 from clusterclip.embed.contract import EmbedRecord
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.clip import strata_note, tokens_note
 from clusterclip.plan.contract import (
     PLAN_RECORD,
     PlanRecord,
@@ -53,7 +54,8 @@ def summarize(run: RunDir) -> dict[str, Any]:
 
     if corpus := read(CorpusRecord):
         out["corpus"] = {"documents": corpus.count, "tokens": corpus.tokens, "skipped": corpus.skipped,
-                         "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds}
+                         "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds,
+                         **({"fields": corpus.fields} if corpus.fields else {})}
     if embed := read(EmbedRecord):
         out["embed"] = {"embedder": embed.embedder, "model": embed.model, "dim": embed.dim, "seconds": embed.seconds,
                         **({"confidence": embed.confidence} if embed.confidence else {})}
@@ -157,6 +159,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     if c := summary.get("corpus"):
         lines.append(f"corpus:   {c['documents']:,} documents, {c['tokens']:,} tokens"
                      + (f", {c['skipped']} bad records skipped" if c["skipped"] else ""))
+        if c.get("fields"):
+            lines.append("fields:   " + ", ".join(_field_text(n, f) for n, f in c["fields"].items()))
     if e := summary.get("embed"):
         model = f"{e['model']}, " if e["model"] != e["embedder"] else ""
         lines.append(f"embed:    {e['embedder']} ({model}dim {e['dim']}), {e['seconds']:.1f}s")
@@ -170,13 +174,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     if d := summary.get("dedup"):
         lines.append(f"dedup:    {d['groups']:,} near-duplicate groups over {d['documents']:,} documents, "
                      f"{d['removed']:,} not kept, largest group {d['largest_group']:,}")
-    for name, p in summary.get("plans", {}).items():
-        keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
-                "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
-        stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
-        lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
-        if note := clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))):
-            lines.append(f"          {note}")
+    lines += _plan_lines(summary.get("plans", {}))
     for add in summary.get("lineage", {}).get("additions", []):
         lines.append(f"added:    {add['count']:,} documents from {' '.join(add['inputs'])}"
                      + (f" ({add['duplicates_skipped']:,} duplicates skipped)" if add["duplicates_skipped"] else ""))
@@ -190,6 +188,29 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines += [f"note:     {note}" for note in summary.get("behind", {}).values()]
     lines += [f"problem:  {problem}" for found in summary.get("problems", {}).values() for problem in found]
     return "\n".join(lines)
+
+
+def _field_text(name: str, info: dict[str, Any]) -> str:
+    missing = f", {info['missing']:,} missing" if info.get("missing") else ""
+    if info.get("kind") == "numeric":
+        span = f" {info['min']:.3g}..{info['max']:.3g}" if info.get("min") is not None else ""
+        return f"{name} (numeric{span}{missing})"
+    return f"{name} (categorical, {info.get('values', 0):,} values{missing})"
+
+
+def _plan_lines(plans: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per plan (draws next to tokens), its notes, and one when the plans differ in tokens."""
+    keys = {"length": "draws", "tokens": "tokens", "unique_docs": "unique docs", "coverage": "coverage",
+            "max_repeat_observed": "max repeat", "clusters_exhausted": "clusters exhausted"}
+    lines = []
+    for name, p in plans.items():
+        stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
+        lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
+        notes = (clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))), strata_note(p))
+        lines += [f"          {note}" for note in notes if note]
+    if note := tokens_note(plans):
+        lines.append(f"note:     {note}")
+    return lines
 
 
 def format_audit(audit: dict[str, list[str]]) -> str:

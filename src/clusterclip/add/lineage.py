@@ -23,6 +23,7 @@ import pyarrow as pa
 from clusterclip.cluster.contract import LABELS, SCORES, SIZES
 from clusterclip.contracts import GROWN
 from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord, open_part
+from clusterclip.corpus.fields import restore_fields
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.dedup.grow import JOURNAL_KEY as DEDUP_JOURNAL_KEY
 from clusterclip.dedup.grow import restore_groups
@@ -74,7 +75,8 @@ def check_duplicate_inputs(corpus: CorpusRecord, hashed: Sequence[Mapping[str, A
 def add_command(inputs: Sequence[str], opts: ReadOptions, recorded: Mapping[str, Any], allow: bool) -> list[str]:
     """The ``clusterclip add`` command line that replays an add (reader options that differ from the corpus
     stage's, with :data:`clusterclip.store.RUN` for the run directory)."""
-    flags = command_flags(ReadOptions, asdict(opts), READ_FIELDS, {f: recorded.get(f) for f in READ_FIELDS})
+    known = {f: tuple(v) if isinstance(v, list) else v for f, v in recorded.items() if f in READ_FIELDS}
+    flags = command_flags(ReadOptions, asdict(opts), READ_FIELDS, {**asdict(ReadOptions()), **known})
     return ["clusterclip", "add", RUN, *inputs, *flags, *(["--allow-duplicates"] if allow else [])]
 
 
@@ -146,6 +148,7 @@ def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[st
     """Cut the grown arrays back, restore ``sizes.npy`` and rewrite the base records (times refreshed for the
     files whose bytes are the recorded ones)."""
     n_old = int(base[CORPUS_STAGE]["count"])
+    restore_fields(run, base[CORPUS_STAGE].get("fields") or {}, n_old)
     for rel in (TOKENS, LABELS, SCORES):
         with contextlib.suppress(OSError, ValueError, ClusterClipError):
             dtype = np.load(run.path(rel), mmap_mode="r", allow_pickle=False).dtype

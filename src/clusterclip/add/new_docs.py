@@ -16,6 +16,7 @@ from clusterclip.corpus.grow import NewDocs
 from clusterclip.corpus.inputs import WorkUnit
 from clusterclip.corpus.limits import PART_ROWS
 from clusterclip.corpus.parts import PartWriter
+from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.reading import located_documents, read_unit
 from clusterclip.corpus.records import DocBatch, ReadOptions, ReadStats
 from clusterclip.corpus.tokens import make_token_counter
@@ -53,14 +54,15 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     """Read the new inputs into parts after the corpus', indexed from its count, skipping known texts."""
     first_part = len(base.parts())
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
-                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count)
+                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
+                        field_names=opts.field_names, scorer=SCORERS.get(base.config.get("quality_scorer") or ""))
     stats, ids, ends, pos, seen, n_read = ReadStats(), [], [], [], set(), 0
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
             for batch in read_unit(unit, opts, stats):
                 keep = _unseen(batch, known, seen)
                 kept = DocBatch([batch.ids[i] for i in keep], [batch.texts[i] for i in keep],
-                                [batch.groups[i] for i in keep])
+                                [batch.groups[i] for i in keep], [batch.fields[i] for i in keep])
                 writer.add(kept)
                 ids.extend(kept.ids)
                 pos.extend(n_read + i for i in keep)

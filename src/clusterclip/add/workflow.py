@@ -18,6 +18,7 @@ from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SCORES, SIZES
 from clusterclip.cluster.grow import grow_clusters
 from clusterclip.contracts import GROWN
 from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.corpus.fields import build_fields
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint, work_units
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
@@ -132,6 +133,9 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     new = read_new_documents(run, journal, corpus, work_units(resolved), opts, progress, known)
     save_json(run.path(A.ADD_JOURNAL), journal)
     append_npy(run.path(TOKENS), n_old, new.tokens)
+    if corpus.fields:
+        stored = (*opts.keep_fields, *(("quality:num",) if corpus.config.get("quality_scorer") else ()))
+        new.fields = build_fields(run, new.parts, stored, first=n_old, known=corpus.fields)[1]
     shards = embed_new(run, embed, new.parts, len(new.ids), progress)
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)
     labels, scores, sizes = grow_clusters(run, [s["file"] for s in shards], n_old, old_sizes)

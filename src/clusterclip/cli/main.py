@@ -54,7 +54,7 @@ examples:
   clusterclip plan runs/web --strategy clusterclip --order spread
   clusterclip plan runs/web --continue PLAN --consumed 3000 --max-repeat 2  # PLAN: under plans/
   clusterclip report runs/web
-  clusterclip export runs/web --plan clusterclip-R4-docs-B2epochs-s0 --format parquet --dest out/
+  clusterclip export runs/web --plan clusterclip-R4-tokens-B2epochs-s0 --format parquet --dest out/
 """
 COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_dedup_parser, add_add_parser, add_plan_parser,
             add_report_parser, add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)

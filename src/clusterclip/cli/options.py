@@ -20,8 +20,10 @@ from clusterclip.engines import EngineConfig
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
-from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig, load_weights
+from clusterclip.plan.chain import INHERITED
+from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig
 from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
+from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
 
 EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
@@ -149,7 +151,13 @@ def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
         fields = tuple(f for f in PLAN_FIELDS if f != "strategy")
     epochs = {"help": f"the budget in passes over the corpus when --budget is not given (default: {DEFAULT_EPOCHS}, "
                       "so that the cap can act; `clusterclip plan` defaults to 1)"}
-    add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs} if multi else None)
+    if multi:
+        unit = {"default": "tokens", "help": "unit of the budget (run plans its strategies at equal tokens, so "
+                                             "that they compare at the same training budget)"}
+        add_arguments(g, PlanConfig, fields, overrides={"epochs": epochs, "budget_unit": unit})
+    else:  # what a continuation inherits stays out of the namespace unless given (explicit_plan_settings)
+        add_arguments(g, PlanConfig, [f for f in fields if f not in INHERITED])
+        add_arguments(g, PlanConfig, [f for f in fields if f in INHERITED], unset=True)
     g.add_argument("--weights", default=None,
                    help="JSON {cluster: weight} or CSV cluster,weight file (strategy weights); 0 drops a cluster")
 
@@ -168,6 +176,12 @@ def engine_config(a: argparse.Namespace) -> EngineConfig:
 
 def cluster_config(a: argparse.Namespace) -> ClusterConfig:
     return from_args(ClusterConfig, a)
+
+
+def explicit_plan_settings(a: argparse.Namespace) -> list[str]:
+    """The settings a continuation would inherit that the command line gave (``plan``'s parser leaves the others
+    out of the namespace)."""
+    return [f for f in INHERITED if hasattr(a, flag_of(PlanConfig, f).lstrip("-").replace("-", "_"))]
 
 
 def plan_configs(a: argparse.Namespace, strategies: Sequence[str]) -> list[PlanConfig]:

@@ -6,9 +6,10 @@ import argparse
 import json
 from typing import Any
 
-from clusterclip.cli.options import add_common, add_plan, command, plan_configs
+from clusterclip.cli.options import add_common, add_plan, command, explicit_plan_settings, plan_configs
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.chain import overrides_note
 from clusterclip.plan.contract import clip_note
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.stages import writing
@@ -49,7 +50,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         if a.continue_plan is None:
             rec = plan_stage(run, cfg, force=a.force)
         else:
-            cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed)
+            cfg, parent = continuation(run, cfg, a.continue_plan, a.consumed, explicit_plan_settings(a))
             rec = plan_stage(run, cfg, force=a.force, continues=parent)
     path = run.path(rec.order_file())
     if a.json:
@@ -59,6 +60,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         stats = {k: v for k, v in rec.stats.items() if v is not None}
         summary = format_summary({"run_dir": str(run.root), "plans": {rec.name: stats}})
         print(f"{summary.splitlines()[1].removeprefix('plan:').strip()} ({path})")
-        if note := clip_note(rec.stats, cfg.budget_unit):
-            print(f"  {note}")
+        for note in (clip_note(rec.stats, cfg.budget_unit), overrides_note(rec.stats.get("overrides") or {})):
+            if note:
+                print(f"  {note}")
     return 0

@@ -10,6 +10,9 @@ from clusterclip.cli.options import command
 from clusterclip.contracts import audit as stage_audit
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
+from clusterclip.plan.axes import where_in_data
+from clusterclip.plan.integrity import PlanReader
+from clusterclip.plan.seen import format_seen
 from clusterclip.store import RunDir
 from clusterclip.store.lineage import check_record_files
 from clusterclip.summary import format_audit, format_summary, summarize
@@ -19,17 +22,29 @@ def add_status_parser(sub: Any) -> argparse.ArgumentParser:
     p = command(sub, "status", cmd_status, "which stages of a run directory are finished",
                 "Which stages are finished, from their records.",
                 ("clusterclip status runs/web",
-                 "clusterclip status runs/web --verify --json    # also hash every artifact"),
+                 "clusterclip status runs/web --verify --json    # also hash every artifact",
+                 "clusterclip status runs/web --plan NAME --at-step 1200 --global-batch 512 --by cluster,source"),
                 run_dir="run directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--verify", action="store_true",
                    help="also check every artifact of every stage against the SHA-256 in its record (reads "
                         "every artifact; plain status reads only records); exit status 1 on a problem")
+    g = p.add_argument_group("where a training run is in its data")
+    g.add_argument("--at-step", type=int, default=None, metavar="N",
+                   help="after N training steps of --global-batch positions, per cluster, tier and --by field: "
+                        "documents seen, their share, full passes completed and the step that completed each")
+    g.add_argument("--global-batch", type=int, default=None, metavar="B", help="plan positions per step (all ranks)")
+    g.add_argument("--plan", default=None, metavar="NAME", help="the plan (default: the run's only plan)")
+    g.add_argument("--by", default="cluster,tier", metavar="AXES",
+                   help="comma-separated: cluster, tier (a plan over strata), group (the corpus' --group-field) or "
+                        "a categorical field kept with --keep-fields")
     p.set_defaults(quiet=False, verbose=False)
     return p
 
 
 def cmd_status(a: argparse.Namespace) -> int:
+    if a.at_step is not None or a.global_batch is not None:
+        return _at_step(a)
     run = RunDir(a.run_dir)
     if not run.root.is_dir():
         raise ClusterClipError(f"{run.root}: not a run directory")
@@ -47,3 +62,21 @@ def cmd_status(a: argparse.Namespace) -> int:
     else:
         print(format_summary(summary) if audit is None else f"{format_summary(summary)}\n{format_audit(audit)}")
     return 1 if audit and any(audit.values()) else 0
+
+
+def _at_step(a: argparse.Namespace) -> int:
+    """``status --at-step N --global-batch B``: where a run that trained N steps is in its data."""
+    if a.at_step is None or a.global_batch is None:
+        raise ClusterClipError("--at-step N and --global-batch B go together: where a run is after N steps of B "
+                               "positions")
+    by = [x.strip() for x in a.by.split(",") if x.strip()]
+    if "tier" in by and a.by == "cluster,tier":  # the default: tiers only where the plan has them
+        by = _default_axes(a.run_dir, a.plan)
+    result = where_in_data(a.run_dir, a.plan, a.at_step, a.global_batch, by)
+    print(json.dumps(result, indent=2) if a.json else format_seen(result))
+    return 0
+
+
+def _default_axes(run_dir: str, plan: str | None) -> list[str]:
+    reader = PlanReader.open(run_dir, plan)
+    return ["cluster", "tier"] if (reader.record or {}).get("stats", {}).get("strata") else ["cluster"]

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_npy
+from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
 from clusterclip.store.record import StageRecord
 
 CORPUS_STAGE = "corpus"
@@ -39,7 +39,62 @@ DEFAULT_IDENTITY = "default-corpus"
 
 CORPUS_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("text", pa.string()),
                            ("n_tokens", pa.int64()), ("group", pa.string())])
-"""Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null)."""
+"""Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null); then one
+``field:<name>`` column (text, null: missing) per kept field (``--keep-fields``)."""
+FIELD_COLUMN = "field:"
+FIELDS_DIR = "fields"
+"""``fields/<name>.npy`` (float64, NaN: missing; or int32 codes, -1: missing) and ``fields/<name>.json`` (its kind
+and, for a categorical field, its values: code ``i`` is ``categories[i]``) per kept field."""
+
+
+def corpus_schema(field_names: Sequence[str] = ()) -> pa.Schema:
+    """The columns of a corpus part that keeps ``field_names``."""
+    return pa.schema([*CORPUS_SCHEMA, *((FIELD_COLUMN + name, pa.string()) for name in field_names)])
+
+
+def field_files(name: str) -> tuple[str, str]:
+    """The array and the description of kept field ``name``, run-relative."""
+    return f"{FIELDS_DIR}/{name}.npy", f"{FIELDS_DIR}/{name}.json"
+
+
+@dataclass(frozen=True)
+class DocField:
+    """A kept per-document field: ``values`` float64 (NaN: missing) when ``categories`` is None, else int32 codes
+    (-1: missing) into ``categories``."""
+
+    name: str
+    values: np.ndarray
+    categories: tuple[str, ...] | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.categories is None
+
+    def labels(self) -> list[str | None]:
+        """Each document's value as text (None: missing); O(N) Python objects: for small corpora and reports."""
+        if self.categories is None:
+            return [None if v != v else repr(float(v)) for v in self.values.tolist()]
+        cats = self.categories
+        return [cats[c] if c >= 0 else None for c in self.values.tolist()]
+
+
+def load_fields(run: RunDir, names: Sequence[str] | None = None, mmap: bool = True) -> dict[str, DocField]:
+    """The kept fields of the run (``names``: those; an unknown name raises naming the fields kept); the caller
+    has verified the corpus stage."""
+    rec = CorpusRecord.require(run, verify=False)
+    kept = rec.fields or {}
+    wanted = list(kept) if names is None else list(names)
+    unknown = [n for n in wanted if n not in kept]
+    if unknown:
+        raise ClusterClipError(f"{run.root}: the corpus kept no field {unknown[0]!r} (kept: {', '.join(kept) or 'none'}"
+                               f"); re-read the corpus with --keep-fields {','.join([*kept, *unknown])}")
+    out = {}
+    for name in wanted:
+        array, meta = field_files(name)
+        info = load_json(run.path(meta))
+        cats = info.get("categories")
+        out[name] = DocField(name, load_npy(run.path(array), mmap=mmap), None if cats is None else tuple(cats))
+    return out
 
 
 def corpus_part(i: int) -> str:
@@ -59,6 +114,7 @@ class CorpusRecord(StageRecord):
     ``inputs`` (the field) fingerprints every input file read (path, format, size, modification time,
     SHA-256), ``input_hashes`` is the content identity of the stage's own inputs; each ``clusterclip add``
     appends to ``additions`` (what it read, where its documents start) and to ``regrow`` (its command).
+    ``fields`` describes each kept field (kind, missing values, range or number of values: ``fields/``).
     """
 
     NAME: ClassVar[str] = CORPUS_STAGE
@@ -75,14 +131,17 @@ class CorpusRecord(StageRecord):
     input_hashes: list[str]
     additions: list[dict[str, Any]] | None = None
     regrow: list[list[str]] | None = None
+    fields: dict[str, dict[str, Any]] | None = None
 
     def parts(self) -> list[str]:
         """The corpus parts it lists (run-relative), in document order."""
         return sorted(r for r in self.artifacts if fnmatch.fnmatch(r, f"{CORPUS_DIR}/{CORPUS_PART_GLOB}"))
 
     def read_options(self, fields: Sequence[str]) -> dict[str, Any]:
-        """The recorded values of the reader options ``fields`` (what ``clusterclip add`` reads new inputs with)."""
-        return {f: self.config[f] for f in fields}
+        """The recorded values of the reader options ``fields`` (what ``clusterclip add`` reads new inputs with);
+        an option the record does not hold (newer than the run, recorded only when set) keeps its default."""
+        values = {f: self.config[f] for f in fields if f in self.config}
+        return {f: tuple(v) if isinstance(v, list) else v for f, v in values.items()}
 
     def lineage_hashes(self) -> list[str]:
         """The content identities of every input that entered the run, in order: the corpus stage's

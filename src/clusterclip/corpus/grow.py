@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord, field_files
 from clusterclip.corpus.records import ReadStats
 from clusterclip.stages import grow_stage
 from clusterclip.stages.growth import Growth
@@ -31,6 +32,7 @@ class NewDocs:
     groups: Counter[str]
     read_pos: np.ndarray
     duplicates: int = 0
+    fields: dict[str, dict[str, Any]] | None = None
 
 
 def grow_corpus_record(run: RunDir, growth: Growth) -> CorpusRecord:
@@ -46,16 +48,18 @@ def grow_corpus_record(run: RunDir, growth: Growth) -> CorpusRecord:
     groups = Counter(base.groups) + new.groups
     config = {**base.config, "added": [*base.config.get("added", []),
                                        {"inputs": journal["inputs"], "read": journal["read"]}]}
-    known = {rel: meta for rel, meta in base.artifacts.items() if rel != TOKENS}
+    kept = [rel for name in (base.fields or {}) for rel in field_files(name)]
+    known = {rel: meta for rel, meta in base.artifacts.items() if rel != TOKENS and rel not in kept}
     return grow_stage(
         run, base, config_hash({"base": base.inputs_hash, "added": journal["key"]}),
-        [*base.parts(), *new.parts, TOKENS], growth.seconds, known, (), config=config,
+        [*base.parts(), *new.parts, TOKENS, *kept], growth.seconds, known, (), config=config,
         count=base.count + len(new.ids), tokens=base.tokens + int(new.tokens.sum()),
         skipped=base.skipped + new.stats.skipped,
         skipped_examples=(base.skipped_examples + new.stats.examples)[:ReadStats.max_examples],
         groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         inputs=[*base.inputs, *journal["fingerprint"]],
-        additions=[*(base.additions or []), entry], regrow=[*(base.regrow or []), journal["command"]])
+        additions=[*(base.additions or []), entry], regrow=[*(base.regrow or []), journal["command"]],
+        **({"fields": new.fields} if base.fields else {}))
 
 
 __all__ = ["REGROW", "NewDocs", "grow_corpus_record"]

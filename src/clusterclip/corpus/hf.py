@@ -59,7 +59,7 @@ def hf_batches(path: Path, opts: ReadOptions) -> Iterator[ColumnBatch]:
     if opts.text_field not in ds.column_names:
         raise BadRecordError(str(path), None, f"no column {opts.text_field!r} (columns: "
                              f"{', '.join(ds.column_names)}); choose another with --text-field")
-    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in ds.column_names]
+    columns = [c for c in opts.read_columns() if c in ds.column_names]
     ds = ds.select_columns(list(dict.fromkeys(columns)))
     row = 0
     try:

@@ -95,8 +95,9 @@ def json_document(line: bytes, opts: ReadOptions, source: str, loc: int | None) 
 def _check_surrogates(doc: Document, opts: ReadOptions, source: str, loc: int | None) -> None:
     """Refuse a document whose id, text or group holds a lone surrogate: only a JSON ``\\udXXX`` escape
     makes one (decoded UTF-8 cannot), and no UTF-8 column can store it."""
+    kept = zip(opts.field_names, doc[3] if len(doc) > 3 else (), strict=False)
     for what, name, value in (("id", opts.id_field, doc[0]), ("text", opts.text_field, doc[1]),
-                              ("group", opts.group_field, doc[2])):
+                              ("group", opts.group_field, doc[2]), *(("kept", n, v) for n, v in kept)):
         if value is not None and not is_unicode(value):
             raise BadRecordError(source, loc, f"{what} field {name!r} holds a lone surrogate "
                                  f"(a \\ud800-\\udfff escape without its pair), which is not valid Unicode")

@@ -60,7 +60,7 @@ def _open_parquet_input(path: Path, opts: ReadOptions) -> tuple[pq.ParquetFile, 
     text_type = pf.schema_arrow.field(opts.text_field).type
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise BadRecordError(source, None, f"column {opts.text_field!r} has type {text_type}, expected string")
-    columns = [c for c in (opts.text_field, opts.id_field, opts.group_field) if c and c in names]
+    columns = [c for c in opts.read_columns() if c in names]
     return pf, list(dict.fromkeys(columns))
 
 

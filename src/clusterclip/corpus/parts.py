@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clusterclip.corpus import limits
-from clusterclip.corpus.contract import CORPUS_SCHEMA
+from clusterclip.corpus.contract import corpus_schema
 from clusterclip.corpus.id_spill import IdSpill
+from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.records import DocBatch, ReadStats
 from clusterclip.errors import disk_full_at
 from clusterclip.store import atomic_path
@@ -52,9 +53,12 @@ class PartWriter:
     the stage record needs: token counts, id hashes, groups."""
 
     def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
-                 part_rows: int, first_index: int = 0, ids: IdSpill | None = None) -> None:
+                 part_rows: int, first_index: int = 0, ids: IdSpill | None = None,
+                 field_names: Sequence[str] = (), scorer: Callable[[list[str]], np.ndarray] | None = None) -> None:
         self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
         self.first_index, self.ids = first_index, ids
+        self.field_names, self.scorer = tuple(field_names), scorer
+        self.schema = corpus_schema((*self.field_names, *((QUALITY_FIELD,) if scorer is not None else ())))
         self.parts: list[str] = []
         self.part_sizes: list[int] = []
         self.tokens: list[np.ndarray] = []
@@ -67,9 +71,12 @@ class PartWriter:
     def add(self, batch: DocBatch) -> None:
         tokens = self.count_tokens(batch.texts)
         start = self.first_index + self.n
+        kept = [pa.array(list(col), pa.string()) for col in _columns(batch.fields, len(self.field_names), len(batch))]
+        if self.scorer is not None:
+            kept.append(pa.array([repr(float(s)) for s in self.scorer(batch.texts)], pa.string()))
         rb = pa.record_batch([pa.array(np.arange(start, start + len(batch), dtype=np.int64)),
                               pa.array(batch.ids, pa.string()), pa.array(batch.texts, pa.string()),
-                              pa.array(tokens), pa.array(batch.groups, pa.string())], schema=CORPUS_SCHEMA)
+                              pa.array(tokens), pa.array(batch.groups, pa.string()), *kept], schema=self.schema)
         self.tokens.append(tokens)
         if self.ids is not None:
             self.ids.add(hash_ids(batch.ids), start)
@@ -94,10 +101,18 @@ class PartWriter:
 
     def _flush(self) -> None:
         rel = self.name(len(self.parts))
-        write_part(self.root / rel, pa.Table.from_batches(self._pending, CORPUS_SCHEMA))
+        write_part(self.root / rel, pa.Table.from_batches(self._pending, self.schema))
         self.parts.append(rel)
         self.part_sizes.append(self._pending_rows)
         self._pending, self._pending_rows = [], 0
+
+
+def _columns(rows: Sequence[tuple[str | None, ...]], width: int, n: int) -> list[tuple[str | None, ...]]:
+    """The kept fields' values column by column (a document read without them, e.g. a .txt file, has none)."""
+    if width == 0:
+        return []
+    return list(zip(*(row if len(row) == width else (None,) * width for row in rows), strict=True)) if n else \
+        [()] * width
 
 
 def concat(chunks: Sequence[np.ndarray], dtype: type) -> np.ndarray:

@@ -22,6 +22,7 @@ from clusterclip.corpus.id_spill import UNIT_SHIFT, IdSpill
 from clusterclip.corpus.inputs import number_lines, work_units
 from clusterclip.corpus.jsonl import count_newlines
 from clusterclip.corpus.parts import PartWriter, WrittenParts, concat, write_part
+from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.reading import read_unit
 from clusterclip.corpus.records import ReadStats
 from clusterclip.corpus.tokens import make_token_counter
@@ -89,7 +90,8 @@ def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfi
     """Ray task: read one work unit into staging parts (indexed from 0 within the unit)."""
     stats = ReadStats()
     writer = PartWriter(Path(root), functools.partial(corpus_staging_part, unit_no),
-                        make_token_counter(config.tokenizer), part_rows)
+                        make_token_counter(config.tokenizer), part_rows, field_names=config.field_names,
+                        scorer=SCORERS.get(config.quality_scorer or ""))
     for batch in read_unit(unit, config, stats):
         writer.add(batch)
     return dataclasses.replace(writer.finish(stats), key_base=unit_no << UNIT_SHIFT)

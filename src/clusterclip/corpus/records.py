@@ -19,6 +19,32 @@ from clusterclip.corpus import limits
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.settings import Settings, is_text, optional, setting
 
+FIELD_KINDS = ("auto", "num", "cat")
+"""How a kept field is typed: from its values (numbers: numeric, anything else: categorical), or as declared."""
+
+
+def field_spec(item: str) -> tuple[str, str]:
+    """``NAME`` or ``NAME:num`` / ``NAME:cat`` of ``--keep-fields`` as ``(name, kind)``."""
+    name, _, kind = item.partition(":")
+    return name, kind or "auto"
+
+
+def _keep_fields(x: Any) -> str | None:
+    if not isinstance(x, (tuple, list)):
+        return f"must be a list of field names, got {x!r}"
+    names = []
+    for item in x:
+        name, kind = field_spec(item) if isinstance(item, str) else ("", "")
+        if not name or kind not in FIELD_KINDS or any(c in name for c in ",;=/"):
+            return f"items are FIELD, FIELD:num or FIELD:cat, got {item!r}"
+        names.append(name)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    return f"names {', '.join(twice)} more than once" if twice else None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
 
 @dataclass(frozen=True)
 class ReadOptions(Settings):
@@ -33,6 +59,21 @@ class ReadOptions(Settings):
     on_bad_record: str = setting("error", choices=("error", "skip"),
                                  help="stop at the first bad record, or skip bad records and count them")
     split: str = setting("train", check=is_text, help="split to read from a Hugging Face DatasetDict")
+    keep_fields: tuple[str, ...] = setting(
+        (), check=_keep_fields, parse=_names,
+        help="per-document fields to keep, comma-separated FIELD[:num|:cat] (e.g. quality,source,lang): stored as "
+             "typed arrays (numbers: numeric, anything else: categorical; null or absent: missing) for "
+             "`plan --strata` and the exports")
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        """The names of the kept fields, in order."""
+        return tuple(field_spec(f)[0] for f in self.keep_fields)
+
+    def read_columns(self) -> list[str]:
+        """The fields a column format reads (those present): text, id, group and the kept fields."""
+        return list(dict.fromkeys(c for c in (self.text_field, self.id_field, self.group_field, *self.field_names)
+                                  if c))
 
 
 @dataclass
@@ -59,22 +100,26 @@ class ReadStats:
 
 @dataclass
 class DocBatch:
-    """Documents as parallel columns: ids, texts and (optional) ground-truth groups."""
+    """Documents as parallel columns: ids, texts, (optional) ground-truth groups and, when the reader keeps
+    fields, each document's kept field values (``fields``: one tuple per document, as text; None: missing)."""
 
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     groups: list[str | None] = field(default_factory=list)
+    fields: list[tuple[str | None, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.texts)
 
-    def add(self, doc_id: str, text: str, group: str | None) -> None:
+    def add(self, doc_id: str, text: str, group: str | None, kept: tuple[str | None, ...] = ()) -> None:
         self.ids.append(doc_id)
         self.texts.append(text)
         self.groups.append(group)
+        self.fields.append(kept)
 
 
-Document = tuple[str, str, str | None]
+Document = tuple[Any, ...]
+"""``(id, text, group)`` or ``(id, text, group, kept field values)``."""
 Located = tuple[str, int | None, Any]
 ToDocument = Callable[[Any, ReadOptions, str, int | None], Document]
 ColumnBatch = tuple[str, int, dict[str, list]]
@@ -132,7 +177,14 @@ def column_documents(cols: dict[str, list], opts: ReadOptions, source: str, befo
     else:
         return None
     groups = cols.get(opts.group_field) if opts.group_field else None
-    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts))
+    kept: list[tuple[str | None, ...]] = [()] * len(texts)
+    if opts.keep_fields:
+        columns = [cols.get(name) or [None] * len(texts) for name in opts.field_names]
+        try:
+            kept = [tuple(field_text(v, "", "", None) for v in row) for row in zip(*columns, strict=True)]
+        except BadRecordError:
+            return None
+    return DocBatch(ids, texts, [_group_value(v) for v in groups] if groups else [None] * len(texts), kept)
 
 
 def column_records(source: str, cols: dict[str, list], before: int,
@@ -148,7 +200,21 @@ def column_records(source: str, cols: dict[str, list], before: int,
 def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> Document:
     """``(id, text, group)`` of a record of named fields, as ``opts`` names them."""
     text = _text_of(record, opts, source, loc)
-    return _id_of(record, opts, source, loc), text, _group_of(record, opts)
+    kept = tuple(field_text(record.get(name), name, source, loc) for name in opts.field_names)
+    return _id_of(record, opts, source, loc), text, _group_of(record, opts), kept
+
+
+def field_text(value: Any, name: str, source: str, loc: int | None) -> str | None:
+    """A kept field's value as text (numbers as Python writes them, booleans ``true``/``false``; None: missing);
+    a list or object is a bad record (only scalar fields are kept)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    raise BadRecordError(source, loc, f"field {name!r} is {type(value).__name__}; only numbers, strings and booleans "
+                         "can be kept (--keep-fields)")
 
 
 def _text_of(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> str:

@@ -29,9 +29,11 @@ from clusterclip.corpus.contract import (
 )
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
+from clusterclip.corpus.fields import build_fields
 from clusterclip.corpus.id_spill import IdSpill
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint
 from clusterclip.corpus.parts import PartWriter, WrittenParts
+from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.ray_read import read_on_ray
 from clusterclip.corpus.reading import iter_documents
 from clusterclip.corpus.records import ReadStats
@@ -72,7 +74,7 @@ def corpus_stage(
         resolved = []
         fingerprint = {"default": DEFAULT_CORPUS, "python": sys.version,
                        "stdlib": sysconfig.get_paths()["stdlib"]}
-    cfg = {**asdict(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
+    cfg = {**settings_json(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
     if not inputs:
         cfg["group_field"] = "module"
     held = check_lineage(run, fingerprint if inputs else None, cfg, force)
@@ -91,6 +93,17 @@ def corpus_command(inputs: Sequence[str | os.PathLike[str]], config: CorpusConfi
     defaults = {} if inputs else {"group_field": "module"}
     return ["clusterclip", "embed", *map(str, inputs), "--out", RUN,
             *command_flags(CorpusConfig, asdict(config), CORPUS_FIELDS, defaults)]
+
+
+def settings_json(config: CorpusConfig) -> dict[str, Any]:
+    """The corpus settings as the record holds them: options newer than a run (``keep_fields``, ``quality_scorer``)
+    only when set, so
+    a run read before they existed stays up to date."""
+    out = asdict(config)
+    for name in ("keep_fields", "quality_scorer"):
+        if not out[name]:
+            del out[name]
+    return out
 
 
 def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
@@ -123,13 +136,15 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
     hashed = content_hashes(fingerprint) if inputs else []
     with disk_full_at(run.path(TOKENS)):
         save_npy(run.path(TOKENS), read.tokens)
+        kept, fields = build_fields(run, read.parts, config.stored_fields())
     if stats.skipped:
         log.warning("corpus: skipped %d bad records, e.g. %s", stats.skipped, stats.examples[0])
-    return Built([*read.parts, TOKENS], dict(
+    return Built([*read.parts, TOKENS, *kept], dict(
         count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
         duplicate_ids=duplicates, groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
         inputs=hashed, engine=engine if inputs else "local",
         input_hashes=[e["sha256"] for e in hashed] if inputs else [DEFAULT_IDENTITY],
+        **({"fields": fields} if fields else {}),
     ))
 
 
@@ -155,7 +170,8 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     stats = ReadStats()
     batches = iter_documents(resolved, config, stats) if resolved is not None else stdlib_documents(config.min_words)
     writer = PartWriter(root, corpus_part, make_token_counter(config.tokenizer), limits.PART_ROWS,
-                        ids=IdSpill(root / CORPUS_ID_SPILL))
+                        ids=IdSpill(root / CORPUS_ID_SPILL), field_names=config.field_names,
+                        scorer=SCORERS.get(config.quality_scorer or ""))
     for batch in batches:
         writer.add(batch)
         bar.update(len(batch))

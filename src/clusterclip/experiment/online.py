@@ -23,6 +23,7 @@ import torch
 from clusterclip.experiment.batches import PlanBatches
 from clusterclip.online.controller import Controller, continuation_config, token_to_draw_weights
 from clusterclip.plan.build import build_plan
+from clusterclip.plan.chain import inherit
 from clusterclip.plan.config import PlanConfig
 
 BUDGET_MARGIN = 0.05
@@ -92,7 +93,7 @@ class Steering:
         docs = self._documents_for(left, draws, prior)
         if docs < 1:
             return
-        cfg = continuation_config(controller, self.root, draws, budget=docs)
+        cfg = inherit(self.root, continuation_config(controller, self.root, draws, budget=docs))[0]
         plan = build_plan(self.labels, cfg, tokens=self.lengths, n_clusters=self.k, prior=prior)
         position = self.batches.switch(plan)
         if position is None:

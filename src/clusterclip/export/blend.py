@@ -1,9 +1,13 @@
-"""``clusterclip export --blend``: one Megatron source per cluster, and the plan's mixture as a blend.
+"""``clusterclip export --blend``: one Megatron source per cluster (per stratum), and the plan's mixture as a blend.
 
 For trainers that blend sources themselves instead of reading the planned stream. Each cluster with planned
 tokens becomes one source ``cluster-NNNNN.bin``/``.idx`` (the existing Megatron writer, one per cluster)
 holding each document the plan may draw once, in corpus order: every document of the cluster, or under
-``--duplicates drop`` only the kept representatives. Beside them, :mod:`clusterclip.mixture.blend` writes the
+``--duplicates drop`` only the kept representatives. A plan over strata has one source per stratum,
+``cluster-NNNNN-tier-TTT`` (the tier's index; the record names its label), and leaves out the tiers it never
+draws (rate 0): a blend cannot say "draw this tier four times as often" inside one source.
+
+Beside them, :mod:`clusterclip.mixture.blend` writes the
 blend: ``megatron_data_path.txt`` (Megatron-LM ``--data-path`` weight/prefix lines) and
 ``olmo_source_mixture.json`` (an OLMo-core 3.0 source mixture whose token files are the ``.bin`` files
 themselves: OLMo-core memory-maps headerless token arrays, and a Megatron ``.bin`` is exactly that; the dtype
@@ -37,6 +41,8 @@ MAX_OPEN = 256
 """Sources written at once (each holds an open file); more clusters take one more pass over the corpus each."""
 SOURCE = "cluster-{:05d}"
 """A source's Megatron prefix (and OLMo-core source name): its cluster id, five digits."""
+SOURCE_TIER = "cluster-{:05d}-tier-{:03d}"
+"""A stratum's source: its cluster and tier index."""
 DATA_PATH = "megatron_data_path.txt"
 OLMO_CONFIG = "olmo_source_mixture.json"
 
@@ -49,14 +55,31 @@ def olmo_dtype(token_dtype: np.dtype) -> np.dtype:
 
 def drawable(src: PlanStream) -> np.ndarray:
     """Which documents the plan may draw (bool per document): all, or the kept representatives of its
-    duplicate groups under ``--duplicates drop``."""
-    mode = src.record.config.get("duplicates", "none")
-    if mode != "drop":
-        return np.ones(src.corpus.n, bool)
-    _, kept = load_groups(src.run)
-    mask = np.zeros(src.corpus.n, bool)
-    mask[np.asarray(kept, np.int64)] = True
+    duplicate groups under ``--duplicates drop``, and not those of a tier it never draws (rate 0)."""
+    mask = np.ones(src.corpus.n, bool)
+    if src.record.config.get("duplicates", "none") == "drop":
+        _, kept = load_groups(src.run)
+        mask[:] = False
+        mask[np.asarray(kept, np.int64)] = True
+    if src.tiers is not None:
+        rates = np.array([t["rate"] for t in src.record.stats["strata"]["tiers"]], np.float64)
+        mask &= rates[np.asarray(src.tiers, np.int64)] > 0
     return mask
+
+
+def source_keys(src: PlanStream) -> tuple[np.ndarray, dict[int, tuple[str, dict[str, Any]]]]:
+    """The source of each document (its cluster, or its stratum: cluster x tiers + tier) and, per key, the
+    source's prefix and what the record says of it."""
+    labels = np.array(src.labels, np.int64)
+    if src.tiers is None:
+        return labels, {c: (SOURCE.format(c), {"cluster": c}) for c in np.unique(labels).tolist()}
+    t = len(src.tier_labels)
+    keys = labels * t + np.asarray(src.tiers, np.int64)
+    names = {}
+    for key in np.unique(keys).tolist():
+        c, tier = divmod(key, t)
+        names[key] = (SOURCE_TIER.format(c, tier), {"cluster": c, "tier": src.tier_labels[tier]})
+    return keys, names
 
 
 def estimate_bytes(src: PlanStream, documents: int) -> int:
@@ -76,8 +99,8 @@ def shares(amounts: np.ndarray) -> list[float]:
 
 
 class Tally:
-    """Per cluster: the planned draws, the documents and tokens written, the planned tokens, the most draws
-    of one document."""
+    """Per source (cluster, or stratum): the planned draws, the documents and tokens written, the planned tokens,
+    the most draws of one document; ``names``: each source's prefix and what the record says of it."""
 
     def __init__(self, labels: np.ndarray, counts: np.ndarray, k: int) -> None:
         self.counts = counts
@@ -88,6 +111,7 @@ class Tally:
         self.top = np.zeros(k, np.int64)
         np.maximum.at(self.top, labels, counts)
         self.reads = 0
+        self.names: dict[int, tuple[str, dict[str, Any]]] = {}
 
     def add(self, docs: np.ndarray, labels: np.ndarray, lengths: np.ndarray) -> None:
         k = self.tokens.size
@@ -97,16 +121,15 @@ class Tally:
 
 
 def _write_group(src: PlanStream, folder: ExportFolder, clusters: np.ndarray, docs: np.ndarray,
-                 tally: Tally, window: int) -> None:
-    """Write the sources of ``clusters`` from their documents ``docs`` (ascending), one window at a time."""
+                 tally: Tally, window: int, keys: np.ndarray, names: dict[int, tuple[str, dict[str, Any]]]) -> None:
+    """Write the sources ``clusters`` (source keys) from their documents ``docs`` (ascending), a window at a time."""
     assert src.tokenizer is not None
-    writers = {int(c): MegatronWriter(folder.staging, src.token_dtype, prefix=SOURCE.format(int(c)))
-               for c in clusters}
+    writers = {int(c): MegatronWriter(folder.staging, src.token_dtype, prefix=names[int(c)][0]) for c in clusters}
     for w in range(0, docs.size, window):
         chunk = docs[w:w + window]
         rows = src.corpus.gather(chunk)
         tokens = src.tokenizer.encode(rows.column("text"))
-        labels = np.asarray(src.labels[chunk], np.int64)
+        labels = keys[chunk]
         tally.add(chunk, labels, pc.list_value_length(tokens).to_numpy(zero_copy_only=False).astype(np.int64))
         by_cluster = np.argsort(labels, kind="stable")  # stable: corpus order inside each cluster
         table = pa.table({"tokens": tokens}).take(pa.array(by_cluster))
@@ -121,7 +144,8 @@ def _write_group(src: PlanStream, folder: ExportFolder, clusters: np.ndarray, do
 
 def write_sources(src: PlanStream, folder: ExportFolder, memory_mb: int, shard_size: int) -> Tally:
     """Write one source per cluster with planned draws into the staging folder; the tally says what went in."""
-    labels = np.array(src.labels, np.int64)  # a copy: marked below
+    keys, names = source_keys(src)
+    labels = keys.copy()  # marked below
     k = int(labels.max(initial=-1)) + 1
     counts = np.bincount(np.asarray(src.order, np.int64), minlength=src.corpus.n)
     mask = drawable(src)
@@ -135,7 +159,9 @@ def write_sources(src: PlanStream, folder: ExportFolder, memory_mb: int, shard_s
     for g in range(0, sources.size, MAX_OPEN):
         group = sources[g:g + MAX_OPEN]
         docs = np.flatnonzero(np.isin(labels, group))
-        _write_group(src, folder, group, docs, tally, window_rows(src.corpus, docs.size, memory_mb, shard_size))
+        _write_group(src, folder, group, docs, tally, window_rows(src.corpus, docs.size, memory_mb, shard_size),
+                     keys, names)
+    tally.names = names
     return tally
 
 
@@ -146,24 +172,25 @@ def blend_record(src: PlanStream, folder: ExportFolder, tally: Tally) -> dict[st
     used = np.flatnonzero(tally.planned > 0)
     for c in np.flatnonzero((tally.draws > 0) & (tally.planned == 0)):
         for suffix in (".bin", ".idx"):
-            (folder.staging / (SOURCE.format(int(c)) + suffix)).unlink()
+            (folder.staging / (tally.names[int(c)][0] + suffix)).unlink()
     if not used.size:
         raise ClusterClipError("--blend: the plan's documents hold no token: nothing to blend")
     total = int(tally.planned.sum())
-    names = {int(c): SOURCE.format(int(c)) for c in used}
+    names = {int(c): tally.names[int(c)][0] for c in used}
     weights = dict(zip(names.values(), shares(tally.planned[used]), strict=True))
     repetition = {names[c]: int(tally.planned[c]) / int(tally.tokens[c]) for c in names}
     dtype = olmo_dtype(src.token_dtype)
     write_blend(folder.staging, weights, {n: str(out / n) for n in names.values()},
                 {n: [str(out / f"{n}.bin")] for n in names.values()},
                 max_repetition={n: max(1.0, r) for n, r in repetition.items()}, max_tokens=total, layout="source_list")
-    sources = [{"cluster": c, "prefix": n, "documents": int(tally.documents[c]), "tokens": int(tally.tokens[c]),
+    sources = [{**tally.names[c][1], "prefix": n, "documents": int(tally.documents[c]), "tokens": int(tally.tokens[c]),
                 "planned_draws": int(tally.draws[c]), "planned_tokens": int(tally.planned[c]),
                 "weight": weights[n], "repetition": repetition[n], "max_repeat_observed": int(tally.top[c])}
                for c, n in names.items()]
-    omitted = [{"cluster": int(c), "planned_draws": int(tally.draws[c]),
+    empty = [int(c) for c in np.flatnonzero(tally.planned == 0) if src.tiers is None or int(c) in tally.names]
+    omitted = [{**tally.names.get(c, ("", {"cluster": c}))[1], "planned_draws": int(tally.draws[c]),
                 "reason": "no planned draws" if tally.draws[c] == 0 else "its planned documents hold no token"}
-               for c in np.flatnonzero(tally.planned == 0)]
+               for c in empty]
     return {"sources": sources, "omitted": omitted, "planned_tokens": total,
             "max_repeat": src.record.config.get("max_repeat"),
             "token_dtype": src.token_dtype.name, "olmo_dtype": dtype.name,

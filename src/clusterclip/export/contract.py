@@ -69,6 +69,8 @@ class ExportRecord(StageRecord):
     files: list[str]
     blend: dict[str, Any] | None = None
     content_hash: str | None = None
+    tiers: list[str] | None = None
+    """A plan over strata: the label of each value of the ``tier`` column."""
 
     def edited(self) -> bool:
         """Whether the fields that say what the export holds were changed since it was written (exports written

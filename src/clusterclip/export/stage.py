@@ -166,7 +166,10 @@ def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, fold
                                f"({src.stats()['dropped_tokens']:,} tokens): no full sample to write; use a "
                                "smaller --seq-len" if cfg.seq_len else "the plan is empty: nothing to export")
     writer.close()
-    return {"rows": rows, "columns": cfg.columns(), **src.stats()}
+    columns = cfg.columns()
+    tiers = src.tiers is not None and "cluster" in columns
+    return {"rows": rows, "columns": [*columns, "tier"] if tiers else columns, **src.stats(),
+            **({"tiers": src.tier_labels} if tiers else {})}
 
 
 def _build(write: Callable[[ExportFolder], dict[str, Any]], folder: ExportFolder, need: int,

@@ -33,8 +33,10 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.export import buckets as B
 from clusterclip.export.tokenizer import Tokenizer
 from clusterclip.plan.contract import (
+    PLAN_TIERS,
     PlanRecord,
     open_plan,
+    plan_path,
     plan_stage_name,
     resolve_plan_path,
 )
@@ -47,9 +49,9 @@ STRING_LIMIT = 2**31 - 1
 
 
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
-            tokenizer: Tokenizer | None) -> Iterator[pa.Table]:
+            tokenizer: Tokenizer | None, tiers: np.ndarray | None = None) -> Iterator[pa.Table]:
     """The planned stream, one window at a time, each in slices of at most about ``SLICE_BYTES`` of text:
-    ``text`` (or ``tokens``), ``id``, ``index``, ``cluster``."""
+    ``text`` (or ``tokens``), ``id``, ``index``, ``cluster`` (and ``tier``, for a plan over strata)."""
     for w in range(0, order.shape[0], window):
         block = np.asarray(order[w:w + window], dtype=np.int64)
         docs, where = np.unique(block, return_inverse=True)
@@ -65,10 +67,18 @@ def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: 
             body = source.take(take)
             if pa.types.is_large_string(body.type):
                 body = body.cast(pa.string())
-            yield pa.table({"tokens" if tokenizer is not None else "text": body, "id": rows.column("id").take(take),
-                            "index": pa.array(block[a:b]),
-                            "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))})
+            yield with_tier(pa.table({"tokens" if tokenizer is not None else "text": body,
+                                      "id": rows.column("id").take(take), "index": pa.array(block[a:b]),
+                                      "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))}),
+                            tiers, block[a:b])
         rows = text = source = body = None  # not held while the next window is read
+
+
+def with_tier(table: pa.Table, tiers: np.ndarray | None, docs: np.ndarray) -> pa.Table:
+    """``table`` with the ``tier`` column of its documents (a plan over strata; the record names the tiers)."""
+    if tiers is None:
+        return table
+    return table.append_column("tier", pa.array(np.asarray(tiers[docs], dtype=np.int64)))
 
 
 def _slices(row_bytes: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -202,6 +212,10 @@ class PlanStream:
             raise StaleArtifactError(f"{run.path(LABELS)}: {self.labels.dtype} {self.labels.shape} labels for a "
                                      f"corpus of {self.corpus.n} documents; rebuild them with "
                                      f"`{run.rebuild_command(CLUSTER_STAGE, force=True)}`")
+        tiers = plan_path(self.name, PLAN_TIERS)
+        self.tiers = load_npy(run.path(tiers), mmap=True) if tiers in self.record.artifacts else None
+        """A plan over strata: each document's tier (the ``tier`` column; ``tier_labels`` names them)."""
+        self.tier_labels = [t["label"] for t in self.record.stats.get("strata", {}).get("tiers", [])]
         self.tokenizer = Tokenizer(tokenizer, append_eos) if tokenizer is not None else None
         self.plan_sha256: str = self.record.artifacts[self.record.order_file()]["sha256"]
         self.identity = self.record.order_identity()
@@ -270,7 +284,7 @@ class PlanStream:
         if scratch is not None and self.bucketed(memory_mb):
             stream = self._bucketed(memory_mb, scratch, engine, workers)
         else:
-            stream = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer)
+            stream = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer, self.tiers)
         self.packer = Packer(seq_len) if seq_len is not None else None
         if self.packer is not None:
             stream = map(self.packer.pack, stream)
@@ -307,8 +321,8 @@ class PlanStream:
         try:
             for (_, lo, hi), table in zip(spans, tables, strict=True):
                 block = np.asarray(self.order[lo:hi], dtype=np.int64)
-                out = table.append_column("index", pa.array(block)).append_column(
-                    "cluster", pa.array(np.asarray(self.labels[block], dtype=np.int64)))
+                out = with_tier(table.append_column("index", pa.array(block)).append_column(
+                    "cluster", pa.array(np.asarray(self.labels[block], dtype=np.int64))), self.tiers, block)
                 del table
                 yield out
                 del out

@@ -15,7 +15,7 @@ from typing import Any
 _PUBLIC = {
     "DEFAULT_CHUNK": "build", "Plan": "build", "build_plan": "build",
     "PLAN_FIELDS": "config", "STRATEGIES": "config", "PlanConfig": "config", "PlanConfigError": "config",
-    "load_weights": "config", "round_quotas": "quotas", "water_fill": "quotas", "reference_order": "reference",
+    "load_weights": "weights_file", "round_quotas": "quotas", "water_fill": "quotas", "reference_order": "reference",
     "N_WINDOWS": "stats",
 }
 """Each public name and the module of this package that defines it."""

@@ -40,6 +40,8 @@ from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
 from clusterclip.plan.prior import PriorPasses, counted_stats, group_levels
 from clusterclip.plan.quotas import Corpus, Groups, Quotas, check_inputs, compute_quotas, sampling_groups
 from clusterclip.plan.stats import StreamStats, default_window, per_cluster, summary
+from clusterclip.plan.strata import Strata, build_strata
+from clusterclip.plan.stratified import StrataStream, as_quotas, strata_draws, strata_statistics, strata_summary
 
 DEFAULT_CHUNK = 1 << 20
 
@@ -53,7 +55,9 @@ class Plan:
     or tokens in token mode), size and, when token counts were given, tokens. ``mixture[w, c]`` counts
     the draws of cluster c in window w (``stats["window"]`` draws each); ``repeat_hist[r]`` counts the
     documents drawn r times. ``identity`` is the content hash of the order (``plan.identity``);
-    ``checksums`` the CRC-32 of each block of 2^20 entries (``plan.integrity``).
+    ``checksums`` the CRC-32 of each block of 2^20 entries (``plan.integrity``). A plan over strata also has
+    ``per_stratum`` arrays (length S: cluster, tier, size, quota, draws, unique, tokens), the ``tier_mixture``
+    (draws of each tier per window) and ``tiers``, the tier of each document (``stats["strata"]`` names them).
     """
 
     order: np.ndarray
@@ -64,6 +68,9 @@ class Plan:
     config: PlanConfig = field(default_factory=PlanConfig)
     identity: str = ""
     checksums: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))
+    per_stratum: dict[str, np.ndarray] | None = None
+    tier_mixture: np.ndarray | None = None
+    tiers: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ def plan_draws(labels: Any, config: PlanConfig, tokens: Any, n_clusters: int | N
     with passes:
         draws = quotas.quota
         if config.budget_unit == "tokens":
-            draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens)
+            draws = draws_for_tokens(passes, quotas.quota, groups.unit_sizes, corpus.tokens, quotas.rank)
         yield Draws(corpus, groups, quotas, passes, draws, virtual_scale(config, groups, quotas, draws), prior,
                     capacity)
 
@@ -120,7 +127,7 @@ def _check_prior(prior: Any, corpus: Corpus, config: PlanConfig) -> np.ndarray:
 
 def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None = None,
                out: str | os.PathLike[str] | None = None, chunk_size: int = DEFAULT_CHUNK,
-               n_clusters: int | None = None, prior: np.ndarray | None = None) -> Plan:
+               n_clusters: int | None = None, prior: np.ndarray | None = None, fields: Any = None) -> Plan:
     """Build the ordered plan for ``labels`` (int [N], cluster ids) under ``config``.
 
     ``tokens`` (int [N]) is required for ``budget_unit="tokens"`` and, when given, adds token
@@ -128,14 +135,18 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
     and returned as a read-only memmap; memory then stays O(N + chunk_size). ``n_clusters`` declares
     K when trailing clusters are empty. ``prior`` (int [N]) makes a continuation: document ``i`` was
     drawn ``prior[i]`` times already, so it is drawn at most ``max_repeat - prior[i]`` times more (the
-    least-drawn first; see ``plan.prior``). Raises ``PlanConfigError`` for invalid inputs and
-    ``InfeasiblePlanError`` when the budget exceeds the cap.
+    least-drawn first; see ``plan.prior``). ``fields`` maps the field names that the strata settings (``strata``,
+    ``within``) name to per-document values (:func:`clusterclip.plan.strata.field_values`). Raises
+    ``PlanConfigError`` for invalid inputs and ``InfeasiblePlanError`` when the budget exceeds the cap.
     """
     t0 = time.perf_counter()
     if config.duplicates != "none":
         raise PlanConfigError("duplicates", "needs the dedup groups: build it with plan.duplicates.build_grouped_plan")
     if not is_int(chunk_size) or chunk_size < 1:
         raise PlanConfigError("chunk_size", f"must be an integer >= 1, got {chunk_size!r}")
+    if config.stratified:
+        corpus = check_inputs(labels, tokens, n_clusters)
+        return build_over_strata(corpus, config, unit_strata(corpus, config, fields), out, chunk_size, prior)
     digest = identity.OrderHash()
     blocks = BlockChecksums()
     with plan_draws(labels, config, tokens, n_clusters, chunk_size, prior) as p:
@@ -156,6 +167,41 @@ def build_plan(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None
                                 per["exhausted_at"], hist))
     return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
                 identity=digest.hexdigest(), checksums=blocks.finish())
+
+
+def unit_strata(corpus: Corpus, config: PlanConfig, fields: Any, rehydrate_sizes: Any = None) -> Strata:
+    """The strata of the corpus' units: inside each cluster, or (a strategy without clusters) over all of them."""
+    outer = corpus.labels if config.strategy_class.CLUSTERED else np.zeros(corpus.n, np.int64)
+    return build_strata(outer, config, fields, rehydrate_sizes)
+
+
+def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: str | os.PathLike[str] | None,
+                      chunk_size: int, prior: Any = None) -> Plan:
+    """``build_plan`` over ``strata`` (:mod:`clusterclip.plan.stratified`)."""
+    t0 = time.perf_counter()
+    if prior is not None:
+        prior = _check_prior(prior, corpus, config)
+    digest, blocks = identity.OrderHash(), BlockChecksums()
+    with strata_draws(corpus, config, strata, chunk_size, prior) as p:
+        length = int(p.draws.sum())
+        window = config.window if config.window is not None else default_window(length)
+        stream = StrataStream(corpus, strata, length, window)
+        with _output(out, length) as dest:
+            for chunk in emit(p.scale, p.quotas.u, p.quotas.rank, p.draws, p.passes, dest, chunk_size):
+                stream.add(chunk, dest)
+                digest.add(dest[chunk.pos:chunk.pos + chunk.count])
+                blocks.add(dest[chunk.pos:chunk.pos + chunk.count])
+    pseudo = not config.strategy_class.CLUSTERED
+    per, stratum, hist = strata_statistics(p, stream, pseudo)
+    order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
+    stats = summary(config, corpus, as_quotas(p, config), per, hist, window, stream.mixture.shape[0],
+                    time.perf_counter() - t0)
+    stats["strata"] = strata_summary(p, per, stratum, stream.counts, config)
+    stats.update({k: stats["strata"][k] for k in ("cap_binds", "exhausted_clusters")},
+                 docs_at_cap=stats["strata"]["docs_at_tier_cap"])
+    return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,
+                identity=digest.hexdigest(), checksums=blocks.finish(), per_stratum=stratum,
+                tier_mixture=stream.tier_mixture, tiers=strata.unit_tier)
 
 
 def _statistics(p: Draws, stream: StreamStats) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -1,23 +1,21 @@
-"""Plan settings: the strategy, budget, cap, order and seed of one plan, and per-cluster weight files.
+"""Plan settings: the strategy, budget, cap, order, seed and strata of one plan.
 
 ``PlanConfig`` is validated on construction; ``to_json()`` is its normalised form (what the plan
-stage hashes) and ``name()`` its folder under ``plans/``.
+stage hashes) and ``name()`` its folder under ``plans/``. Weight files are read by
+:mod:`clusterclip.plan.weights_file`, the strata settings parsed by :mod:`clusterclip.plan.strata_spec`.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from clusterclip.plan import strategies
+from clusterclip.plan import strata_spec, strategies
 from clusterclip.plan.strategies import Strategy
-from clusterclip.settings import Settings, SettingsError, at_least, between, one_of, optional, setting
+from clusterclip.settings import Settings, SettingsError, at_least, between, is_text, one_of, optional, setting
 from clusterclip.settings import is_int as is_int
 
 STRATEGIES = tuple(strategies.STRATEGIES)
@@ -25,17 +23,19 @@ STRATEGIES = tuple(strategies.STRATEGIES)
 :data:`clusterclip.plan.strategies.STRATEGIES`, which validation reads."""
 BUDGET_UNITS = ("docs", "tokens")
 ORDERS = ("equal-rate", "spread")
-DUPLICATES = ("none", "drop", "group-cap")
-"""How a plan treats the ``dedup`` stage's groups: ignore them, plan only each group's representative, or
-cap each group's draws together (``plan.duplicates``)."""
+DUPLICATES = ("none", "drop", "group-cap", "rehydrate")
+"""How a plan treats the ``dedup`` stage's groups: ignore them, plan only each group's representative, cap each
+group's draws together, or cap (and weigh) each group by the rehydration curve of its size (``plan.duplicates``)."""
 DEFAULT_ORDER = "equal-rate"
 DEFAULT_TAU = 0.5
 TAU_LIMIT = 1e6
 """``--tau`` is refused beyond +-this: already at +-1000 every weight goes to the largest (smallest) cluster of any
 real corpus, and ``tau * log(n_c)`` must stay within the float range."""
 MAX_BUDGET = 1 << 53
+STRATA_FIELDS = ("rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
+"""The settings of strata, quality-weighted draws and rehydration (recorded only when set)."""
 PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
-               "duplicates")
+               "duplicates", "rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
 """The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
@@ -98,7 +98,36 @@ class PlanConfig(Settings):
                               "run (cluster strategies only)")
     duplicates: str = setting("none", choices=DUPLICATES,
                               help="near-duplicate groups of `clusterclip dedup`: none: ignored; drop: plan only each "
-                                   "group's kept document; group-cap: a group's members share one max_repeat")
+                                   "group's kept document; group-cap: a group's members share one max_repeat; "
+                                   "rehydrate: a group of m copies is drawn at the rate and up to the cap that "
+                                   "--rehydrate-curve gives m (FineWeb-2's rehydration)")
+    rehydrate_curve: str | None = setting(
+        None, check=optional(is_text),
+        help="--duplicates rehydrate: SIZE:TIMES pairs; a group of m copies may be drawn TIMES times for the last "
+             "SIZE <= m, and is drawn TIMES times as often as a single document of its cluster (default: FineWeb-2's "
+             f"{strata_spec.curve_text(strata_spec.FINEWEB2_CURVE)})")
+    strata: str | None = setting(
+        None, check=optional(is_text),
+        help="balance over strata: cluster,FIELD:TIERS (TIERS quantile tiers of a numeric field) or cluster,FIELD "
+             "(the values of a categorical one), fields kept with --keep-fields; clusters are balanced as the "
+             "strategy says, the tiers inside a cluster by --tier-weights (default: no strata)")
+    tier_weights: str | None = setting(
+        None, check=optional(is_text),
+        help="per-document draw rate of each tier inside its cluster, e.g. 0,1,1,2,4 (tiers of the first field: tier 0 "
+             "never, tier 4 four times as often as tier 1) or FIELD=LABEL:W,...;FIELD2=... (default: 1 each)")
+    tier_caps: str | None = setting(
+        None, check=optional(is_text), flag="--max-repeats-by-tier",
+        help="cap on how often a document of each tier may appear, written as --tier-weights, e.g. 0,1,2,3,4 "
+             "(default: --max-repeat for every tier)")
+    within: str | None = setting(
+        None, check=optional(is_text),
+        help="quality-weighted draws inside each cluster by the numeric FIELD (kept with --keep-fields): a document's "
+             "rate grows with its quality rank in its cluster, mixed with an even draw by --quality-mix (default: "
+             "an even draw)")
+    quality_mix: float = setting(
+        0.5, check=between(0, 1, closed=True),
+        help="--within: 0 draws a cluster's documents evenly (diversity only), 1 at a rate proportional to their "
+             "quality rank (the best twice the mean, the worst never)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -110,18 +139,54 @@ class PlanConfig(Settings):
         if self.order != DEFAULT_ORDER and not kind.CLUSTERED:
             raise PlanConfigError("order", f"{self.order!r} applies to the cluster strategies, not {{strategy}} "
                                   f"{self.strategy!r} (which is {kind.SUMMARY})", type(self))
-        if self.duplicates == "group-cap" and self.budget_unit != "docs":
-            raise PlanConfigError("duplicates", "'group-cap' needs --budget-unit docs (members differ in tokens)",
-                                  type(self))
+        if self.duplicates in ("group-cap", "rehydrate") and self.budget_unit != "docs":
+            raise PlanConfigError("duplicates", f"{self.duplicates!r} needs --budget-unit docs (members differ in "
+                                  "tokens)", type(self))
+        self._normalise_strata()
         if kind.USES_WEIGHTS:
             if self.weights is None:
                 raise PlanConfigError("weights", f"must be given: {{strategy}} {self.strategy!r} needs per-cluster "
                                       "weights (see load_weights)", type(self))
-            object.__setattr__(self, "weights", _normalise_weights(self.weights))
+            object.__setattr__(self, "weights", normalise_weights(self.weights))
         elif self.weights is not None:
             users = " or ".join(repr(n) for n, c in strategies.STRATEGIES.items() if c.USES_WEIGHTS)
             raise PlanConfigError("weights", f"are only used by {{strategy}} {users}, not {self.strategy!r}",
                                   type(self))
+
+    def _normalise_strata(self) -> None:
+        """Parse the strata settings and keep their canonical spelling; refuse those that need another."""
+        try:
+            canon = strata_spec.canonical(self.strata, self.tier_weights, self.tier_caps, self.rehydrate_curve,
+                                          self.duplicates == "rehydrate")
+        except strata_spec.SpecError as exc:
+            raise PlanConfigError(exc.param, str(exc), type(self)) from None
+        for name, value in canon.items():
+            object.__setattr__(self, name, value)
+        if self.within is None and self.quality_mix != 0.5:
+            raise PlanConfigError("quality_mix", "applies with {within} FIELD", type(self))
+        if self.within is not None and any(c in self.within for c in ",:;="):
+            raise PlanConfigError("within", f"names one numeric field, got {self.within!r}", type(self))
+
+    def field_names(self) -> list[str]:
+        """The per-document fields the strata settings read (``--strata`` axes, ``--within``), in order."""
+        axes = strata_spec.parse_strata(self.strata) if self.strata is not None else ()
+        return list(dict.fromkeys([*(a.field for a in axes), *([self.within] if self.within else [])]))
+
+    @property
+    def stratified(self) -> bool:
+        """Whether the plan samples strata inside the clusters: field tiers, quality-weighted draws, or the
+        rehydration of duplicate groups (:mod:`clusterclip.plan.strata`)."""
+        return self.strata is not None or self.within is not None or self.duplicates == "rehydrate"
+
+    def strata_json(self) -> dict[str, Any]:
+        """The strata settings that are set, as :meth:`to_json` records them."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("strata", "tier_weights", "tier_caps", "within")
+                               if getattr(self, k) is not None}
+        if self.within is not None:
+            out["quality_mix"] = float(self.quality_mix)
+        if self.rehydrate_curve is not None:
+            out["rehydrate_curve"] = self.rehydrate_curve
+        return out
 
     @property
     def strategy_class(self) -> type[Strategy]:
@@ -137,6 +202,8 @@ class PlanConfig(Settings):
         """The cap in force: ``max_repeat``, or the strategy's default (4 for clusterclip, no cap otherwise)."""
         if self.max_repeat is not None:
             return int(self.max_repeat)
+        if self.duplicates == "rehydrate":
+            return None  # the rehydration curve caps each group
         return self.strategy_class.DEFAULT_MAX_REPEAT
 
     def to_json(self) -> dict[str, Any]:
@@ -155,6 +222,7 @@ class PlanConfig(Settings):
             "order": self.order,
             **epochs,
             **dup,
+            **self.strata_json(),
         }
 
     def name(self) -> str:
@@ -177,6 +245,9 @@ class PlanConfig(Settings):
             parts.append(self.order)
         if self.duplicates != "none":
             parts.append(self.duplicates)
+        strata = self.strata_json()
+        if strata:
+            parts.append("strata" + hashlib.sha256(json.dumps(strata, sort_keys=True).encode()).hexdigest()[:10])
         return "-".join(parts)
 
     @classmethod
@@ -187,10 +258,11 @@ class PlanConfig(Settings):
                    tau=DEFAULT_TAU if obj.get("tau") is None else obj["tau"],
                    weights=None if weights is None else tuple((int(c), float(w)) for c, w in weights),
                    seed=obj.get("seed", 0), window=obj.get("window"), order=obj.get("order", DEFAULT_ORDER),
-                   duplicates=obj.get("duplicates", "none"), epochs=obj.get("epochs"))
+                   duplicates=obj.get("duplicates", "none"), epochs=obj.get("epochs"),
+                   **{k: obj[k] for k in STRATA_FIELDS if obj.get(k) is not None})
 
 
-def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
+def normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
     items = weights.items() if isinstance(weights, dict) else weights
     out: dict[int, float] = {}
     for item in items:
@@ -210,81 +282,3 @@ def _normalise_weights(weights: Any) -> tuple[tuple[int, float], ...]:
     if not out:
         raise PlanConfigError("weights: no clusters given")
     return tuple(sorted(out.items()))
-
-
-def load_weights(path: str | os.PathLike[str]) -> tuple[tuple[int, float], ...]:
-    """Per-cluster weights from a JSON object ``{"cluster": weight}`` or a CSV ``cluster,weight`` file.
-
-    Clusters not named keep weight 1 (as in ``uniform``); weight 0 drops a cluster. The file is UTF-8 (a
-    byte-order mark is ignored). A CSV header is a first row with no number in it (``cluster,weight``);
-    any other row must be a cluster id (an integer; ``3.0`` is cluster 3) and a weight.
-    """
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PlanConfigError(f"{path}: cannot read weights ({exc.strerror})") from exc
-    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise PlanConfigError(f"{path}: weights file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
-                              "UTF-8 text")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise PlanConfigError(f"{path}: weights file is not UTF-8 text (byte {exc.start}: "
-                              f"{raw[exc.start:exc.start + 1]!r}); save it as UTF-8") from exc
-    json_file = path.suffix.lower() == ".json" or text.lstrip().startswith("{")
-    pairs = _json_weights(text, path) if json_file else _csv_weights(text, path)
-    try:
-        return _normalise_weights(pairs)
-    except PlanConfigError as exc:
-        raise PlanConfigError(f"{path}: {exc}") from None
-
-
-def _json_weights(text: str, path: Path) -> list[tuple[int, float]]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanConfigError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from exc
-    if not isinstance(obj, dict):
-        raise PlanConfigError(f'{path}: expected a JSON object {{"cluster": weight, ...}}')
-    pairs = []
-    for k, v in obj.items():
-        try:
-            pairs.append((int(k), float(v)))
-        except (TypeError, ValueError) as exc:
-            raise PlanConfigError(f"{path}: entry {k!r}: {v!r} is not cluster id -> number") from exc
-    return pairs
-
-
-def _csv_weights(text: str, path: Path) -> list[tuple[Any, float]]:
-    pairs: list[tuple[Any, float]] = []
-    first = True
-    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-            continue
-        cells = [c.strip() for c in row]
-        numeric = [_number(c) is not None for c in cells]
-        if first and not any(numeric):
-            first = False
-            continue  # a header: no number in it
-        first = False
-        if len(row) != 2:
-            raise PlanConfigError(f"{path}:{lineno}: expected 'cluster,weight', got {','.join(row)!r}")
-        if not all(numeric):
-            bad = cells[numeric.index(False)]
-            raise PlanConfigError(f"{path}:{lineno}: {bad!r} is not a number; expected 'cluster,weight' numbers, got "
-                                  f"{','.join(row)!r}")
-        c, w = _number(cells[0]), _number(cells[1])
-        assert c is not None and w is not None
-        if not (math.isfinite(c) and c == int(c) and c >= 0):
-            raise PlanConfigError(f"{path}:{lineno}: cluster id {cells[0]!r} is not an integer >= 0 (row "
-                                  f"{','.join(row)!r})")
-        pairs.append((int(cells[0]) if cells[0].lstrip("+-").isdigit() else int(c), w))
-    return pairs
-
-
-def _number(cell: str) -> float | None:
-    try:
-        return float(cell)
-    except ValueError:
-        return None

@@ -19,17 +19,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan import identity
-from clusterclip.plan.build import DEFAULT_CHUNK, Plan, _output, build_plan
+from clusterclip.plan.build import DEFAULT_CHUNK, Plan, _output, build_over_strata, build_plan, unit_strata
 from clusterclip.plan.config import PlanConfig, PlanConfigError
 from clusterclip.plan.integrity import BlockChecksums
+from clusterclip.plan.quotas import check_inputs
 from clusterclip.plan.reference import reference_order
+from clusterclip.plan.strata import FieldValues, field_values
 
 
 def check_groups(labels: np.ndarray, group: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,9 +53,12 @@ def check_groups(labels: np.ndarray, group: np.ndarray, kept: np.ndarray) -> tup
 
 
 class MemberMap:
-    """Maps the groups drawn (in plan order, chunk by chunk) to documents under ``drop`` or ``group-cap``."""
+    """Maps the groups drawn (in plan order, chunk by chunk) to documents under ``drop``, ``group-cap`` or
+    ``rehydrate`` (as ``group-cap``: the members in turn). ``seen``: each group's draws before this plan (a
+    continuation goes on with the member after the last one drawn)."""
 
-    def __init__(self, group: np.ndarray, kept: np.ndarray, tokens: np.ndarray | None, mode: str) -> None:
+    def __init__(self, group: np.ndarray, kept: np.ndarray, tokens: np.ndarray | None, mode: str,
+                 seen: np.ndarray | None = None) -> None:
         self.kept, self.mode = kept, mode
         n = group.size
         length = np.zeros(n, np.int64) if tokens is None else np.asarray(tokens, np.int64)
@@ -61,7 +67,7 @@ class MemberMap:
         self.members = np.lexsort((np.arange(n), -length, ~is_rep, group))
         self.size = np.bincount(group, minlength=kept.size).astype(np.int64)
         self.start = np.cumsum(self.size) - self.size
-        self.seen = np.zeros(kept.size, np.int64)
+        self.seen = np.zeros(kept.size, np.int64) if seen is None else np.asarray(seen, np.int64).copy()
 
     def map(self, g: np.ndarray) -> np.ndarray:
         """Documents for the next draws of groups ``g``."""
@@ -80,24 +86,43 @@ class MemberMap:
 def build_grouped_plan(labels: np.ndarray, config: PlanConfig, group: np.ndarray, kept: np.ndarray,
                        tokens: np.ndarray | None = None, out: str | os.PathLike[str] | None = None,
                        chunk_size: int = DEFAULT_CHUNK, n_clusters: int | None = None) -> Plan:
-    """``build_plan`` under ``config.duplicates`` (``drop`` or ``group-cap``) for the groups ``group``/``kept``."""
+    """``build_plan`` under ``config.duplicates`` for the groups ``group``/``kept`` (:func:`grouped_plan` with
+    prior draws and fields)."""
+    return grouped_plan(labels, config, (group, kept), tokens, out, chunk_size, n_clusters)
+
+
+def grouped_plan(labels: np.ndarray, config: PlanConfig, dedup: tuple[np.ndarray, np.ndarray],
+                 tokens: np.ndarray | None = None, out: str | os.PathLike[str] | None = None,
+                 chunk_size: int = DEFAULT_CHUNK, n_clusters: int | None = None,
+                 side: GroupSide | None = None) -> Plan:
+    """The plan over the duplicate groups ``dedup = (group, kept)`` under ``config.duplicates``, mapped to documents.
+
+    An epoch (``epochs``, or no budget) is the corpus' documents (or tokens), as in every plan; a group counts as
+    one document against the cap. ``side`` carries a continuation's per-document prior draws (summed per group:
+    the cap holds over the whole chain, and group-cap's members go on in turn) and the fields of strata (each
+    group has its kept document's).
+    """
+    side = side or GroupSide()
     if config.duplicates == "none":
-        return build_plan(labels, config, tokens, out, chunk_size, n_clusters)
+        return build_plan(labels, config, tokens, out, chunk_size, n_clusters, side.prior, side.fields)
     labels = np.asarray(labels)
-    group, kept = check_groups(labels, group, kept)
+    group, kept = check_groups(labels, *dedup)
     k = int(labels.max()) + 1 if n_clusters is None else int(n_clusters)
-    sub_config = dataclasses.replace(config, duplicates="none")
+    if config.budget is None:
+        total = labels.size if config.budget_unit == "docs" else int(np.asarray(tokens, np.int64).sum())
+        config = dataclasses.replace(config, budget=config.budget_for(total), epochs=None)
     sub_tokens = None if tokens is None else np.asarray(tokens)[kept]
-    members = MemberMap(group, kept, tokens, config.duplicates)
+    prior_g = None if side.prior is None else np.bincount(group, weights=side.prior, minlength=kept.size).astype(
+        np.int64)
+    members = MemberMap(group, kept, tokens, config.duplicates, prior_g)
     counts = np.zeros(labels.size, np.int64)
     with _scratch(out) as tmp:
         try:
-            sub = build_plan(labels[kept], sub_config, sub_tokens, tmp, chunk_size, k)
+            sub = _group_level(labels[kept], config, sub_tokens, tmp, chunk_size, k,
+                               GroupSide(prior_g, _at(side.fields, kept)), members.size)
         except InfeasiblePlanError as exc:
-            what = ("each duplicate group counts as one document: a document and its near-copies share one cap"
-                    if config.duplicates == "group-cap" else "only each duplicate group's kept document is drawn")
             raise InfeasiblePlanError(f"{exc} (under --duplicates {config.duplicates} the 'documents' are the "
-                                      f"{kept.size:,} duplicate groups: {what})") from None
+                                      f"{kept.size:,} duplicate groups: {_GROUP_RULE[config.duplicates]})") from None
         digest, blocks = identity.OrderHash(), BlockChecksums()
         with _output(out, int(sub.order.size)) as dest:
             for a in range(0, sub.order.size, chunk_size):
@@ -110,7 +135,45 @@ def build_grouped_plan(labels: np.ndarray, config: PlanConfig, group: np.ndarray
     per, hist, stats = _document_stats(labels, tokens, counts, sub, k)
     stats = {**stats, "name": config.name(), "duplicates": config.duplicates}
     return dataclasses.replace(sub, order=order, stats=stats, per_cluster=per, repeat_hist=hist, config=config,
-                               identity=digest.hexdigest(), checksums=blocks.finish())
+                               identity=digest.hexdigest(), checksums=blocks.finish(),
+                               tiers=None if sub.tiers is None else sub.tiers[group])
+
+
+_GROUP_RULE = {
+    "group-cap": "each duplicate group counts as one document: a document and its near-copies share one cap",
+    "drop": "only each duplicate group's kept document is drawn",
+    "rehydrate": "each duplicate group counts as one document, capped by the rehydration curve of its size",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSide:
+    """What a grouped plan may take besides the groups: per-document ``prior`` draws and per-document ``fields``."""
+
+    prior: np.ndarray | None = None
+    fields: Mapping[str, Any] | None = None
+
+
+def _at(fields: Mapping[str, Any] | None, rows: np.ndarray) -> dict[str, Any] | None:
+    """Each field's values at ``rows`` (the groups' kept documents)."""
+    if fields is None:
+        return None
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        fv = field_values(value)
+        out[name] = FieldValues(fv.values[rows], fv.categories)
+    return out
+
+
+def _group_level(labels: np.ndarray, config: PlanConfig, tokens: np.ndarray | None, out: Path | None,
+                 chunk_size: int, k: int, side: GroupSide, group_sizes: np.ndarray) -> Plan:
+    """The plan of the groups' kept documents, each group one unit (rehydrate: strata of the curve's classes)."""
+    if config.duplicates == "rehydrate":
+        corpus = check_inputs(labels, tokens, k)
+        strata = unit_strata(corpus, config, side.fields, group_sizes)
+        return build_over_strata(corpus, config, strata, out, chunk_size, side.prior)
+    return build_plan(labels, dataclasses.replace(config, duplicates="none"), tokens, out, chunk_size, k, side.prior,
+                      side.fields)
 
 
 def _document_stats(labels: np.ndarray, tokens: np.ndarray | None, counts: np.ndarray, sub: Plan,

@@ -19,6 +19,14 @@ PLAN_PRIOR = "prior.npy"
 """A continuation's draws before its position 0, per document, summed over every ancestor's consumed
 prefix (the smallest unsigned dtype that holds them): what its cap counted, and what a continuation of it
 adds to, so no ancestor's files are needed once it is built."""
+PLAN_TIERS = "tiers.npy"
+"""A plan over strata: the tier of each document (smallest signed dtype; ``stats["strata"]["tiers"]`` names them)."""
+PLAN_STRATA = "strata.npy"
+"""A plan over strata: int64 ``[S, len(STRATA_COLUMNS)]``, one row per stratum (cluster x tier holding documents)."""
+STRATA_COLUMNS = ("cluster", "tier", "size", "quota", "draws", "unique", "tokens")
+"""The columns of ``strata.npy`` (``tokens`` is -1 in a run without token counts)."""
+PLAN_TIER_MIXTURE = "tier_mixture.npy"
+"""A plan over strata: int64 ``[windows, tiers]``, the draws of each tier in each mixture window."""
 
 
 def plan_path(name: str, fname: str | None = None) -> str:

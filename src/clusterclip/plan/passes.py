@@ -207,12 +207,36 @@ def passes_needed(quota: np.ndarray, unit_sizes: np.ndarray) -> np.ndarray:
     return -(-quota // np.maximum(unit_sizes, 1))
 
 
-def draws_for_tokens(passes: Passes, quota: np.ndarray, unit_sizes: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Token mode: draws per group to reach its token quota: whole passes, then the shortest prefix of
-    the next pass whose tokens reach the remainder (so a group overshoots by less than one document)."""
+def draws_for_tokens(passes: Passes, quota: np.ndarray, unit_sizes: np.ndarray, tokens: np.ndarray,
+                     rank: np.ndarray | None = None) -> np.ndarray:
+    """Token mode: draws per group to reach its token quota: whole passes, then the shortest prefix of the next
+    pass whose tokens reach the remainder (so a group overshoots by less than one document).
+
+    With ``rank`` (the groups in seeded order) the plan's total is then fitted to the budget: the overshoots add up
+    over the groups, so groups in ``rank`` order give back their last draw while the total stays at or above the
+    budget. The plan then holds the budget plus less than one document, whatever the number of groups (and each
+    group is within one document of its quota)."""
     full, rem = np.divmod(quota, np.maximum(unit_sizes, 1))
     draws = full * passes.sizes
+    over = np.zeros(quota.size, np.int64)
+    last = np.zeros(quota.size, np.int64)
     for c in np.flatnonzero(rem > 0):
         cum = np.cumsum(tokens[passes.pass_row(int(c), int(full[c]))])
-        draws[c] += int(np.searchsorted(cum, rem[c], side="left")) + 1
+        i = int(np.searchsorted(cum, rem[c], side="left"))
+        draws[c] += i + 1
+        over[c], last[c] = int(cum[i] - rem[c]), int(cum[i] - (cum[i - 1] if i else 0))
+    if rank is not None:
+        draws -= give_back(over, last, rank)
     return draws
+
+
+def give_back(over: np.ndarray, last: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Which groups drop their last draw (1) so that the total overshoot ``sum(over)`` stays >= 0 and ends below the
+    length of every remaining group's last draw: groups in ``rank`` order, each while the overshoot covers it."""
+    drop = np.zeros(over.size, np.int64)
+    left = int(over.sum())
+    for c in rank[(over > 0)[rank]].tolist():
+        if left - int(last[c]) >= 0:
+            left -= int(last[c])
+            drop[c] = 1
+    return drop

@@ -34,16 +34,28 @@ def prior_counts(parent: Any, consumed: int, n_docs: int, block: int = 1 << 22) 
     return counts
 
 
-def group_levels(groups: Groups, prior: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+def group_levels(groups: Groups, prior: np.ndarray, cap: int | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Per group: the first level holding every member (``min(max p, R)``) and the remaining capacity
-    ``sum(max(R - p_i, 0))`` in draws (``inf`` without a cap)."""
+    ``sum(max(R - p_i, 0))`` in draws (``inf`` without a cap). ``cap`` is one cap, or one per group (strata;
+    ``inf``: none)."""
     top = np.zeros(groups.k, np.int64)
     np.maximum.at(top, groups.labels, prior)
     if cap is None:
         return top, np.full(groups.k, np.inf)
+    if isinstance(cap, np.ndarray):
+        return _levels_per_group(groups, prior, top, cap)
     top = np.minimum(top, cap)
     left = np.bincount(groups.labels, weights=np.maximum(cap - prior, 0), minlength=groups.k)
     return top, left.astype(np.float64)
+
+
+def _levels_per_group(groups: Groups, prior: np.ndarray, top: np.ndarray,
+                      cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    finite = np.isfinite(cap)
+    top = np.where(finite, np.minimum(top, np.where(finite, cap, 0)), top).astype(np.int64)
+    doc_cap = np.where(finite, cap, 0.0)[groups.labels]
+    left = np.bincount(groups.labels, weights=np.maximum(doc_cap - prior, 0), minlength=groups.k)
+    return top, np.where(finite, left, np.inf)
 
 
 class PriorPasses(Passes):
@@ -54,7 +66,7 @@ class PriorPasses(Passes):
     ``sum(max p - p_i)``) plus the ordinary passes of ``Passes``.
     """
 
-    def __init__(self, groups: Groups, prior: np.ndarray, cap: int | None, quota: np.ndarray, seed: int,
+    def __init__(self, groups: Groups, prior: np.ndarray, cap: int | np.ndarray | None, quota: np.ndarray, seed: int,
                  scratch: int) -> None:
         top, _ = group_levels(groups, prior, cap)
         count = np.maximum(top[groups.labels] - prior, 0)

@@ -8,17 +8,19 @@ repetition histogram, and ``plan.json`` the record (options, statistics, checksu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SIZES
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord, field_files, load_fields
 from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, load_groups
 from clusterclip.embed.contract import EMBED_STAGE
 from clusterclip.errors import disk_full_at
 from clusterclip.plan.build import Plan, build_plan
+from clusterclip.plan.chain import inherit
+from clusterclip.plan.chain import overrides as chain_overrides
 from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
 from clusterclip.plan.contract import (
     BLOCK_ENTRIES,
@@ -32,21 +34,29 @@ from clusterclip.plan.contract import (
     PLAN_ORDER,
     PLAN_PRIOR,
     PLAN_REPEAT_HIST,
+    PLAN_STRATA,
+    PLAN_TIER_MIXTURE,
+    PLAN_TIERS,
     PLAN_TOKENS,
     PLAN_UNIQUE,
+    STRATA_COLUMNS,
     PlanRecord,
     list_plans,
     plan_path,
     plan_stage_name,
     short,
 )
-from clusterclip.plan.duplicates import build_grouped_plan
+from clusterclip.plan.duplicates import GroupSide, grouped_plan
 from clusterclip.plan.prior import prior_counts
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, StaleArtifactError, config_hash, load_npy, save_npy
 from clusterclip.store.layout import record
 
+TOKEN_FIT = 2
+"""Version of how a token budget is met: 2 fits the plan's total to the budget within one document (1: each
+cluster within one document, the total within one per cluster). In a token plan's input hash, so token plans of
+version 1 are rebuilt."""
 MAX_WINDOWS = 100_000
 """Most mixture windows a plan may have (the mixture is windows x clusters int64): a smaller ``--window``
 on a long plan is refused with the smallest window allowed."""
@@ -65,16 +75,19 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
     """
     use_tokens = _check_inputs(run, config)
     inputs: dict[str, Any] = {"cluster": run.output_hash(CLUSTER_STAGE), "plan_format": PLAN_FORMAT}
+    if config.budget_unit == "tokens":
+        inputs["token_fit"] = TOKEN_FIT
     reads = {CLUSTER_STAGE: [LABELS, SIZES]}
     if use_tokens:
         inputs["corpus"] = run.output_hash(CORPUS_STAGE)
         reads[CORPUS_STAGE] = [TOKENS]
     name = config.name()
     if config.duplicates != "none":
-        if continues is not None:
-            raise PlanConfigError("duplicates", "cannot be used with --continue yet", type(config))
         inputs["dedup"] = run.output_hash(DEDUP_STAGE)
         reads[DEDUP_STAGE] = [GROUP, KEPT]
+    if config.field_names():
+        inputs["corpus"] = run.output_hash(CORPUS_STAGE)
+        reads.setdefault(CORPUS_STAGE, []).extend(rel for n in _kept_fields(run, config) for rel in field_files(n))
     if continues is not None:
         name = f"{name}-cont-{short(continues['identity'])[:8]}-at{continues['consumed']}"
         inputs["continues"] = continues
@@ -85,7 +98,8 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
         k = int(load_npy(run.path(SIZES)).shape[0]) if run.path(SIZES).exists() else None
         tokens = np.asarray(load_npy(run.path(TOKENS), mmap=True)) if use_tokens else None
         prior = None if continues is None else chain_prior(run, continues, labels.shape[0])
-        plan = _order(run, config, labels, tokens, run.path(plan_path(name, PLAN_ORDER)), k, prior)
+        side = GroupSide(prior, load_fields(run, config.field_names()) if config.field_names() else None)
+        plan = _order(run, config, labels, tokens, run.path(plan_path(name, PLAN_ORDER)), k, side)
         arrays = {PLAN_BLOCKS: plan.checksums, PLAN_DRAWS: plan.per_cluster["draws"],
                   PLAN_UNIQUE: plan.per_cluster["unique"],
                   PLAN_MAX_REPEAT: plan.per_cluster["max_repeat"],
@@ -93,15 +107,13 @@ def plan_stage(run: RunDir, config: PlanConfig, force: bool = False,
                   PLAN_REPEAT_HIST: plan.repeat_hist}
         if "tokens" in plan.per_cluster:
             arrays[PLAN_TOKENS] = plan.per_cluster["tokens"]
+        arrays.update(strata_arrays(plan))
         fields = dict(name=name, plan_format=PLAN_FORMAT, identity=plan.identity, stats=plan.stats,
                       blocks={"file": PLAN_BLOCKS, "entries": BLOCK_ENTRIES, "checksum": CHECKSUM,
                               "index_range": [0, int(labels.shape[0])]})
         if continues is not None and prior is not None:
             arrays[PLAN_PRIOR] = prior.astype(np.min_scalar_type(int(prior.max(initial=0))))
-            over = 0 if config.max_repeat is None else int((prior > config.max_repeat).sum())
-            fields.update(continues=continues, ancestors=_ancestors(run, continues),
-                          stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max()),
-                                 "over_cap_before": over})
+            fields.update(_continuation_fields(run, config, continues, prior, plan))
         for fname, arr in arrays.items():
             save_npy(run.path(plan_path(name, fname)), arr)
         return Built([plan_path(name, f) for f in (PLAN_ORDER, *arrays)], fields)
@@ -139,6 +151,18 @@ def _parent_prior_hash(run: RunDir, parent: str) -> str | None:
     return None if rec is None else rec.artifact_sha256(plan_path(parent, PLAN_PRIOR))
 
 
+def _continuation_fields(run: RunDir, config: PlanConfig, continues: dict[str, Any], prior: np.ndarray,
+                         plan: Plan) -> dict[str, Any]:
+    """A continuation's own record fields: its parent, its chain, and what the chain did to the cap (the most any
+    document was drawn over the chain, those above the cap before the switch, the inherited settings it changed)."""
+    over = 0 if config.max_repeat is None else int((prior > config.max_repeat).sum())
+    parent = PlanRecord.require(run, plan_stage_name(continues["name"]), verify=False).plan_config()
+    changed = chain_overrides(parent, config)
+    return dict(continues=continues, ancestors=_ancestors(run, continues),
+                stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max()),
+                       "over_cap_before": over, **({"overrides": changed} if changed else {})})
+
+
 def _ancestors(run: RunDir, continues: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The chain a continuation continues, root first: the parent's ``ancestors`` (or its ``continues``, for
     records written before chains), then the parent itself."""
@@ -159,12 +183,35 @@ def _check_windows(config: PlanConfig, n_docs: int | None) -> None:
 
 
 def _order(run: RunDir, config: PlanConfig, labels: np.ndarray, tokens: np.ndarray | None, out: Any,
-           k: int | None, prior: np.ndarray | None) -> Plan:
+           k: int | None, side: GroupSide) -> Plan:
     """The plan's order: over every document, or over the duplicate groups of ``clusterclip dedup``."""
     if config.duplicates == "none":
-        return build_plan(labels, config, tokens=tokens, out=out, n_clusters=k, prior=prior)
-    group, kept = load_groups(run)
-    return build_grouped_plan(labels, config, group, kept, tokens=tokens, out=out, n_clusters=k)
+        return build_plan(labels, config, tokens=tokens, out=out, n_clusters=k, prior=side.prior, fields=side.fields)
+    return grouped_plan(labels, config, load_groups(run), tokens=tokens, out=out, n_clusters=k, side=side)
+
+
+def _kept_fields(run: RunDir, config: PlanConfig) -> list[str]:
+    """The kept fields the plan's strata read (``--keep-fields`` of the corpus stage); refused when one is not."""
+    names = config.field_names()
+    rec = CorpusRecord.read(run)
+    kept = (rec.fields if rec is not None else None) or {}
+    missing = [n for n in names if n not in kept]
+    if missing:
+        param = "within" if missing[0] == config.within else "strata"
+        raise PlanConfigError(param, f"names field {missing[0]!r}, which the corpus did not keep (fields kept: "
+                              f"{', '.join(kept) or 'none'}); re-read the corpus with --keep-fields "
+                              f"{','.join([*kept, *missing])}", type(config))
+    return names
+
+
+def strata_arrays(plan: Plan) -> dict[str, np.ndarray]:
+    """A plan over strata's own files: each document's tier, one row per stratum, the tiers over the run."""
+    if plan.per_stratum is None or plan.tiers is None or plan.tier_mixture is None:
+        return {}
+    per = plan.per_stratum
+    rows = np.stack([per.get(c, np.full(per["cluster"].shape, -1, np.int64)) for c in STRATA_COLUMNS], axis=1)
+    tiers = plan.tiers.astype(np.min_scalar_type(-max(int(plan.tiers.max(initial=0)), 1)))
+    return {PLAN_TIERS: tiers, PLAN_STRATA: rows.astype(np.int64), PLAN_TIER_MIXTURE: plan.tier_mixture}
 
 
 def plan_argv(config: PlanConfig, continues: Mapping[str, Any] | None = None) -> list[str]:
@@ -198,11 +245,16 @@ def _check_inputs(run: RunDir, config: PlanConfig) -> bool:
         TOKENS in corpus.artifacts or run.path(TOKENS).exists()))
 
 
-def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) -> tuple[PlanConfig, dict[str, Any]]:
+def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int,
+                 explicit: Collection[str] | None = None) -> tuple[PlanConfig, dict[str, Any]]:
     """The settings and parent of a plan continuing ``parent`` after its first ``consumed`` positions.
 
     The budget is the continuation's own length; without one it is the parent's remaining length, so the
-    run keeps the length it was scheduled for. Returns ``(config, continues)`` for :func:`plan_stage`.
+    run keeps the length it was scheduled for. Every constraint of the parent (:data:`~clusterclip.plan.chain.
+    INHERITED`: its cap, duplicate policy, strata, tier weights and caps) holds for the continuation unless named
+    in ``explicit`` (the settings the caller set; None: those ``config`` sets to other than their default); an
+    explicit change is recorded in the plan's statistics (``overrides``). Returns ``(config, continues)`` for
+    :func:`plan_stage`.
     """
     if parent not in list_plans(run):
         raise PlanConfigError("continue", f"names no finished plan {parent!r}; plans here: "
@@ -219,5 +271,5 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int) ->
             raise PlanConfigError("consumed", f"is the whole of plan {parent!r} ({length:,} positions): nothing of it "
                                   "remains to continue; give --budget N for the draws of the continuation")
         config = dataclasses.replace(config, budget=length - consumed)
-    ident = rec.order_identity()
-    return config, {"name": parent, "identity": ident, "consumed": int(consumed)}
+    config = inherit(rec.plan_config(), config, explicit)[0]
+    return config, {"name": parent, "identity": rec.order_identity(), "consumed": int(consumed)}

@@ -32,13 +32,14 @@ from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number, top_share
 from clusterclip.report.online import OnlineSection, experiment_online_charts, online_section
 from clusterclip.report.scale import RepeatScale, charted, repeat_scale, shown_path
+from clusterclip.report.strata import StrataPlan, plot_tiers, strata_plans
 
 TOP_IN_MIXTURE = 8
 MAX_EXPERIMENT_CHARTS = 6
 SIZES_CHART = "sizes.png"
 EFFECTIVE_CHART = "effective-clusters.png"
 CENTROID_CHART = "centroid-map.png"
-OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment|online)-.+)\.png$")
+OWN_CHART = re.compile(r"^(sizes|effective-clusters|centroid-map|(mixture|repeats|experiment|online|tiers)-.+)\.png$")
 """Names of the PNGs the report writes; a rebuild removes those it no longer makes, and nothing else."""
 
 PLAN_OPTIONS = (*PLAN_FIELDS, "weights")
@@ -133,6 +134,7 @@ class Page:
     tune: dict[str, Any] | None = None
     dedup: DedupSection | None = None
     online: OnlineSection | None = None
+    strata: tuple[StrataPlan, ...] = ()
 
 
 def page_model(run: RunView, scan: CorpusScan | None) -> Page:
@@ -146,8 +148,10 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
     experiment, experiment_charts = _experiment(run.experiment)
     online = online_section(run)
     online_charts = [ChartSpec(file, draw) for file, draw in online.charts] if online else []
+    strata = strata_plans(run.root, [(p.name, p.slug, p.stats) for p in run.plans])
+    tier_charts = [ChartSpec(s.chart, partial(plot_tiers, s)) for s in strata if s.chart]
     wanted = [_size_chart(run), *chain.from_iterable(plan_charts), effective, centroid_map, *online_charts,
-              *experiment_charts]
+              *experiment_charts, *tier_charts]
     return Page(
         run_dir=run.root,
         summary=_summary(run),
@@ -163,6 +167,7 @@ def page_model(run: RunView, scan: CorpusScan | None) -> Page:
         tune=run.tune,
         dedup=dedup_section(run.root),
         online=online,
+        strata=strata,
     )
 
 

@@ -26,6 +26,7 @@ from clusterclip.report.model import (
 from clusterclip.report.online_html import online_html
 from clusterclip.report.plan_table import plans_section
 from clusterclip.report.scale import hide_paths, shown_path
+from clusterclip.report.strata import render_strata
 
 Charts = Mapping[str, Chart]
 MAX_DRAW_COLUMNS = 3
@@ -46,6 +47,7 @@ def render_page(page: Page, made: Charts, elapsed: float) -> str:
         ("plans", "Plans", plans_section(page.plans)),
         ("mixture", "Mixture over training", _mixture(page.plans, made)),
         ("repetition", "Repetition", _repetition(page.plans, made)),
+        *([("strata", "Strata", render_strata(page.strata, dict(made)))] if page.strata else []),
         ("effective-clusters", "Effective clusters", _effective(page.effective_chart, made)),
         *online,
         ("centroid-map", "Centroid map", _centroid_map(page, made)),

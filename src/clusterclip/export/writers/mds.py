@@ -41,7 +41,8 @@ SHAPE_DTYPES = (np.uint8, np.uint16, np.uint32, np.uint64)
 def encodings(batch: pa.Table, token_dtype: np.dtype) -> dict[str, str]:
     """The MDS encoding of each exported column: text and id ``str``, index and cluster ``int``, tokens
     ``ndarray`` of the export's token dtype."""
-    known = {"text": "str", "id": "str", "index": "int", "cluster": "int", "tokens": f"ndarray:{token_dtype.name}"}
+    known = {"text": "str", "id": "str", "index": "int", "cluster": "int", "tier": "int",
+             "tokens": f"ndarray:{token_dtype.name}"}
     unknown = [name for name in batch.column_names if name not in known]
     if unknown:
         raise ClusterClipError(f"--format mds: no MDS encoding for column(s) {unknown}")
@@ -93,7 +94,7 @@ class MdsWriter(Writer):
             col = batch.column(name)
             if name == "tokens":
                 out.append([encode_array(ids, self.token_dtype) for ids in token_rows(col)])
-            elif name in ("index", "cluster"):
+            elif name in ("index", "cluster", "tier"):
                 values = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype="<i8")
                 out.append([v.tobytes() for v in values])
             elif col.null_count:
