@@ -17,6 +17,7 @@ from clusterclip.cli.main import build_parser
 from clusterclip.cli.options import experiment_config
 from clusterclip.cluster.contract import CENTROIDS, LABELS
 from clusterclip.corpus.contract import read_column
+from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig, quick_config
 from clusterclip.experiment.data import encode_docs, load_tokenizer
 from clusterclip.experiment.proxy_runs import run_experiment
@@ -24,7 +25,8 @@ from clusterclip.experiment.spec_grammar import item_of, join_items
 from clusterclip.experiment.specs import plan_config
 from clusterclip.plan import strategies as registry
 from clusterclip.plan.build import build_plan
-from clusterclip.plan.config import PlanConfig, load_weights
+from clusterclip.plan.config import PlanConfig
+from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError
 from clusterclip.store import RunDir, load_npy
 from tests.test_experiment import _toy_corpus
@@ -166,3 +168,66 @@ def test_a_grid_candidate_is_an_item_that_trains_the_same_spec() -> None:
     for spec in TuneConfig().grid(ExperimentConfig()):
         [again] = _specs(item_of(spec) or "")
         assert again == spec
+
+
+# ------------------------------------------------------------------------------- stratified plans
+
+
+def test_a_value_with_commas_goes_in_brackets_and_is_written_back_in_them() -> None:
+    """The planner's strata settings hold commas (``--strata cluster,quality:4``): a bracketed value is one option,
+    on the command line and in ``item_of``, and its plan options are PlanConfig's own."""
+    text = "random,clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2],max_repeat=9,uniform"
+    items = join_items(text)
+    assert items == ("random", "clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2],max_repeat=9",
+                     "uniform")
+    [spec] = ExperimentConfig(strategies=items[1:2]).strategy_specs()
+    assert spec["strata"] == "cluster,quality:4" and spec["tier_weights"] == "0,1,1,2" and spec["max_repeat"] == 9
+    assert spec["name"].startswith("clusterclip-") and spec["name"] != "clusterclip-R9"
+    assert _specs(item_of(spec) or "") == [spec]
+    assert ExperimentConfig(strategies=items).input_fields() == ("quality",)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("clusterclip:strata=cluster,quality:4", "'quality:4' is not KEY=VALUE; a value with commas goes in brackets"),
+    ("clusterclip:strata=[cluster,quality:4", "a '[' is not closed"),
+    ("clusterclip:tier_weights=[0,1]", "tier_weights needs strata"),
+    ("clusterclip:strata=[cluster,quality:1]", "the tiers of a numeric field are an integer in 2..1000"),
+])
+def test_a_bad_strata_item_is_one_line_naming_it(text: str, message: str) -> None:
+    with pytest.raises(SettingsError, match="strategies") as err:
+        ExperimentConfig(strategies=(text,))
+    assert message in str(err.value) and len(str(err.value).splitlines()) == 1
+
+
+def test_a_stratified_plan_trained_by_the_experiment_is_its_plan_over_the_inputs_scores(tmp_path: Path) -> None:
+    """``clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2]`` with ``--quality-scorer heuristic``: the
+    input's documents are scored, each training document keeps its score (by id), and the split's plan is the
+    stratified plan of those scores over the split's clusters (same order), not the plain ClusterClip's."""
+    from clusterclip.corpus.contract import load_fields
+
+    corpus, out = _toy_corpus(tmp_path / "toy.jsonl"), tmp_path / "run"
+    item = "clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2],max_repeat=5,name=tiers"
+    cfg = quick_config(strategies=("random", item), quality_scorer="heuristic")
+    res = run_experiment([corpus], out, cfg)
+    source = RunDir(out / "experiment" / "source")
+    score = dict(zip(read_column(source, "id"), np.asarray(load_fields(source, ["quality"])["quality"].values)
+                     .tolist(), strict=True))
+    quality = np.array([score[i] for i in read_column(RunDir(out), "id")])
+    labels, k = np.asarray(load_npy(out / LABELS)), res["data"]["k"]
+    pc = {"strategy": "clusterclip", "strata": "cluster,quality:4", "tier_weights": "0,1,1,2", "max_repeat": 5}
+    texts = read_column(RunDir(out), "text")
+    lengths = encode_docs(load_tokenizer(out / "experiment" / "tokenizer.json"), texts).lengths
+    plan = build_plan(labels, PlanConfig(**pc, budget=res["data"]["budget_tokens"], budget_unit="tokens", seed=0),
+                      tokens=lengths, n_clusters=k, fields={"quality": quality})
+    trained = res["runs"]["tiers/0"]
+    assert trained["plan_identity"] == str(plan.identity)
+    assert trained["plan_identity"] != _split_plan(out, labels, k, {"strategy": "clusterclip", "max_repeat": 5}, res)
+    lowest = quality < np.quantile(quality, 0.2)  # in tier 0 (of 4), at weight 0: never drawn
+    assert not np.isin(np.flatnonzero(lowest), np.asarray(plan.order)).any()
+
+
+def test_a_field_the_input_lacks_is_refused_with_what_to_give(tmp_path: Path) -> None:
+    corpus = _toy_corpus(tmp_path / "toy.jsonl")
+    cfg = quick_config(strategies=("random", "clusterclip:within=quality,max_repeat=5"))
+    with pytest.raises(ClusterClipError, match=r"no training document has the field 'quality'.*--quality-scorer"):
+        run_experiment([corpus], tmp_path / "run", cfg)

@@ -13,11 +13,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.quality import QUALITY_FIELD, SCORERS
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.experiment import spec_grammar
-from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, DEFAULT_ONLINE_UPDATES, ONLINE_RULES
-from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT
+from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, DEFAULT_ONLINE_UPDATES, ONLINE_RULES, plan_options
+from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT, PlanConfig
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -34,13 +36,13 @@ STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS, *ONLINE
 """The experiment's named strategies; ``--strategies`` takes any item of :mod:`.spec_grammar` (a strategy of the
 planner's registry with plan options, ``plan:PATH``)."""
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "online_updates", "device",
-                  "threads")
+                  "threads", "quality_scorer")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
-reuses the finished runs (a cap or ``online_updates`` is part of the names of the runs it changes); every other
-setting changes the numbers of every run."""
+reuses the finished runs (a cap, ``online_updates`` or the quality scorer a stratified plan reads is part of the
+specs of the runs it changes); every other setting changes the numbers of every run."""
 DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder",
                "k")
-SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "duplicates", "tau", "online_updates", "seeds")
+SAMPLING_FIELDS = ("strategies", "quality_scorer", "passes", "max_repeats", "duplicates", "tau", "online_updates", "seeds")
 MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
@@ -72,10 +74,10 @@ def _count_or_all(text: str) -> int | None:
     return int(text) or None
 
 
-def _read_setting(name: str, help: str) -> Any:
-    """The :class:`~clusterclip.corpus.ReadOptions` declaration of ``name`` (default and check), with the
-    experiment's own help."""
-    f = next(f for f in dataclasses.fields(ReadOptions) if f.name == name)
+def _read_setting(name: str, help: str, owner: type = ReadOptions) -> Any:
+    """The :class:`~clusterclip.corpus.ReadOptions` (or ``owner``'s) declaration of ``name`` (default and check),
+    with the experiment's own help."""
+    f = next(f for f in dataclasses.fields(owner) if f.name == name)
     return setting(f.default, check=f.metadata["check"], help=help)
 
 
@@ -130,6 +132,11 @@ class ExperimentConfig(Settings):
     text_field: str = _read_setting("text_field", help="field holding the text")
     group_field: str | None = _read_setting("group_field",
                                             help="ground-truth field for per-domain metrics and stratification")
+    quality_scorer: str | None = _read_setting(
+        "quality_scorer", owner=CorpusConfig,
+        help=f"score the input's documents into the numeric field {QUALITY_FIELD!r} that a stratified strategy may "
+             f"read (clusterclip:strata=[cluster,{QUALITY_FIELD}:4]; docs/experiment.md): {', '.join(SCORERS)} "
+             "(default: none, the input's own fields)")
     embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS, help="embedder of the pipeline")
     k: int = setting(24, check=at_least(2), help="number of clusters")
     strategies: tuple[str, ...] = setting(
@@ -148,8 +155,9 @@ class ExperimentConfig(Settings):
     duplicates: tuple[str, ...] = setting(
         ("none",), check=each(one_of(DUPLICATES), distinct=True), parse=_strs, flag="--duplicate-modes",
         help="clusterclip's near-duplicate handling to sweep, comma-separated: none (the per-document cap), drop "
-             "(plan the kept documents only), group-cap (a group's members share the cap); drop and group-cap run "
-             "`clusterclip dedup` on the training split (docs/dedup.md)")
+             "(plan the kept documents only), group-cap (a group's members share the cap), rehydrate (a group is "
+             "drawn by the rehydration curve of its size); all but none run `clusterclip dedup` on the training "
+             "split (docs/dedup.md)")
     tau: float = setting(DEFAULT_TAU, check=between(-TAU_LIMIT, TAU_LIMIT, closed=True),
                          help="temperature strategy: cluster weight n_c**tau")
     online_updates: int = setting(DEFAULT_ONLINE_UPDATES, check=at_least(1),
@@ -202,6 +210,13 @@ class ExperimentConfig(Settings):
     def uses_groups(self) -> bool:
         """Whether a strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
         return any(s.get("duplicates", "none") != "none" for s in self.strategy_specs())
+
+    def input_fields(self) -> tuple[str, ...]:
+        """The input's per-document fields that the strategies' plans read (``strata``, ``within``) over the split's
+        clusters: the corpus stage of the input keeps them (or, for ``quality``, ``quality_scorer`` writes it)."""
+        names = [n for s in self.strategy_specs() if "clusters" not in s
+                 for n in PlanConfig(**plan_options(s)).field_names()]
+        return tuple(dict.fromkeys(names))
 
     def splits(self) -> tuple[int, ...]:
         """The split seeds trained on: ``split_seeds``, or ``split_seed`` alone when that is empty."""

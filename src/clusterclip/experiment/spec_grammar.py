@@ -6,6 +6,7 @@ plan options, and becomes the specs (:mod:`.specs`) the experiment trains::
     item       := NAME [":" first]       a strategy
                 | KEY "=" VALUE          an option of the strategy before it
     first      := KEY "=" VALUE | VALUE  VALUE: the strategy's positional option (weights: its file; plan: the plan)
+    VALUE      := text without commas | "[" text "]"   (strata=[cluster,quality:4], tier_weights=[0,1,1,2])
 
 ``NAME`` is a registry strategy (``random``, ``uniform``, ``temperature``, ``clusterclip``, ``weights``, and any
 registered later), an experiment alias (``clusterclip-spread``, ``clusterclip-shuffled``), ``online[:bandit|
@@ -15,12 +16,15 @@ other than those the experiment fixes: budget, unit, epochs, seed, window), or `
 directory whose clusters the plan is over, each training document taking its cluster there by id; ``split``:
 the split's own k-means) and ``shuffle``. Options a spec does not give take the experiment's: ``max_repeat``
 sweeps ``--max-repeats`` and ``duplicates`` ``--duplicate-modes`` for a strategy that caps by default, ``tau`` is
-``--tau``. A bare name is the strategy with no options, so ``clusterclip`` sweeps the caps as it always did.
+``--tau``. A bare name is the strategy with no options, so ``clusterclip`` sweeps the caps as it always did. The
+per-document fields a stratified plan reads (``strata``, ``within``) are each training document's in the run
+whose clusters it plans over (by id): the input's (``--quality-scorer`` scores it) or the ``clusters`` run's.
 Documented in docs/experiment.md ("Strategy specs").
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import typing
@@ -28,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, load_labels
-from clusterclip.corpus.contract import read_column
+from clusterclip.cluster.contract import CLUSTER_STAGE
+from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.specs import (
     ONLINE_RULES,
@@ -43,10 +46,11 @@ from clusterclip.experiment.specs import (
     temperature_spec,
 )
 from clusterclip.plan import strategies as registry
-from clusterclip.plan.config import PlanConfig, load_weights
+from clusterclip.plan.config import PlanConfig
 from clusterclip.plan.contract import PLAN_RECORD, read_record, resolve_plan_path
+from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError
-from clusterclip.store import RunDir, config_hash, load_npy
+from clusterclip.store import RunDir, config_hash
 
 PLAN = "plan"
 SPLIT = "split"
@@ -69,10 +73,29 @@ class Item:
     options: dict[str, Any]
 
 
+def split_top(text: str) -> list[str]:
+    """``text`` split at its commas outside brackets (``strata=[cluster,quality:4]`` is one piece)."""
+    pieces, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "[") - (c == "]")
+        if depth < 0:
+            raise ValueError(f"{text!r}: a ']' closes no '['")
+        if c == "," and not depth:
+            pieces.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"{text!r}: a '[' is not closed")
+    return [*pieces, text[start:]]
+
+
 def join_items(text: str) -> tuple[str, ...]:
     """The command line's ``--strategies`` as items: a comma-separated ``KEY=VALUE`` continues the item before."""
     out: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
+    try:
+        pieces = split_top(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    for piece in (p.strip() for p in pieces):
         if not piece:
             continue
         if out and _is_option(piece):
@@ -95,9 +118,9 @@ def parse_item(text: str) -> Item:
     """The item's head and typed options; a ``ValueError`` saying what is wrong (no file is read)."""
     if text in ONLINE_RULES:
         return Item(text, text, {})
-    if _is_option(text.split(",")[0]):
+    head_piece, *rest = split_top(text)
+    if _is_option(head_piece):
         raise ValueError(f"{text!r}: an option before any strategy (write NAME:KEY=VALUE,KEY=VALUE)")
-    head_piece, *rest = text.split(",")
     head, sep, first = head_piece.partition(":")
     if head.split(":")[0] == "online":
         raise ValueError(f"{text!r}: online strategies are {', '.join(ONLINE_RULES)} and take no options (they "
@@ -131,12 +154,15 @@ def _pair(head: str, piece: str, positional: bool = False) -> tuple[str, str]:
         return POSITIONAL[head], piece.strip()
     if not eq:
         raise ValueError(f"{piece!r} is not KEY=VALUE" + (f" ({head} takes no positional option)" if positional
-                                                            else ""))
+                                                            else "; a value with commas goes in brackets, "
+                                                            "strata=[cluster,quality:4]"))
     raise ValueError(f"unknown option {key.strip()!r}; options: {', '.join(sorted(known))}")
 
 
 def _value(key: str, text: str) -> Any:
     """An option's value from its text: by its declaration's parser, else its type (``none`` for None)."""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
     if key in ("weights", "path"):
         if not text:
             raise ValueError(f"{key} needs a file")
@@ -202,15 +228,23 @@ def _check_plan(item: Item) -> None:
         opts["weights"] = ((0, 1.0),)
     try:
         planned = PlanConfig(strategy=strategy, **opts).to_json()
-        fields = plan_fields()
-        idle = [k for k in opts if k not in ("max_repeat", "duplicates", "weights") and opts[k] != fields[k].default
-                and PlanConfig(strategy=strategy, **{j: v for j, v in opts.items() if j != k}).to_json() == planned]
     except SettingsError as exc:
         hint = " (weights:FILE)" if exc.param == "weights" else ""
         raise ValueError(f"{item.text!r}: {exc}{hint}") from None
+    fields = plan_fields()
+    idle = [k for k in opts if k not in ("max_repeat", "duplicates", "weights") and opts[k] != fields[k].default
+            and _planned_without(strategy, opts, k) == planned]
     if idle:
         raise ValueError(f"{item.text!r}: {', '.join(idle)} does not apply to strategy {strategy!r} (its plan is the "
                          "same without it)")
+
+
+def _planned_without(strategy: str, opts: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The normalised plan of ``opts`` without ``key``; None when the others need it (tier_weights without strata)."""
+    try:
+        return PlanConfig(strategy=strategy, **{j: v for j, v in opts.items() if j != key}).to_json()
+    except SettingsError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------- specs
@@ -270,9 +304,18 @@ def _specs(strategy: str, opts: dict[str, Any], source: Path | None, cfg: Any) -
         for dup in dups:
             spec = {**base, **({} if cap is None else {"max_repeat": int(cap)}),
                     **({} if dup == "none" else {"duplicates": dup}), **({"shuffle": True} if shuffle else {})}
-            PlanConfig(**plan_options(spec))
+            spec.update(_fields_source(PlanConfig(**plan_options(spec)).field_names(), spec.get("clusters"), cfg))
             out.append({"name": _name(spec, source, name, len(caps) * len(dups) > 1), **spec})
     return [_legacy(s) for s in out]
+
+
+def _fields_source(names: list[str], clusters: str | None, cfg: Any) -> dict[str, Any]:
+    """What a spec reading the per-document fields ``names`` records of where they come from, so that a finished run
+    is reused only for the same values: another run's corpus stage, or the quality scorer of the input."""
+    if names and clusters is not None:
+        return {"fields_identity": RunDir(clusters).output_hash(CORPUS_STAGE)}
+    scorer = getattr(cfg, "quality_scorer", None)
+    return {"quality_scorer": scorer} if scorer is not None and QUALITY_FIELD in names else {}
 
 
 def _name(spec: dict[str, Any], source: Path | None, given: str | None, sweep: bool) -> str:
@@ -311,27 +354,6 @@ def _legacy(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-# ------------------------------------------------------------------------------------ other clusters
-
-
-def run_labels(clusters: str, ids: list[str]) -> tuple[np.ndarray, int]:
-    """The cluster of each document ``ids`` names in the run directory ``clusters`` (by document id), and that
-    run's number of clusters: how a plan over another run's clusters sees a split's training documents."""
-    run = RunDir(clusters)
-    theirs = np.asarray(read_column(run, "id"), dtype=object).astype(str)
-    labels = np.asarray(load_labels(run), dtype=np.int64)
-    k = int(load_npy(run.path(CENTROIDS), mmap=True).shape[0])
-    order = np.argsort(theirs, kind="stable")
-    wanted = np.asarray(ids, dtype=object).astype(str)
-    pos = np.minimum(np.searchsorted(theirs[order], wanted), len(order) - 1)
-    missing = np.flatnonzero(theirs[order][pos] != wanted)
-    if missing.size:
-        raise ClusterClipError(f"{missing.size:,} of the {len(ids):,} training documents (e.g. id "
-                               f"{wanted[missing[0]]!r}) are not in {clusters}: clusters= (or plan:) must name a run "
-                               "directory of the same corpus")
-    return labels[order[pos]], k
-
-
 def spec_id(spec: dict[str, Any]) -> str:
     """A hash of what a spec plans (its name left out): a finished run is reused only under the same one."""
     return config_hash({k: v for k, v in spec.items() if k != "name"})
@@ -347,5 +369,6 @@ def item_of(spec: dict[str, Any]) -> str | None:
         options["shuffle"] = "true"
     if not options:
         return spec["strategy"]
-    shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in options.items()]
+    shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}=[{v}]" if "," in str(v) else f"{k}={v}"
+             for k, v in options.items()]
     return f"{spec['strategy']}:" + ",".join(shown)
