@@ -11,6 +11,10 @@ Every corpus is JSON lines, gzip (``id``, ``text``, ``domain``, ``source``) like
   (one domain per language: translated man pages plus the translations of ``.mo`` catalogs), Debian
   changelogs, and a small domain of symbol-heavy tables (glibc charmaps and locale sources). Domain sizes are
   skewed on purpose: a few large domains and a long tail of small ones.
+* ``manpages``   -- English man pages installed on this machine (no network), ``domain`` the manual section
+  (1 user commands, 2 system calls, 3 library functions, 5 file formats, 7 overviews, 8 administration; section 4
+  and 6 are too small to keep): English reference prose of one register whose domains differ in topic, not in
+  language, capped so that section 1 dominates.
 * ``stdlib``     -- clusterclip's default corpus (docstrings of the Python standard library, read by
   ``clusterclip.corpus.default_corpus.stdlib_documents``); ``domain`` is the module's top-level package.
 
@@ -33,6 +37,7 @@ the README is rebuilt from all of them).
     python benchmarks/build_corpora.py --out benchmarks/out/corpora                       # all
     python benchmarks/build_corpora.py --corpus polyglot --out benchmarks/out/corpora     # no network
     python benchmarks/build_corpora.py --corpus stdlib --out benchmarks/out/corpora       # no network
+    python benchmarks/build_corpora.py --corpus manpages --out benchmarks/out/corpora     # no network
 """
 
 from __future__ import annotations
@@ -447,6 +452,15 @@ def mo_messages(data: bytes) -> list[str]:
     return out
 
 
+MANPAGE_SECTIONS: tuple[tuple[str, str, int], ...] = (
+    ("1", "user-commands", 1800), ("3", "library-functions", 700), ("8", "administration", 400),
+    ("2", "system-calls", 300), ("7", "overviews", 250), ("5", "file-formats", 150))
+"""(section, domain name, cap): man1 dominates as it does on disk; a tail of small sections."""
+MANPAGES: list[LocalDomain] = [
+    LocalDomain(f"man{sec}-{name}", "prose", "licence of each owning package (man-pages project: GPL / BSD / "
+                "verbatim-copy per page; coreutils GPL-3+, ...)", ((f"/usr/share/man/man{sec}/*.gz", "man"),), cap)
+    for sec, name, cap in MANPAGE_SECTIONS]
+
 _POD = re.compile(r"^=[a-zA-Z].*?(?:^=cut\b.*?$|\Z)", re.M | re.S)
 _SHELL_BANG = re.compile(r"^#!\s*\S*?\b(sh|bash|dash|ksh|zsh)\b")
 
@@ -536,8 +550,10 @@ def write_corpus(out: Path, name: str, records: list[dict[str, str]]) -> None:
             gz.write((json.dumps({"id": f"{name}-{i:06d}", **rec}, ensure_ascii=False) + "\n").encode())
 
 
-def build_polyglot(out: Path, seed: int, domains: list[LocalDomain] = POLYGLOT) -> list[dict[str, object]]:
-    """Write ``out/polyglot.jsonl.gz`` from files on this machine; returns one row of statistics per domain.
+def build_polyglot(out: Path, seed: int, domains: list[LocalDomain] = POLYGLOT,
+                   name: str = "polyglot") -> list[dict[str, object]]:
+    """Write ``out/<name>.jsonl.gz`` from files on this machine (``polyglot``, or ``manpages`` with
+    :data:`MANPAGES`); returns one row of statistics per domain.
 
     Files are read in sorted order; a file whose bytes were already read (by any domain) is skipped, a
     document already kept in the domain is dropped. Domains over their cap keep a seeded sample (the seed
@@ -578,7 +594,7 @@ def build_polyglot(out: Path, seed: int, domains: list[LocalDomain] = POLYGLOT) 
         stats.append({"domain": dom.name, "kind": dom.kind, "sources": " ".join(f"`{g}`" for g, _ in dom.sources),
                       "packages": packages, "licence": dom.licence, "docs": len(docs), "available": total,
                       "files": files, "words": sum(text_units(t) for _, _, t in docs)})
-    write_corpus(out, "polyglot", records)
+    write_corpus(out, name, records)
     return stats
 
 
@@ -648,7 +664,10 @@ def write_readme(out: Path) -> None:
 
 APT_COLUMNS = ["domain", "package", "version", "licence", "docs", "available", "words"]
 POLYGLOT_COLUMNS = ["domain", "kind", "docs", "available", "files", "words", "sources", "packages", "licence"]
-LOCAL_CORPORA = ("polyglot", "stdlib")
+LOCAL_CORPORA = ("polyglot", "manpages", "stdlib")
+MANPAGES_INTRO = ("English man pages installed on the build machine (no network), rendered from nroff and cut into "
+                  "120-700 words on paragraph boundaries; `domain` is the manual section. Identical files are read "
+                  "once; `available` is the count before the seeded cap.")
 
 
 def main() -> None:
@@ -675,6 +694,10 @@ def main() -> None:
         rows = build_polyglot(args.out, args.seed)
         write_meta(args.out, "polyglot", command("polyglot"), POLYGLOT_INTRO, POLYGLOT_COLUMNS, rows)
         counts["polyglot"] = {str(r["domain"]): r["docs"] for r in rows}
+    if "manpages" in names:
+        rows = build_polyglot(args.out, args.seed, MANPAGES, "manpages")
+        write_meta(args.out, "manpages", command("manpages"), MANPAGES_INTRO, POLYGLOT_COLUMNS, rows)
+        counts["manpages"] = {str(r["domain"]): r["docs"] for r in rows}
     if "stdlib" in names:
         rows = build_stdlib(args.out)
         write_meta(args.out, "stdlib", command("stdlib"), STDLIB_INTRO, ["domain", "docs", "words"], rows)

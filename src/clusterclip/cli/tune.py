@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.cli.options import add_presets, add_verbosity, command, experiment_config, settings_error
+from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.experiment.tune.config import QUICK_SEEDS, QUICK_TUNE, TuneConfig
+from clusterclip.experiment.tune.config import NO_PREDICTOR, QUICK_SEEDS, QUICK_TUNE, TuneConfig
 from clusterclip.experiment.tune.format import format_summary, print_event
 from clusterclip.experiment.tune.search_stage import run_tune
 from clusterclip.mixture.fromcsv import format_proposal, load_any, propose_from_swarm, write_weights
@@ -97,8 +98,12 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 def cmd_from_csv(a: argparse.Namespace) -> int:
     """Fit and propose from a swarm file; print the weights and the prediction, write the weights file."""
+    predictor = getattr(a, "predictor", "loglinear")
+    if predictor == NO_PREDICTOR:
+        raise ClusterClipError("--from-csv fits a predictor to the swarm: --predictor none has nothing to fit; "
+                               "use loglinear, linear or lightgbm")
     swarm = load_any(a.from_csv, a.loss_csv, a.target, a.objective)
-    res = propose_from_swarm(swarm, getattr(a, "predictor", "loglinear"), getattr(a, "plan_seed", 0))
+    res = propose_from_swarm(swarm, predictor, getattr(a, "plan_seed", 0))
     path = write_weights(Path(a.out) / "tune" / "proposed_weights.json", res["domains"], res["weights"])
     print(format_proposal(res) + f"\nWeights file: {path}")
     return 0

@@ -13,18 +13,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clusterclip.corpus.config import CorpusConfig
+from clusterclip.corpus.quality import QUALITY_FIELD, SCORERS
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
-from clusterclip.experiment.specs import (
-    CLUSTERCLIP_VARIANTS,
-    DEFAULT_ONLINE_UPDATES,
-    ONLINE_RULES,
-    clusterclip_spec,
-    online_spec,
-    plain_spec,
-    temperature_spec,
-)
-from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT
+from clusterclip.experiment import spec_grammar
+from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, DEFAULT_ONLINE_UPDATES, ONLINE_RULES, plan_options
+from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT, PlanConfig
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -38,16 +33,17 @@ from clusterclip.settings import (
 from clusterclip.store import config_hash
 
 STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
-CAPPED = (*CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
-"""The strategies swept over ``max_repeats``."""
+"""The experiment's named strategies; ``--strategies`` takes any item of :mod:`.spec_grammar` (a strategy of the
+planner's registry with plan options, ``plan:PATH``)."""
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "online_updates", "device",
-                  "threads")
+                  "threads", "quality_scorer")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies
-reuses the finished runs (a cap or ``online_updates`` is part of the names of the runs it changes); every other
-setting changes the numbers of every run."""
+reuses the finished runs (a cap, ``online_updates`` or the quality scorer a stratified plan reads is part of the
+specs of the runs it changes); every other setting changes the numbers of every run."""
 DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "split_seeds", "split_seed", "embedder",
                "k")
-SAMPLING_FIELDS = ("strategies", "passes", "max_repeats", "duplicates", "tau", "online_updates", "seeds")
+SAMPLING_FIELDS = ("strategies", "quality_scorer", "passes", "max_repeats", "duplicates", "tau", "online_updates",
+                   "seeds")
 MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
@@ -79,10 +75,10 @@ def _count_or_all(text: str) -> int | None:
     return int(text) or None
 
 
-def _read_setting(name: str, help: str) -> Any:
-    """The :class:`~clusterclip.corpus.ReadOptions` declaration of ``name`` (default and check), with the
-    experiment's own help."""
-    f = next(f for f in dataclasses.fields(ReadOptions) if f.name == name)
+def _read_setting(name: str, help: str, owner: type = ReadOptions) -> Any:
+    """The :class:`~clusterclip.corpus.ReadOptions` (or ``owner``'s) declaration of ``name`` (default and check),
+    with the experiment's own help."""
+    f = next(f for f in dataclasses.fields(owner) if f.name == name)
     return setting(f.default, check=f.metadata["check"], help=help)
 
 
@@ -137,13 +133,22 @@ class ExperimentConfig(Settings):
     text_field: str = _read_setting("text_field", help="field holding the text")
     group_field: str | None = _read_setting("group_field",
                                             help="ground-truth field for per-domain metrics and stratification")
+    quality_scorer: str | None = _read_setting(
+        "quality_scorer", owner=CorpusConfig,
+        help=f"score the input's documents into the numeric field {QUALITY_FIELD!r} that a stratified strategy may "
+             f"read (clusterclip:strata=[cluster,{QUALITY_FIELD}:4]; docs/experiment.md): {', '.join(SCORERS)} "
+             "(default: none, the input's own fields)")
     embedder: str = setting(DEFAULT_EMBEDDER, choices=EMBEDDERS, help="embedder of the pipeline")
     k: int = setting(24, check=at_least(2), help="number of clusters")
     strategies: tuple[str, ...] = setting(
-        ("random", "uniform", "temperature", "clusterclip"), check=each(one_of(STRATEGIES)), parse=_strs,
+        ("random", "uniform", "temperature", "clusterclip"), check=spec_grammar.check_items,
+        parse=spec_grammar.join_items,
         help="comma-separated: random, uniform, temperature, clusterclip, clusterclip-spread (the planner's "
-             "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), and "
-             "online[:bandit|odm|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md)")
+             "order spread), the diagnostic clusterclip-shuffled (ClusterClip's draws in random order), "
+             "online[:bandit|odm|gradient] (ClusterClip's plan steered while it trains, docs/sampling.md); any "
+             "planner strategy with plan options (clusterclip:max_repeat=15,order=spread; weights:FILE,max_repeat=12), "
+             "and plan:PATH (a finished plan's strategy and options over its run's clusters): docs/experiment.md, "
+             "Strategy specs")
     passes: float = setting(6.0, check=POSITIVE,
                             help="token budget in passes over the training split; every max-repeat must exceed it")
     max_repeats: tuple[int, ...] = setting((9, 12), check=each(at_least(1), nonempty=False), parse=_ints,
@@ -151,8 +156,9 @@ class ExperimentConfig(Settings):
     duplicates: tuple[str, ...] = setting(
         ("none",), check=each(one_of(DUPLICATES), distinct=True), parse=_strs, flag="--duplicate-modes",
         help="clusterclip's near-duplicate handling to sweep, comma-separated: none (the per-document cap), drop "
-             "(plan the kept documents only), group-cap (a group's members share the cap); drop and group-cap run "
-             "`clusterclip dedup` on the training split (docs/dedup.md)")
+             "(plan the kept documents only), group-cap (a group's members share the cap), rehydrate (a group is "
+             "drawn by the rehydration curve of its size); all but none run `clusterclip dedup` on the training "
+             "split (docs/dedup.md)")
     tau: float = setting(DEFAULT_TAU, check=between(-TAU_LIMIT, TAU_LIMIT, closed=True),
                          help="temperature strategy: cluster weight n_c**tau")
     online_updates: int = setting(DEFAULT_ONLINE_UPDATES, check=at_least(1),
@@ -174,15 +180,15 @@ class ExperimentConfig(Settings):
         if self.model.vocab_size < MIN_BPE_VOCAB:
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
-        if not any(s in CAPPED for s in self.strategies):
+        sweeps = self._check_item_caps()
+        if not sweeps:
             if set(self.duplicates) - {"none"}:
                 raise SettingsError("duplicates", f"{','.join(self.duplicates)} applies to the clusterclip strategies; "
                                     "add one to {strategies}", type(self))
-            return
-        if not self.max_repeats:
+        elif not self.max_repeats:
             raise SettingsError("max_repeats", "must hold at least one cap for the clusterclip and online strategies",
                                 type(self))
-        low = [r for r in self.max_repeats if r <= self.passes]
+        low = [r for r in (self.max_repeats if sweeps else ()) if r <= self.passes]
         if low:
             raise SettingsError(
                 "max_repeats",
@@ -191,9 +197,27 @@ class ExperimentConfig(Settings):
                 f"ClusterClip identical to random; use caps above the number of passes "
                 f"(e.g. {math.ceil(self.passes * 1.5)}) or lower {{passes}}", type(self))
 
+    def _check_item_caps(self) -> bool:
+        """Refuse an item's own ``max_repeat`` at or below the passes (as ``max_repeats``; a ``plan:`` item's cap is
+        known once its plan is read); whether an item sweeps ``max_repeats``."""
+        items = [spec_grammar.parse_item(text) for text in self.strategies]
+        for item in items:
+            cap = item.options.get("max_repeat")
+            if cap is not None and cap <= self.passes:
+                raise SettingsError("strategies", f"item {item.text!r}: max_repeat {cap} must exceed {{passes}} "
+                                    f"{self.passes:g} (a lower cap is infeasible, an equal one is random)", type(self))
+        return any(spec_grammar.sweeps_caps(item) for item in items)
+
     def uses_groups(self) -> bool:
-        """Whether a swept strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
-        return any(d != "none" for d in self.duplicates)
+        """Whether a strategy plans over near-duplicate groups (the training split needs its dedup stage)."""
+        return any(s.get("duplicates", "none") != "none" for s in self.strategy_specs())
+
+    def input_fields(self) -> tuple[str, ...]:
+        """The input's per-document fields that the strategies' plans read (``strata``, ``within``) over the split's
+        clusters: the corpus stage of the input keeps them (or, for ``quality``, ``quality_scorer`` writes it)."""
+        names = [n for s in self.strategy_specs() if "clusters" not in s
+                 for n in PlanConfig(**plan_options(s)).field_names()]
+        return tuple(dict.fromkeys(names))
 
     def splits(self) -> tuple[int, ...]:
         """The split seeds trained on: ``split_seeds``, or ``split_seed`` alone when that is empty."""
@@ -213,18 +237,9 @@ class ExperimentConfig(Settings):
         return config_hash(d)
 
     def strategy_specs(self) -> list[dict[str, Any]]:
-        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs."""
-        specs: list[dict[str, Any]] = []
-        for s in self.strategies:
-            if s in CLUSTERCLIP_VARIANTS:
-                specs += [clusterclip_spec(r, **CLUSTERCLIP_VARIANTS[s], duplicates=d)
-                          for r in self.max_repeats for d in self.duplicates]
-            elif s in ONLINE_RULES:
-                specs += [online_spec(ONLINE_RULES[s], r, self.online_updates) for r in self.max_repeats]
-            elif s == "temperature":
-                specs.append(temperature_spec(self.tau))
-            else:
-                specs.append(plain_spec(s))
+        """One entry per trained strategy: name and the :class:`PlanConfig` options it needs (files and plans that
+        items name are read here: :func:`.spec_grammar.resolve`)."""
+        specs = [spec for text in self.strategies for spec in spec_grammar.resolve(text, self)]
         return list({spec["name"]: spec for spec in specs}.values())
 
 

@@ -22,6 +22,7 @@ from clusterclip.cluster.kmeans import assign, fit_centroids
 from clusterclip.cluster.stage import cluster_stage
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.contract import read_column
+from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.semantic import has_near_copy
@@ -77,6 +78,8 @@ class Prepared:
     heldout_labels: np.ndarray
     heldout_near_train: np.ndarray
     data: dict[str, Any]
+    source: Path
+    """The run directory of the input's corpus stage (its kept fields are what a stratified plan reads)."""
 
 
 def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
@@ -93,7 +96,8 @@ def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
     """
     run = RunDir(out)
     exp = run.root / "experiment"
-    subset = _read_subset(inputs, source_dir or exp / "source", cfg, progress)
+    source_dir = source_dir or exp / "source"
+    subset = _read_subset(inputs, source_dir, cfg, progress)
     emb = encode_texts(cfg.embedder, subset.texts, progress=progress)
     held = _heldout_mask(emb, subset.domains, cfg)
     tr, ho = np.flatnonzero(~held), np.flatnonzero(held)
@@ -119,7 +123,7 @@ def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
         data["domains"] = _domain_sizes(train_dom, heldout_dom)
     return Prepared(run, split_hash, read_column(run, "text"), [subset.texts[i] for i in ho],
                     train_dom if subset.has_domains else None, heldout_dom if subset.has_domains else None,
-                    labels, heldout_labels, near, data)
+                    labels, heldout_labels, near, data, source_dir)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
                  progress: bool) -> Subset:
     """Corpus stage on the whole input, then the seeded subset of ``docs`` documents, cut to ``max_words``."""
     source = RunDir(source_dir)
-    pipeline_stages(source, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field), progress)
+    pipeline_stages(source, inputs, _source_config(cfg), progress)
     texts = read_column(source, "text")
     ids = read_column(source, "id")
     groups = read_column(source, "group")
@@ -154,6 +158,16 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
     picked = [groups[i] for i in pick]
     return Subset(len(texts), [str(ids[i]) for i in pick], [cut_words(texts[i], cfg.max_words) for i in pick],
                   [g if g is not None else NO_DOMAIN for g in picked], any(g is not None for g in picked))
+
+
+def _source_config(cfg: ExperimentConfig) -> CorpusConfig:
+    """The corpus stage of the input: its text and group fields, and the fields the strategies' plans read (kept
+    from the input, or ``quality`` scored by ``quality_scorer``)."""
+    fields = cfg.input_fields()
+    scorer = cfg.quality_scorer if QUALITY_FIELD in fields else None
+    keep = tuple(n for n in fields if scorer is None or n != QUALITY_FIELD)
+    return CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field, keep_fields=keep,
+                        quality_scorer=scorer)
 
 
 def _heldout_mask(emb: np.ndarray, domains: list[str], cfg: ExperimentConfig) -> np.ndarray:

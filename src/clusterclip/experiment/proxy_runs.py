@@ -40,6 +40,7 @@ from clusterclip.experiment.contract import EXPERIMENT_STAGE
 from clusterclip.experiment.model import GPT
 from clusterclip.experiment.prepare import input_fingerprint
 from clusterclip.experiment.results import RESULTS_VERSION, reusable_results, write_results
+from clusterclip.experiment.spec_grammar import spec_id
 from clusterclip.experiment.splits import EXPERIMENT_DIR, prepare_split
 from clusterclip.experiment.steps import SplitData, proxy_run, use_torch
 from clusterclip.stages import Built, Job, Stage, run_stage
@@ -84,10 +85,17 @@ def run_experiment(
         results.update(_train_all(inputs, out, cfg, force, progress, on_run))
         return Built([RESULTS, TABLE, *results.get("plots", [])])
 
-    stage = Stage(EXPERIMENT_STAGE, dataclasses.asdict(cfg), config_hash(input_fingerprint(inputs)), build,
+    stage = Stage(EXPERIMENT_STAGE, dataclasses.asdict(cfg), _inputs_hash(inputs, cfg), build,
                   command=experiment_argv(inputs, out, cfg))
     run_stage(exp, stage, force)
     return results or load_json(exp.path(RESULTS))
+
+
+def _inputs_hash(inputs: Sequence[str | os.PathLike[str]], cfg: ExperimentConfig) -> str:
+    """The input files, and what the files that strategy items name hold (a weights file, another run's clusters):
+    a changed file makes the stage build again, which retrains the runs it changes."""
+    read = [spec_id(s) for s in cfg.strategy_specs() if "weights" in s or "clusters" in s]
+    return config_hash(input_fingerprint(inputs) if not read else [input_fingerprint(inputs), read])
 
 
 def _train_all(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
@@ -105,13 +113,14 @@ def _train_all(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[
     wanted = [key for key, _, _, _ in proxies]
     by_split = {d.split: d for d in splits}
     for key, split, seed, spec in proxies:
-        if key in results["runs"]:
+        if key in results["runs"] and results["runs"][key].get("spec_id", spec_id(spec)) == spec_id(spec):
             continue
         t0 = time.perf_counter()
         d = by_split[split]
         log.info("experiment: %s seed %d split %d: %d steps (%d/%d)", spec["name"], seed, split, d.setup.steps,
                  _finished(results, wanted) + 1, len(wanted))
-        results["runs"][key] = proxy_run(d, spec, seed, cfg.device, time.perf_counter() - t0)
+        results["runs"][key] = {**proxy_run(d, spec, seed, cfg.device, time.perf_counter() - t0),
+                                "spec_id": spec_id(spec)}
         _write(results, wanted, exp_dir, t_start)
         if on_run is not None:
             on_run(key, results["runs"][key], _finished(results, wanted), len(wanted))

@@ -1,18 +1,21 @@
 """What a proxy run trains on: a *spec* (a candidate's plan options and name) and the one conversion of a
 spec to the :class:`~clusterclip.plan.PlanConfig` of a proxy run.
 
-A spec is a small JSON-able dict: ``name``, ``strategy`` and the options that strategy needs (``tau``;
-``max_repeat``, ``order``, ``shuffle`` and, when not ``none``, ``duplicates`` for ClusterClip; ``online`` (the
-controller's rule) and ``updates`` for an online run, which starts on ClusterClip's plan).
+A spec is a small JSON-able dict: ``name``, ``strategy`` and the plan options that strategy needs (any
+:class:`~clusterclip.plan.config.PlanConfig` setting but the budget and seed: ``tau``; ``max_repeat``, ``order`` and,
+when not ``none``, ``duplicates`` for ClusterClip; ``weights``), and the experiment's own keys: ``shuffle`` (the
+diagnostic), ``online`` (the controller's rule) and ``updates`` for an online run, which starts on ClusterClip's
+plan, ``clusters`` and ``clusters_identity`` for a plan over another run's clusters (:mod:`.spec_grammar`).
 ``clusterclip tune`` stores it in its results and hashes it into the key of every proxy run, so its shape is
 part of the on-disk format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from clusterclip.plan.config import DEFAULT_ORDER, DEFAULT_TAU, PlanConfig
+from clusterclip.plan.config import DEFAULT_ORDER, PlanConfig
 
 CLUSTERCLIP_VARIANTS: dict[str, dict[str, Any]] = {
     "clusterclip": {"order": DEFAULT_ORDER, "shuffle": False},
@@ -60,10 +63,25 @@ def plain_spec(strategy: str) -> dict[str, Any]:
     return {"name": strategy, "strategy": strategy}
 
 
+FIXED = ("strategy", "budget", "epochs", "budget_unit", "seed", "window")
+""":class:`PlanConfig` settings a proxy run sets itself (a budget of ``passes`` over the training tokens, the run's
+seed), never a spec's."""
+
+
+def plan_fields() -> dict[str, dataclasses.Field]:
+    """The plan options a spec may hold: every :class:`PlanConfig` setting but :data:`FIXED` (read at call time, so
+    a setting added to the planner is a spec option at once)."""
+    return {f.name: f for f in dataclasses.fields(PlanConfig) if f.name not in FIXED}
+
+
+def plan_options(spec: dict[str, Any]) -> dict[str, Any]:
+    """A spec's :class:`PlanConfig` settings: its strategy and plan options (its other keys are the experiment's:
+    ``name``, ``shuffle``, ``online``, ``clusters``, ...)."""
+    fields = plan_fields()
+    return {"strategy": spec["strategy"], **{k: v for k, v in spec.items() if k in fields}}
+
+
 def plan_config(spec: dict[str, Any], budget: int, seed: int, budget_unit: str = "tokens") -> PlanConfig:
     """The plan of a spec for a ``budget`` (tokens: what a proxy run trains on, and ``tune``'s chosen plan;
     ``group-cap`` takes documents)."""
-    return PlanConfig(strategy=spec["strategy"], budget=budget, budget_unit=budget_unit,
-                      max_repeat=spec.get("max_repeat"), tau=spec.get("tau", DEFAULT_TAU),
-                      order=spec.get("order", DEFAULT_ORDER), seed=seed, weights=spec.get("weights"),
-                      duplicates=spec.get("duplicates", "none"))
+    return PlanConfig(**plan_options(spec), budget=budget, budget_unit=budget_unit, seed=seed)

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from clusterclip.corpus.contract import read_column
 from clusterclip.dedup.contract import load_groups
 from clusterclip.experiment.batches import PlanBatches
+from clusterclip.experiment.by_id import run_fields, run_labels
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.data import TokenizedDocs, select_docs
 from clusterclip.experiment.evaluate import (
@@ -39,8 +41,9 @@ from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.train import train_model
 from clusterclip.plan.build import Plan, build_plan
 from clusterclip.plan.config import PlanConfig
-from clusterclip.plan.duplicates import build_grouped_plan
+from clusterclip.plan.duplicates import GroupSide, grouped_plan
 from clusterclip.settings import SettingsError
+from clusterclip.store import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class PlannedProxy:
     plan: Plan | np.ndarray
     online: str | None = None
     updates: int = 0
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,22 +176,31 @@ def plan_proxy(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, 
     if spec.get("shuffle"):
         replayed = np.random.default_rng([seed, SHUFFLE_SALT]).permutation(np.asarray(plan.order, dtype=np.int64))
     stats = {k: v for k, v in plan.stats.items() if _scalar(v)}
-    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0))
+    return PlannedProxy(spec["name"], seed, plan.config, stats, replayed, spec.get("online"), spec.get("updates", 0),
+                        str(plan.identity))
 
 
 def _plan(spec: dict[str, Any], seed: int, prep: Prepared, tok: Tokenized, setup: Setup) -> Plan:
-    """The spec's plan for the token budget. ``group-cap`` plans documents (members differ in tokens): enough
-    of them, at the training split's mean length plus 5 %, for the steps (the packer stops at the budget)."""
-    k, lengths = prep.data["k"], tok.train.lengths
-    if spec.get("duplicates", "none") == "none":
-        return build_plan(prep.labels, plan_config(spec, setup.budget, seed), tokens=lengths, n_clusters=k)
-    group, kept = load_groups(prep.run)
-    if spec["duplicates"] == "group-cap":
-        docs = math.ceil(1.05 * setup.budget / float(lengths.mean()))
-        cfg = plan_config(spec, min(docs, spec["max_repeat"] * kept.size), seed, budget_unit="docs")
+    """The spec's plan for the token budget, over the split's clusters or, with ``clusters``, another run's (each
+    training document in its cluster there), with the per-document fields its strata read from the input (or that
+    run). ``group-cap`` and ``rehydrate`` plan documents (members differ in tokens): enough of them, at the
+    training split's mean length plus 5 %, for the steps (the packer stops at the budget)."""
+    labels, k, lengths = prep.labels, prep.data["k"], tok.train.lengths
+    if "clusters" in spec:
+        labels, k = run_labels(spec["clusters"], read_column(prep.run, "id"))
+    dup = spec.get("duplicates", "none")
+    groups = None if dup == "none" else load_groups(prep.run)
+    if groups is not None and dup in ("group-cap", "rehydrate"):
+        docs, cap = math.ceil(1.05 * setup.budget / float(lengths.mean())), spec.get("max_repeat")
+        cfg = plan_config(spec, min(docs, cap * groups[1].size) if cap else docs, seed, budget_unit="docs")
     else:
         cfg = plan_config(spec, setup.budget, seed)
-    return build_grouped_plan(prep.labels, cfg, group, kept, tokens=lengths, n_clusters=k)
+    names = cfg.field_names()
+    source = RunDir(spec.get("clusters") or prep.source)
+    fields = run_fields(source, names, read_column(prep.run, "id")) if names else None
+    if groups is None:
+        return build_plan(labels, cfg, tokens=lengths, n_clusters=k, fields=fields)
+    return grouped_plan(labels, cfg, groups, tokens=lengths, n_clusters=k, side=GroupSide(fields=fields))
 
 
 def train_proxy(planned: PlannedProxy, tok: Tokenized, setup: Setup, device: str = "cpu",
@@ -250,6 +263,7 @@ def proxy_record(planned: PlannedProxy, trained: TrainedProxy, metrics: ProxyMet
     h, mix_c, mix_d = metrics.heldout, metrics.cluster_mixture, metrics.domain_mixture
     return {
         "strategy": planned.name, "seed": planned.seed, "plan": planned.plan_config.to_json(),
+        "plan_identity": planned.identity,
         "plan_stats": planned.plan_stats,
         "heldout_macro_cluster": h["macro_cluster"], "heldout_micro": h["micro"],
         "heldout_macro_domain": h.get("macro_domain"), "heldout_worst10_cluster": h["worst10_cluster"],

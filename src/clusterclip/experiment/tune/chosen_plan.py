@@ -3,9 +3,11 @@ command."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +17,16 @@ from clusterclip.cluster.config import ClusterConfig
 from clusterclip.cluster.contract import CENTROIDS, LABELS
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.contract import TOKENS
+from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.contract import TUNE_DIR
 from clusterclip.experiment.prepare import pipeline_stages
+from clusterclip.experiment.spec_grammar import PLAN, item_of
 from clusterclip.experiment.specs import plan_config
+from clusterclip.experiment.stats import MIN_PAIRS
 from clusterclip.experiment.tune.groups import ClusterView, assign, concrete_spec
 from clusterclip.experiment.tune.runners import centroids_in, split_root
-from clusterclip.plan.contract import plan_stage_name
+from clusterclip.plan.contract import PLANS_DIR, plan_stage_name
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy, save_json
 
@@ -60,3 +65,29 @@ def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, c
     return {"name": pc.name(), "config": pc.to_json(), "command": command,
             "weights_file": None if weights_file is None else str(weights_file),
             "stats": {k: v for k, v in record.stats.items() if isinstance(v, (int, float, str))}}
+
+
+def check_command(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
+                  seen: Sequence[int], results: dict[str, Any]) -> str | None:
+    """The ``clusterclip experiment`` command that checks the choice on split seeds the search never saw (after
+    ``seen``; enough of them for ``MIN_PAIRS`` pairs with the search's seeds), against random, with the same
+    proxies: a grid candidate as its own item, a weight candidate as ``plan:`` of its plan for the whole corpus.
+    When random was chosen, the best feasible grid candidate is checked instead; None when there is nothing to
+    check (random chosen and no grid candidate)."""
+    winner, specs = results.get("winner"), {c: v["spec"] for c, v in (results.get("candidates") or {}).items()}
+    item = None
+    if winner and winner != "random":
+        item = item_of(specs[winner])
+        if item is None and results.get("plan"):
+            item = f"{PLAN}:{Path(out) / PLANS_DIR / results['plan']['name']}"
+    else:
+        scored = {n: c["assessment"] for n, c in (results.get("candidates") or {}).items()
+                  if n != "random" and c.get("assessment") and c["assessment"]["feasible"] and item_of(specs[n])}
+        best = min(scored, key=lambda n: scored[n]["objective"]["mean"], default=None)
+        item = None if best is None else item_of(specs[best])
+    if item is None:
+        return None
+    start = max([*cfg.splits(), *seen]) + 1
+    unseen = tuple(range(start, start + math.ceil(MIN_PAIRS / len(cfg.seeds))))
+    check = replace(cfg, strategies=("random", item), split_seeds=unseen)
+    return shlex.join(experiment_argv(inputs, f"{out}-check", check))

@@ -25,7 +25,10 @@ QUICK_TUNE: dict[str, Any] = {"taus": (DEFAULT_TAU,), "caps": (5,)}
 """What ``--quick`` changes in the search: one temperature and one cap (it also trains two seeds)."""
 QUICK_SEEDS = (0, 1)
 SEARCHES = ("grid", "weights")
-PREDICTOR_NAMES = ("loglinear", "linear", "lightgbm")
+NO_PREDICTOR = "none"
+PREDICTOR_NAMES = ("loglinear", "linear", "lightgbm", NO_PREDICTOR)
+"""``--predictor``: a fitted predictor of :mod:`clusterclip.mixture.predictors`, or ``none`` (every round draws
+afresh from round 0's distribution: the baseline a predictor must beat)."""
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -74,7 +77,8 @@ class TuneConfig(Settings):
                               help="weights are searched over at most this many groups of clusters (Ward merge of "
                                    "the reference split's centroids); K <= this: one group per cluster")
     predictor: str = setting("loglinear", choices=PREDICTOR_NAMES,
-                             help="predictor of the objective from the weights (lightgbm needs the extra)")
+                             help="predictor of the objective from the weights (lightgbm needs the extra); none: every "
+                                  "round draws afresh from round 0's distribution, no fit")
     weight_candidates: int = setting(2000, check=at_least(2), help="mixtures ranked by the predictor per round")
     jobs: int = setting(1, check=at_least(1),
                         help="proxy runs trained at once, each in its own process with --threads torch threads "

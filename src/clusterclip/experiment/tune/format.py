@@ -25,6 +25,8 @@ def format_summary(res: dict[str, Any]) -> str:
         lines.append(f"| {name} | {c['status']} | {a.get('pairs', '–')} | {format_interval(a.get('objective'))} | "
                      f"{format_interval(a.get('micro'))} | {a.get('feasible', '–')} |")
     lines += ["", f"Chosen: {res.get('winner')}. {res.get('reason', '')}", f"Status: {res.get('status')}."]
+    if (res.get("budget") or {}).get("message"):
+        lines.append(res["budget"]["message"][0].upper() + res["budget"]["message"][1:] + ".")
     lines += _weight_lines(res.get("weight_search"))
     unseen = res.get("unseen")
     if unseen:
@@ -35,6 +37,9 @@ def format_summary(res: dict[str, Any]) -> str:
     if res.get("plan"):
         lines.append(f"Plan for the whole corpus: {res['plan']['name']}; the same plan by hand:\n  "
                      f"{res['plan']['command']}")
+    if res.get("check_command"):
+        what = "the choice" if res.get("winner") != "random" else "the best candidate (random was chosen)"
+        lines.append(f"Check {what} against random on split seeds the search never saw:\n  {res['check_command']}")
     return "\n".join(lines) + "\n"
 
 
@@ -72,6 +77,9 @@ def _weight_lines(ws: dict[str, Any] | None) -> list[str]:
                      f"flagged as extrapolating ({below} predicted below every measured objective).")
     if ws.get("stopped"):
         lines.append(f"Weight search stopped: {ws['stopped']}.")
+    for key in ("cut", "cut_finals", "late"):
+        if ws.get(key):
+            lines.append(f"Weight search cut to the budget: {ws[key]}.")
     vs = ws.get("versus_grid")
     if vs:
         lines.append(f"{vs['a']} minus best grid candidate {vs['b']}: {format_interval(vs['minus'])}.")

@@ -10,6 +10,7 @@ from typing import Any
 
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.stats import MIN_PAIRS, paired_interval
+from clusterclip.experiment.tune.pace import keep_that_fits
 from clusterclip.experiment.tune.pool import prefetch
 from clusterclip.experiment.tune.proxies import Pair
 from clusterclip.experiment.tune.search import Search
@@ -49,13 +50,14 @@ def halving(s: Search, write: Callable[[], None]) -> tuple[list[dict[str, Any]],
     alive = [n for n in s.specs if n != "random"]
     trajectory: list[dict[str, Any]] = []
     final: dict[str, Any] = {}
-    for r, n in enumerate(rung_sizes(len(pairs), s.tune.eta)):
+    sizes = rung_sizes(len(pairs), s.tune.eta)
+    for r, n in enumerate(sizes):
         scored = run_rung(s, alive, pairs[:n])
         complete = len(scored) == len(alive)
         if complete or not final:
             final = scored
         ranked = sorted(scored, key=lambda c: _rank_key(scored[c]))
-        keep = ranked[: max(1, math.ceil(len(alive) / s.tune.eta))]
+        keep = ranked[: keep_that_fits(s, max(1, math.ceil(len(alive) / s.tune.eta)), sizes[r + 1:], n)]
         trajectory.append({"rung": r, "pairs": [list(p) for p in pairs[:n]], "alive": alive, "ranked": ranked,
                            "kept": keep, "complete": complete, "scores": scored})
         s.results["trajectory"] = trajectory

@@ -38,6 +38,8 @@ class Search:
     stopped: str | None = None
     t0: float = field(default_factory=time.perf_counter)
     pool: ProcessPoolExecutor | None = None
+    seconds: list[float] = field(default_factory=list)
+    """The run time each run trained in this session recorded (the pace of the budget, :mod:`.pace`)."""
 
     def __post_init__(self) -> None:
         self.tune.check_unseen(self.cfg)
@@ -114,6 +116,8 @@ class Search:
         half a record)."""
         metrics = self.proxies.train(self.concrete(name, pair), pair, train)
         self.fresh += 1
+        if metrics.get("seconds"):
+            self.seconds.append(float(metrics["seconds"]))
         return self._keep(name, pair, metrics, counted)
 
     def _keep(self, name: str, pair: Pair, metrics: dict[str, Any], counted: bool) -> dict[str, Any]:

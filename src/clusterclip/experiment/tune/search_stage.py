@@ -14,7 +14,8 @@ from typing import Any
 from clusterclip.experiment.commands import config_flags, settings_flags
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig
 from clusterclip.experiment.contract import TUNE_DIR, TUNE_SEARCH_STAGE
-from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
+from clusterclip.experiment.tune.budget import plan_budget
+from clusterclip.experiment.tune.chosen_plan import check_command, write_chosen_plan
 from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.halving import candidates, choose, halving, search_pairs, unseen_check
 from clusterclip.experiment.tune.runners import ProxyRunner, TrainingRunner
@@ -55,7 +56,8 @@ def run_tune(
         if write_plan:
             s.results["plan"] = write_chosen_plan(inputs, Path(out), cfg, s.specs[s.results["winner"]],
                                                   tune.plan_seed, progress, s.results.get("weight_search"))
-            _write(s)
+        s.results["check_command"] = check_command(inputs, out, cfg, tune.check_split_seeds, s.results)
+        _write(s)
         return Built([RESULTS])
 
     settings = {"config": asdict(cfg), "tune": asdict(tune), "write_plan": write_plan}
@@ -70,6 +72,9 @@ def _search(s: Search, inputs: Sequence[str | os.PathLike[str]]) -> None:
                  "config": asdict(s.cfg), "tune": asdict(s.tune), "grid": list(s.specs),
                  "pairs": [list(p) for p in search_pairs(s.cfg)], "trajectory": []}
     try:
+        s.results["budget"] = plan_budget(s)
+        if s.on_event is not None:
+            s.on_event(f"tune: {s.results['budget']['message']}")
         grid = list(s.specs)
         trajectory, final = halving(s, lambda: _write(s)) if "grid" in s.tune.search else ([], {})
         seen = {n: a for t in trajectory for n, a in t["scores"].items()}

@@ -2,8 +2,9 @@
 
 Round 0 runs the natural (size-proportional) mixture, temperature 0.5, uniform and Dirichlet draws
 around the natural one (:func:`~clusterclip.mixture.propose`); every later round fits the predictor
-(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit
-the predicted best, explore far from every run), inside a trust region around the measured mixtures
+(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit the
+predicted best, explore far from every run), or with ``--predictor none`` fresh draws like round 0's (the
+baseline a predictor must beat), inside a trust region around the measured mixtures
 (:mod:`clusterclip.mixture.trust`: a proposal is pulled back to within the swarm's own spacing of a measured
 mixture, and flagged when it still extrapolates). The groups are merged, or the cap raised, until the
 natural mixture is feasible on every split (:func:`.groups.feasible_grouping`, which says what it changed).
@@ -26,7 +27,9 @@ import numpy as np
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.stats import paired_interval
 from clusterclip.experiment.tune import groups as G
+from clusterclip.experiment.tune.config import NO_PREDICTOR
 from clusterclip.experiment.tune.halving import run_rung, search_pairs
+from clusterclip.experiment.tune.pace import finalists_that_fit, fits, pace
 from clusterclip.experiment.tune.proxies import Pair
 from clusterclip.experiment.tune.search import Search
 from clusterclip.mixture.predictors import make_predictor
@@ -84,8 +87,8 @@ def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[
     and in predicted rounds whether it explores, its distance to the nearest measured mixture before the trust
     region pulled it back (``distance``, ``pulled``) and why it still extrapolates (``flags``)."""
     n, seed = s.tune.weight_runs, s.tune.plan_seed * 1000 + r
-    if swarm is None or len(swarm) < 2:
-        # later rounds without two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
+    if swarm is None or len(swarm) < 2 or s.tune.predictor == NO_PREDICTOR:
+        # no predictor, or not two measured mixtures to fit: fresh draws, not round 0's fixed mixtures again
         w = propose(sp.natural, n, seed=seed, taus=ROUND0_TAUS if r == 0 else (), feasible=sp.feasible)
         return w, [{"predicted": None} for _ in w]
     prop = next_round(swarm, make_predictor(s.tune.predictor), n,
@@ -118,6 +121,10 @@ def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
     pairs = search_pairs(s.cfg)[: s.tune.weight_pairs]
     swarm: Swarm | None = None
     for r in range(s.tune.weight_rounds):
+        if r and not _round_fits(s, sum(len(x["candidates"]) for x in res["rounds"]), len(pairs)):
+            res["cut"] = (f"no round {r}: at {pace(s):.0f} s a run, its {s.tune.weight_runs} mixtures and the finals "
+                          "would not fit the budget left")
+            break
         mixtures, said = _round_mixtures(s, sp, r, swarm)
         if not len(mixtures):
             res["stopped"] = (f"round {r}: no mixture over the {sp.m} groups is feasible under max_repeat {sp.cap} "
@@ -141,16 +148,35 @@ def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
     return res
 
 
+def _round_fits(s: Search, measured: int, p: int) -> bool:
+    """Whether one more round and the finals after it fit the budget left (at the pace of the runs so far)."""
+    n_pairs = len(search_pairs(s.cfg))
+    top = max(1, math.ceil((measured + s.tune.weight_runs) / s.tune.eta))
+    missing = sum(("random", q) not in s.cache for q in search_pairs(s.cfg)[p:])
+    return fits(s, [s.tune.weight_runs * p, top * (n_pairs - p) + missing])
+
+
 def _finals(s: Search, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The best ``1/eta`` measured candidates on every search pair; their assessments. When the budget stopped
     the finals, every finalist is judged on the longest prefix of the search pairs that all of them (and
     random) finished, so that they are compared on the same pairs."""
     seen = {c["name"]: c["measured"] for r in rounds for c in r["candidates"] if c["measured"] is not None}
     ranked = sorted(seen, key=lambda n: (seen[n], n))
-    top = ranked[: max(1, math.ceil(len(ranked) / s.tune.eta))]
+    pairs = search_pairs(s.cfg)
+    p = min(s.tune.weight_pairs, len(pairs))
+    missing = sum(("random", q) not in s.cache for q in pairs[p:])
+    asked = max(1, math.ceil(len(ranked) / s.tune.eta))
+    top = ranked[: finalists_that_fit(s, asked, len(pairs) - p, missing)]
     if not top:
         return {}
-    pairs = search_pairs(s.cfg)
+    ws = s.results["weight_search"]
+    if len(top) < asked:
+        ws["cut_finals"] = f"{len(top)} finalist(s) instead of {asked}: at {pace(s):.0f} s a run, more would not fit"
+    if not fits(s, [len(top) * (len(pairs) - p) + missing]):
+        ws["late"] = (f"at {pace(s):.0f} s a run, the finals on every pair no longer fit the budget left: the search "
+                      "will stop before a verdict (raise --max-minutes; the runs are reused)")
+        if s.on_event is not None:
+            s.on_event(f"tune: budget: {ws['late']}")
     scored: dict[str, Any] = run_rung(s, top, pairs)
     if len(scored) < len(top):  # the budget stopped the finals: judge every finalist on the pairs all finished
         done = max(k for k in range(len(pairs) + 1)
