@@ -38,6 +38,6 @@ class CorpusConfig(ReadOptions):
         return tuple(field_spec(f)[0] for f in self.stored_fields())
 
 
-CORPUS_FIELDS = ("text_field", "id_field", "group_field", "keep_fields", "split", "on_bad_record", "tokenizer",
-                 "quality_scorer")
+CORPUS_FIELDS = ("text_field", "record_kind", "text_template", "id_field", "group_field", "keep_fields", "split",
+                 "on_bad_record", "tokenizer", "quality_scorer")
 """The settings of :class:`CorpusConfig` that are options of ``clusterclip embed`` and ``run``."""
