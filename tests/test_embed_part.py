@@ -102,5 +102,5 @@ def test_the_cli_records_the_part_and_add_embeds_new_documents_with_it(tmp_path)
 
 def test_the_ray_engine_is_refused_with_the_fix(chat_run):
     run, _ = chat_run
-    with pytest.raises(ClusterClipError, match="--embed-part response .* --engine local"), run.lock():
+    with pytest.raises(ClusterClipError, match=r"--embed-part response .* --engine local"), run.lock():
         embed_stage(run, EmbedConfig(embedder="hashing", embed_part="response"), progress=False, engine="ray")

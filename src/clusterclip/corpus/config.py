@@ -15,8 +15,9 @@ class CorpusConfig(ReadOptions):
     tokens, and how long a docstring must be to join the default corpus."""
 
     tokenizer: str | None = setting(None, check=optional(is_text),
-                                    help="Hugging Face tokenizer name or path for token counts (default: a "
-                                         "word/punctuation regex count)")
+                                    help="Hugging Face tokenizer name or path for token counts; conversations "
+                                         "are counted through its chat template when it has one, else as their "
+                                         "text (default: a word/punctuation regex count)")
     min_words: int = setting(25, check=at_least(1), help="words a docstring needs to join the default corpus")
     quality_scorer: str | None = setting(
         None, check=optional(one_of(SCORERS)),
