@@ -84,7 +84,7 @@ def run_experiment(
         results.update(_train_all(inputs, out, cfg, force, progress, on_run))
         return Built([RESULTS, TABLE, *results.get("plots", [])])
 
-    stage = Stage(EXPERIMENT_STAGE, dataclasses.asdict(cfg), config_hash(input_fingerprint(inputs)), build,
+    stage = Stage(EXPERIMENT_STAGE, cfg.recorded(), config_hash(input_fingerprint(inputs)), build,
                   command=experiment_argv(inputs, out, cfg))
     run_stage(exp, stage, force)
     return results or load_json(exp.path(RESULTS))
