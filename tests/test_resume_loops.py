@@ -151,7 +151,7 @@ def make_run_dir(tmp: Path) -> Path:
 
     corpus = make_corpus(tmp / "c.jsonl", {"cooking": 45, "astronomy": 30, "finance": 16, "sailing": 10})
     assert main(["run", str(corpus), "--out", str(tmp / "run"), "--embedder", "hashing", "--k", "4", "--epochs", "1",
-                 "-q"]) == 0
+                 "--budget-unit", "docs", "-q"]) == 0
     return tmp / "run"
 
 
