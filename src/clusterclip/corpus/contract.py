@@ -263,10 +263,25 @@ def in_index_order(rows: pa.Table, index: np.ndarray, folder: Path, rebuild: str
     return rows.drop_columns(["index"])
 
 
-class CorpusIndex:
-    """Where each document lives: the corpus parts with their row groups' first rows, from metadata."""
+def row_columns(pf: pq.ParquetFile, records: bool) -> list[str]:
+    """The columns a consumer of whole rows reads of a part: index, id, text and, with ``records``, the ``record``
+    column when the part has one (:func:`with_records` adds it to a part of plain text)."""
+    return ["index", "id", "text", *([RECORD_COLUMN] if records and RECORD_COLUMN in pf.schema_arrow.names else [])]
 
-    def __init__(self, run: RunDir) -> None:
+
+def with_records(table: pa.Table, records: bool) -> pa.Table:
+    """``table`` with a null ``record`` column when ``records`` asks for one and its part had none (plain text)."""
+    if not records or RECORD_COLUMN in table.column_names:
+        return table
+    return table.append_column(RECORD_COLUMN, pa.nulls(table.num_rows, pa.string()))
+
+
+class CorpusIndex:
+    """Where each document lives: the corpus parts with their row groups' first rows, from metadata; with
+    ``records``, :meth:`gather` also reads each document's conversation record (null for plain text)."""
+
+    def __init__(self, run: RunDir, records: bool = False) -> None:
+        self.records = records
         self.parts = corpus_parts(run)
         if not self.parts:
             raise StaleArtifactError(f"{run.path(CORPUS_DIR)}: no {CORPUS_PART_GLOB} files; rebuild the corpus "
@@ -280,7 +295,7 @@ class CorpusIndex:
             pf = open_part(part)
             md = pf.metadata
             names = pf.schema_arrow.names
-            cols = [names.index(c) for c in ("id", "text")]
+            cols = [names.index(c) for c in row_columns(pf, records)[1:]]
             rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             self.rg_starts.append(start + np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
             self.rg_bytes += [sum(md.row_group(g).column(c).total_uncompressed_size for c in cols)
@@ -303,7 +318,8 @@ class CorpusIndex:
         return [open_part(p) for p in self.parts]
 
     def gather(self, docs: np.ndarray) -> pa.Table:
-        """``id`` and ``text`` of ``docs`` (sorted, distinct indices), reading only the row groups holding them."""
+        """``id`` and ``text`` (and ``record``) of ``docs`` (sorted, distinct indices), reading only the row groups
+        holding them."""
         tables = []
         for pf, starts in zip(self.files, self.rg_starts, strict=True):
             lo, hi = np.searchsorted(docs, [starts[0], starts[-1]])
@@ -315,7 +331,8 @@ class CorpusIndex:
             sizes = starts[groups + 1] - starts[groups]
             first = np.zeros(len(starts) - 1, np.int64)
             first[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
+            table = with_records(pf.read_row_groups(groups.tolist(), columns=row_columns(pf, self.records)),
+                                 self.records)
             tables.append(self.checked(table.take(pa.array(first[rg] + mine - starts[rg])), mine))
         return pa.concat_tables(tables)
 

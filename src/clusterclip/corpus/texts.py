@@ -60,6 +60,12 @@ class Parts:
         return [text if record is None else self._part(record, text)
                 for text, record in zip(texts, records, strict=True)]
 
+    def turns(self, record: str) -> list[tuple[str, str]] | None:
+        """The turns of a record as the reader saw them (None: plain text or a template, not a conversation)."""
+        fields = json.loads(record)
+        kind = kind_of(fields, self.kind, self.text_field)
+        return None if kind is None or kind.name == "template" else kind.turns(fields, self.template)
+
     def _part(self, record: str, text: str) -> str:
         fields = json.loads(record)
         kind = kind_of(fields, self.kind, self.text_field)
