@@ -4,6 +4,7 @@ template and ``--assistant-only-loss`` writes the loss mask, in every tokenized 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -28,6 +29,10 @@ from clusterclip.torch import load_plan
 from tests.chat_records import CHAT_TEMPLATE, minilm_tokenizer, read_records, write_chat
 
 PLAN = PlanConfig(strategy="clusterclip", max_repeat=3, epochs=2)
+
+
+def _flat(rows: list[list[int]]) -> list[int]:
+    return list(itertools.chain.from_iterable(rows))
 
 
 def _jsonl(folder):
@@ -149,10 +154,10 @@ def test_tokenized_exports_apply_the_chat_template_and_write_the_loss_mask(tmp_p
     export_plan(run, PLAN.name(), tmp_path / "packed", fmt="parquet", tokenizer=str(folder), assistant_only_loss=True,
                 seq_len=16)
     packed = pq.read_table(sorted((tmp_path / "packed").glob("*.parquet"))[0])
-    flat_ids, flat_masks = sum(ids, []), sum(masks, [])
+    flat_ids, flat_masks = _flat(ids), _flat(masks)
     n = len(flat_ids) // 16 * 16
-    assert sum(packed.column("tokens").to_pylist(), []) == flat_ids[:n]
-    assert sum(packed.column("loss_mask").to_pylist(), []) == flat_masks[:n]
+    assert _flat(packed.column("tokens").to_pylist()) == flat_ids[:n]
+    assert _flat(packed.column("loss_mask").to_pylist()) == flat_masks[:n]
     monkeypatch.setattr(PlanStream, "bucketed", lambda self, memory_mb: True)
     export_plan(run, PLAN.name(), tmp_path / "b", fmt="parquet", tokenizer=str(folder), assistant_only_loss=True,
                 workers=2)
