@@ -179,6 +179,17 @@ def test_megatron_writes_the_loss_mask_as_a_second_indexed_dataset(tmp_path):
     assert [loss[i].tolist() for i in range(len(loss))] == masks and loss[0].dtype == np.uint8
 
 
+def test_litdata_yields_the_loss_mask_beside_the_tokens(tmp_path):
+    litdata = pytest.importorskip("litdata")
+    folder = minilm_tokenizer(tmp_path / "tok")
+    run, records = chat_run(tmp_path)
+    ids, masks = _templated(folder, records, load_plan(run.root, PLAN.name()).tolist())
+    export_plan(run, PLAN.name(), tmp_path / "lit", fmt="litdata", tokenizer=str(folder), assistant_only_loss=True)
+    items = list(litdata.StreamingDataset(input_dir=str(tmp_path / "lit"), shuffle=False))
+    assert [np.asarray(i["tokens"]).tolist() for i in items] == ids
+    assert [np.asarray(i["loss_mask"]).tolist() for i in items] == masks
+
+
 def test_a_tokenizer_without_a_chat_template_tokenizes_the_text_and_refuses_a_mask(tmp_path):
     folder = minilm_tokenizer(tmp_path / "tok", chat_template=None)
     run, _ = chat_run(tmp_path)
