@@ -66,8 +66,9 @@ def _resolves(dotted: str) -> bool:
 def test_the_imports_a_page_shows_work(page):
     pytest.importorskip("torch")
     for module, names in _imports(page):
-        if module.startswith(("clusterclip.torch.hf", "clusterclip.export.megatron_dataset")):
-            continue  # need transformers or megatron-core, imported by their own tests
+        if module.startswith(("clusterclip.torch.hf", "clusterclip.torch.sft",
+                              "clusterclip.export.megatron_dataset")):
+            continue  # need transformers, trl or megatron-core, imported by their own tests
         mod = importlib.import_module(module)
         missing = [n for n in names if not hasattr(mod, n) and not _resolves(f"{module}.{n}")]
         assert not missing, f"{page.name}: `from {module} import {', '.join(missing)}` fails"
@@ -77,7 +78,7 @@ def test_the_imports_a_page_shows_work(page):
 def test_the_names_a_page_mentions_exist(page):
     pytest.importorskip("torch")
     names = sorted(set(DOTTED.findall(page.read_text(encoding="utf-8"))))
-    skip = ("clusterclip.torch.hf", "clusterclip.export.megatron_dataset")
+    skip = ("clusterclip.torch.hf", "clusterclip.torch.sft", "clusterclip.export.megatron_dataset")
     unknown = [n for n in names if not n.startswith(skip) and not n.endswith(FILES) and not _resolves(n)]
     assert not unknown, f"{page.name} names what does not exist: {unknown}"
 
@@ -187,6 +188,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     import pyarrow.parquet as pq
 
     from clusterclip.store import load_npy
+    from tests.chat_records import write_chat
     from tests.test_cli import make_corpus
 
     root = tmp_path_factory.mktemp("readme")
@@ -203,12 +205,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     pq.write_table(table.slice(0, 80), inputs / "data" / "web.parquet")
     pq.write_table(table.slice(0, 60), inputs / "shared" / "corpus" / "part-0.parquet")
     pq.write_table(table.slice(0, 60).rename_columns(["id", "content", "domain"]), inputs / "data.parquet")
+    write_chat(inputs / "chat.jsonl", 200)
     full = root / "full"
     shutil.copytree(inputs, full)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(full)
         assert main(["run", *sorted(glob.glob("data/*.jsonl.gz")), "--out", "runs/web", "--keep-fields", "domain",
                      "--quality-scorer", "heuristic", "-q"]) == 0
+        assert main(["run", "chat.jsonl", "--out", "runs/chat", "-q"]) == 0
         assert main(["dedup", "runs/web", "-q"]) == 0
     plan = "clusterclip-R4-tokens-B2epochs-s0"
     length = len(load_npy(full / "runs/web/plans" / plan / "plan.npy"))

@@ -357,7 +357,8 @@ def test_only_runtime_settings_leave_the_results_hash_alone() -> None:
     assert gpu.results_hash() != base.results_hash()
     assert dataclasses.replace(base, **{**runtime, "device": "cuda:1"}).results_hash() == gpu.results_hash()
     changed = dict(docs=500, max_words=60, heldout=0.3, split_seed=1, text_field="body", group_field="source",
-                   embedder="hashing", k=12, passes=5.0, tau=0.7, curve_docs=50, small_clusters=0.3)
+                   embedder="hashing", k=12, passes=5.0, tau=0.7, curve_docs=50, small_clusters=0.3,
+                   objective="sft")
     top = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(RUNTIME_FIELDS) - {"model", "train"}
     assert set(changed) == top
     for name, value in changed.items():

@@ -102,14 +102,15 @@ def _process(rank: int, world_size: int, job: dict[str, Any]) -> None:
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     AcceleratorState._reset_state(True)  # forked from pytest: forget its single-process state
     PartialState._reset_state()
-    _train(job, rank)
+    job.get("train", _train)(job, rank)
 
 
 def run_trainer(processes: int, **job: Any) -> list[list[int]]:
-    """Train on ``processes`` processes; the global order trained, micro-step by micro-step, rank by rank."""
+    """Train on ``processes`` processes (``job["train"]``: the function training one, default :func:`_train`); the
+    global order trained, micro-step by micro-step, rank by rank."""
     job = {"resume": None, "port": _free_port(), **job}
     if processes == 1:
-        _train(job)
+        job.get("train", _train)(job)
     else:
         torch.multiprocessing.start_processes(_process, args=(processes, job), nprocs=processes, start_method="fork")
     logs = [json.loads(Path(f"{job['out']}/trained.rank{r}.json").read_text()) for r in range(processes)]

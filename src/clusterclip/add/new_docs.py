@@ -3,7 +3,9 @@ the run's and each other's."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,23 +60,38 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
                         make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
                         field_names=opts.field_names, scorer=SCORERS.get(base.config.get("quality_scorer") or ""))
-    stats, ids, ends, pos, seen, n_read, within = ReadStats(), [], [], [], set(), 0, 0
+    stats, ids, ends, pos, seen, n_read, within, kinds = ReadStats(), [], [], [], set(), 0, 0, Counter()
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:
             for batch in read_unit(unit, opts, stats):
                 keep, repeated = _unseen(batch, known, seen)
                 within += repeated
-                kept = DocBatch([batch.ids[i] for i in keep], [batch.texts[i] for i in keep],
-                                [batch.groups[i] for i in keep], [batch.fields[i] for i in keep])
+                kept = _kept(batch, keep)
+                kinds.update(kept.kinds or {"text": len(kept)})
                 writer.add(kept)
                 ids.extend(kept.ids)
-                pos.extend(n_read + i for i in keep)
+                pos.extend(n_read + i for i in kept.read)
                 n_read += len(batch)
                 bar.update(len(batch))
             ends.append(n_read)
+    stats.kinds = kinds  # the documents kept, not those skipped as already in the run
     read = writer.finish(stats)
     return NewDocs(read.parts, read.tokens, ids, ends, stats, read.groups, np.asarray(pos, np.int64),
                    n_read - len(ids), within)
+
+
+@dataclass
+class _Kept(DocBatch):
+    read: list[int] = field(default_factory=list)
+    """The positions in the batch read of the documents kept."""
+
+
+def _kept(batch: DocBatch, keep: list[int]) -> _Kept:
+    """The documents ``keep`` of ``batch``, with their fields and, for conversations, their records and kinds."""
+    whole = len(batch.records) == len(batch)
+    return _Kept([batch.ids[i] for i in keep], [batch.texts[i] for i in keep], [batch.groups[i] for i in keep],
+                 [batch.fields[i] for i in keep], [batch.records[i] for i in keep] if whole else [],
+                 [batch.kinds[i] for i in keep] if whole else [], keep)
 
 
 def _unseen(batch: DocBatch, known: np.ndarray | None, seen: set[int]) -> tuple[list[int], int]:

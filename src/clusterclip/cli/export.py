@@ -22,13 +22,16 @@ def add_export_parser(sub: Any) -> argparse.ArgumentParser:
                 ("clusterclip export runs/web --format parquet --dest shards/",
                  "clusterclip export runs/web --format megatron --tokenizer t.json --append-eos --dest meg/",
                  "clusterclip export runs/web --format litdata --tokenizer gpt2 --seq-len 2048 --dest lit/",
-                 "clusterclip export runs/web --plan NAME --blend --format megatron --tokenizer t.json --dest b/"),
+                 "clusterclip export runs/web --plan NAME --blend --format megatron --tokenizer t.json --dest b/",
+                 "clusterclip export runs/chat --plan NAME --format hf --dest sft/   # the chat records, kept",
+                 "clusterclip export runs/chat --format litdata --tokenizer tok/ --assistant-only-loss --dest l/"),
                 run_dir="run directory with at least one plan")
     p.add_argument("--plan", default=None, help="plan name under plans/ (default: the only plan)")
     p.add_argument("--dest", "--out", action=Renamed, old=("--out",), required=True, metavar="DIR",
                    help="output folder: missing, empty, or this plan's own earlier export")
     flags = {"action": "store_true"}
-    add_arguments(p, ExportConfig, overrides={"append_eos": flags, "blend": flags})
+    add_arguments(p, ExportConfig, overrides={"append_eos": flags, "blend": flags, "assistant_only_loss": flags,
+                                              "keep_record": {"action": argparse.BooleanOptionalAction}})
     add_engine(p.add_argument_group("engine (the one-pass export of a corpus over --memory-mb)"))
     add_common(p)
     return p

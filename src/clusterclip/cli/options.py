@@ -26,7 +26,7 @@ from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
 from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
 
-EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device")
+EMBED_FIELDS = ("embedder", "batch_size", "shard_size", "device", "embed_part")
 SECTIONS: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
 """Nested configurations of :class:`ExperimentConfig`, by field name (``train.lr`` is TrainConfig's ``lr``)."""
 

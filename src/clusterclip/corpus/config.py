@@ -17,8 +17,9 @@ class CorpusConfig(ReadOptions):
     API_ARGUMENT = "corpus"
 
     tokenizer: str | None = setting(None, check=optional(is_text),
-                                    help="Hugging Face tokenizer name or path for token counts (default: a "
-                                         "word/punctuation regex count)")
+                                    help="Hugging Face tokenizer name or path for token counts; conversations "
+                                         "are counted through its chat template when it has one, else as their "
+                                         "text (default: a word/punctuation regex count)")
     min_words: int = setting(25, check=at_least(1), help="words a docstring needs to join the default corpus")
     quality_scorer: str | None = setting(
         None, check=optional(one_of(SCORERS)),
@@ -40,6 +41,6 @@ class CorpusConfig(ReadOptions):
         return tuple(field_spec(f)[0] for f in self.stored_fields())
 
 
-CORPUS_FIELDS = ("text_field", "id_field", "group_field", "keep_fields", "split", "on_bad_record", "tokenizer",
-                 "quality_scorer")
+CORPUS_FIELDS = ("text_field", "record_kind", "text_template", "id_field", "group_field", "keep_fields", "split",
+                 "on_bad_record", "tokenizer", "quality_scorer")
 """The settings of :class:`CorpusConfig` that are options of ``clusterclip embed`` and ``run``."""

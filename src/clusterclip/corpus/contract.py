@@ -12,7 +12,6 @@ import dataclasses
 import fnmatch
 import functools
 import itertools
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip.corpus.kinds import PARTS as PARTS
+from clusterclip.corpus.texts import RECORD_COLUMN as RECORD_COLUMN
+from clusterclip.corpus.texts import Parts as Parts
+from clusterclip.corpus.texts import TextReader as TextReader
+from clusterclip.corpus.texts import open_part as open_part
+from clusterclip.corpus.texts import sample_texts as sample_texts
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
 from clusterclip.store.record import StageRecord
@@ -41,9 +46,6 @@ CORPUS_SCHEMA = pa.schema([("index", pa.int64()), ("id", pa.string()), ("text", 
                            ("n_tokens", pa.int64()), ("group", pa.string())])
 """Columns of a corpus part: global document index, id, text, token count, ground-truth group (or null); then one
 ``field:<name>`` column (text, null: missing) per kept field (``--keep-fields``)."""
-RECORD_COLUMN = "record"
-"""A part's documents of a conversation kind (``--record-kind``): each one's input record as JSON (null for plain
-text; a part without such documents has no such column)."""
 FIELD_COLUMN = "field:"
 FIELDS_DIR = "fields"
 """``fields/<name>.npy`` (float64, NaN: missing; or int32 codes, -1: missing) and ``fields/<name>.json`` (its kind
@@ -156,12 +158,6 @@ class CorpusRecord(StageRecord):
         return [*base, *(h for a in self.additions or () for h in a.get("input_hashes", a.get("inputs", [])))]
 
 
-def open_part(path: str | os.PathLike[str]) -> pq.ParquetFile:
-    """Open a corpus part (or any Parquet file) for streaming. Pre-buffering is off: pyarrow's default
-    pre-buffers every requested column chunk of the file, so iterating a file would hold all of it in memory."""
-    return pq.ParquetFile(path, pre_buffer=False)
-
-
 def corpus_parts(run: RunDir) -> list[Path]:
     """The corpus parts of a run directory, in index order: those its corpus record lists, or, without a
     record, every ``corpus/part-*.parquet``."""
@@ -219,71 +215,6 @@ def load_tokens(run: RunDir, mmap: bool = True) -> np.ndarray:
     return load_npy(run.path(TOKENS), mmap=mmap)
 
 
-class TextReader:
-    """Texts of the corpus parts in document order, from row ``start``, handed out ``take(k)`` at a time.
-
-    Whole row groups before ``start`` are skipped without being read.
-    """
-
-    def __init__(self, parts: Sequence[Path], start: int = 0, read_rows: int = 8192) -> None:
-        self._batches = self._iter(parts, start, read_rows)
-        self._buf: list[str] = []
-        self._pos = 0
-
-    @staticmethod
-    def _iter(parts: Sequence[Path], skip: int, read_rows: int) -> Iterator[list[str]]:
-        for part in parts:
-            pf = open_part(part)
-            for rg in range(pf.num_row_groups):
-                rg_rows = pf.metadata.row_group(rg).num_rows
-                if skip >= rg_rows:
-                    skip -= rg_rows
-                    continue
-                for batch in pf.iter_batches(batch_size=read_rows, row_groups=[rg], columns=["text"]):
-                    texts = [t if t is not None else "" for t in batch.column(0).to_pylist()]
-                    if skip:
-                        texts, skip = texts[skip:], max(0, skip - len(texts))
-                    if texts:
-                        yield texts
-
-    def take(self, k: int) -> list[str]:
-        while len(self._buf) - self._pos < k:
-            try:
-                more = next(self._batches)
-            except StopIteration:
-                raise ClusterClipError("corpus parts hold fewer rows than their metadata says; "
-                                       "re-run the corpus stage") from None
-            self._buf = self._buf[self._pos:] + more
-            self._pos = 0
-        out = self._buf[self._pos:self._pos + k]
-        self._pos += k
-        return out
-
-
-def sample_texts(parts: Sequence[Path], n_docs: int, size: int, seed: int) -> list[str]:
-    """The texts of a seeded uniform sample of ``min(size, n_docs)`` documents, in document order.
-
-    Only the row groups holding sampled rows are read, one at a time, and only the sampled texts become
-    Python strings: at 10^6 documents and more the sample costs a fraction of a pass over the corpus.
-    """
-    rows = np.sort(np.random.default_rng(seed).choice(n_docs, size=min(size, n_docs), replace=False))
-    out: list[str] = []
-    first = 0
-    for part in parts:
-        pf = open_part(part)
-        sizes = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
-        starts = first + np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-        for g in range(len(sizes)):
-            lo, hi = np.searchsorted(rows, [starts[g], starts[g + 1]])
-            if hi > lo:
-                texts = pf.read_row_group(g, columns=["text"]).column(0)
-                out.extend(texts.take(pa.array(rows[lo:hi] - starts[g])).to_pylist())
-        first = int(starts[-1])
-    if len(out) != rows.size:
-        raise ClusterClipError(f"corpus parts hold {first} documents, expected {n_docs}; rebuild the corpus")
-    return out
-
-
 def same_content(entry: dict[str, Any], known: dict[str, Any]) -> bool:
     """Whether the input file of fingerprint ``entry`` still holds the bytes of the recorded ``known`` entry:
     same size and modification time, or (a rewrite or a copy) the same SHA-256."""
@@ -332,10 +263,25 @@ def in_index_order(rows: pa.Table, index: np.ndarray, folder: Path, rebuild: str
     return rows.drop_columns(["index"])
 
 
-class CorpusIndex:
-    """Where each document lives: the corpus parts with their row groups' first rows, from metadata."""
+def row_columns(pf: pq.ParquetFile, records: bool) -> list[str]:
+    """The columns a consumer of whole rows reads of a part: index, id, text and, with ``records``, the ``record``
+    column when the part has one (:func:`with_records` adds it to a part of plain text)."""
+    return ["index", "id", "text", *([RECORD_COLUMN] if records and RECORD_COLUMN in pf.schema_arrow.names else [])]
 
-    def __init__(self, run: RunDir) -> None:
+
+def with_records(table: pa.Table, records: bool) -> pa.Table:
+    """``table`` with a null ``record`` column when ``records`` asks for one and its part had none (plain text)."""
+    if not records or RECORD_COLUMN in table.column_names:
+        return table
+    return table.append_column(RECORD_COLUMN, pa.nulls(table.num_rows, pa.string()))
+
+
+class CorpusIndex:
+    """Where each document lives: the corpus parts with their row groups' first rows, from metadata; with
+    ``records``, :meth:`gather` also reads each document's conversation record (null for plain text)."""
+
+    def __init__(self, run: RunDir, records: bool = False) -> None:
+        self.records = records
         self.parts = corpus_parts(run)
         if not self.parts:
             raise StaleArtifactError(f"{run.path(CORPUS_DIR)}: no {CORPUS_PART_GLOB} files; rebuild the corpus "
@@ -349,7 +295,7 @@ class CorpusIndex:
             pf = open_part(part)
             md = pf.metadata
             names = pf.schema_arrow.names
-            cols = [names.index(c) for c in ("id", "text")]
+            cols = [names.index(c) for c in row_columns(pf, records)[1:]]
             rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
             self.rg_starts.append(start + np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
             self.rg_bytes += [sum(md.row_group(g).column(c).total_uncompressed_size for c in cols)
@@ -372,7 +318,8 @@ class CorpusIndex:
         return [open_part(p) for p in self.parts]
 
     def gather(self, docs: np.ndarray) -> pa.Table:
-        """``id`` and ``text`` of ``docs`` (sorted, distinct indices), reading only the row groups holding them."""
+        """``id`` and ``text`` (and ``record``) of ``docs`` (sorted, distinct indices), reading only the row groups
+        holding them."""
         tables = []
         for pf, starts in zip(self.files, self.rg_starts, strict=True):
             lo, hi = np.searchsorted(docs, [starts[0], starts[-1]])
@@ -384,7 +331,8 @@ class CorpusIndex:
             sizes = starts[groups + 1] - starts[groups]
             first = np.zeros(len(starts) - 1, np.int64)
             first[groups] = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            table = pf.read_row_groups(groups.tolist(), columns=["index", "id", "text"])
+            table = with_records(pf.read_row_groups(groups.tolist(), columns=row_columns(pf, self.records)),
+                                 self.records)
             tables.append(self.checked(table.take(pa.array(first[rg] + mine - starts[rg])), mine))
         return pa.concat_tables(tables)
 

@@ -61,7 +61,13 @@ def grow_corpus_record(run: RunDir, growth: Growth) -> CorpusRecord:
         groups=dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         inputs=[*base.inputs, *journal["fingerprint"]],
         additions=[*(base.additions or []), entry], regrow=[*(base.regrow or []), journal["command"]],
-        **({"fields": new.fields} if base.fields else {}))
+        **({"fields": new.fields} if base.fields else {}), **_kinds(base, new))
+
+
+def _kinds(base: CorpusRecord, new: NewDocs) -> dict[str, Any]:
+    """The record's ``kinds`` after the add: the documents of each record kind, when some are conversations."""
+    kinds = Counter(base.kinds or {"text": base.count}) + new.stats.kinds
+    return {"kinds": dict(kinds)} if set(kinds) - {"text"} else {}
 
 
 __all__ = ["REGROW", "NewDocs", "grow_corpus_record"]

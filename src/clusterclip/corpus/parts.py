@@ -52,7 +52,7 @@ class PartWriter:
     fewer), indexed from ``first_index`` (``clusterclip add`` continues after the corpus), and keeps what
     the stage record needs: token counts, id hashes, groups."""
 
-    def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[list[str]], np.ndarray],
+    def __init__(self, root: Path, name: Callable[[int], str], count_tokens: Callable[[DocBatch], np.ndarray],
                  part_rows: int, first_index: int = 0, ids: IdSpill | None = None,
                  field_names: Sequence[str] = (), scorer: Callable[[list[str]], np.ndarray] | None = None) -> None:
         self.root, self.name, self.count_tokens, self.part_rows = root, name, count_tokens, part_rows
@@ -70,7 +70,7 @@ class PartWriter:
         self._pending_rows = 0
 
     def add(self, batch: DocBatch) -> None:
-        tokens = self.count_tokens(batch.texts)
+        tokens = self.count_tokens(batch)
         start = self.first_index + self.n
         kept = [pa.array(list(col), pa.string()) for col in _columns(batch.fields, len(self.field_names), len(batch))]
         if self.scorer is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from clusterclip.corpus import limits
-from clusterclip.corpus.kinds import KINDS, RECORD_KINDS, KindError, RecordKind, template_fields, text_of
+from clusterclip.corpus.kinds import KINDS, RECORD_KINDS, KindError, kind_of, template_fields, text_of
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.settings import Settings, is_text, option, optional, setting
 
@@ -248,7 +248,7 @@ def column_records(source: str, cols: dict[str, list], before: int,
 
 def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc: int | None) -> Document:
     """``(id, text, group)`` of a record of named fields, as ``opts`` names them."""
-    kind = _kind_of(record, opts)
+    kind = kind_of(record, opts.kind, opts.text_field)
     kept = tuple(field_text(record.get(name), name, source, loc) for name in opts.field_names)
     if kind is None:
         text = _text_of(record, opts, source, loc)
@@ -259,16 +259,6 @@ def record_document(record: dict[str, Any], opts: ReadOptions, source: str, loc:
         raise BadRecordError(source, loc, f"{kind.name} record: {exc}") from None
     whole = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
     return _id_of(record, opts, source, loc), text, _group_of(record, opts), kept, whole, kind.name
-
-
-def _kind_of(record: dict[str, Any], opts: ReadOptions) -> type[RecordKind] | None:
-    """The conversation kind of ``record`` (None: plain text, ``--text-field``)."""
-    kind = opts.kind
-    if kind == "text" or (kind == "auto" and opts.text_field in record):
-        return None
-    if kind != "auto":
-        return KINDS[kind]
-    return next((k for k in KINDS.values() if k.detect(record)), None)
 
 
 def field_text(value: Any, name: str, source: str, loc: int | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusterclip.corpus.contract import PARTS
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, DEFAULT_SHARD_SIZE, EMBEDDERS, default_batch_sizes
 from clusterclip.settings import Settings, at_least, is_text, optional, setting
 
@@ -21,9 +22,14 @@ class EmbedConfig(Settings):
     shard_size: int = setting(DEFAULT_SHARD_SIZE, check=at_least(1), flag="--embed-shard-size",
                               help="embeddings per shard file (export's --shard-size is rows per export shard)")
     device: str = setting("cpu", check=is_text, help="torch device of the minilm encoder (cpu, cuda)")
+    embed_part: str = setting("all", choices=PARTS,
+                              help="what of a conversation record is embedded: every turn (as the ClusterClip "
+                                   "authors embed prompt and output), the prompt (system and user turns), the "
+                                   "response (assistant turns) or the last user turn; a plain-text document, or a "
+                                   "conversation without that part, is embedded whole")
     extra: dict[str, Any] = field(default_factory=dict)
 
     def command_fields(self) -> list[str]:
-        """The settings a rebuild command names: the embedder, the shard size, and what else changes this
-        embedder's vectors (its ``COMMAND_FLAGS``)."""
-        return ["embedder", "shard_size", *EMBEDDERS[self.embedder].COMMAND_FLAGS]
+        """The settings a rebuild command names: the embedder, the shard size, the part embedded, and what
+        else changes this embedder's vectors (its ``COMMAND_FLAGS``)."""
+        return ["embedder", "shard_size", "embed_part", *EMBEDDERS[self.embedder].COMMAND_FLAGS]

@@ -49,8 +49,9 @@ def model_dir(embedder: str) -> str:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EmbedRecord(StageRecord):
     """``embed.json``. ``config`` holds the embedder's full configuration (``config["embedder"]``, with its
-    ``name``) and the shard size; ``shards`` lists every shard file, its rows and (runs of this version) its
-    ``confidence`` file, in document order; ``confidence`` summarises the documents' coverage."""
+    ``name``), the shard size and, when not ``all``, the ``part`` of conversation records embedded (``--embed-part``);
+    ``shards`` lists every shard file, its rows and (runs of this version) its ``confidence`` file, in document
+    order; ``confidence`` summarises the documents' coverage."""
 
     NAME: ClassVar[str] = EMBED_STAGE
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "embed", "INPUT...", "--out", RUN)
@@ -73,6 +74,11 @@ class EmbedRecord(StageRecord):
     @property
     def shard_size(self) -> int:
         return int(self.config["shard_size"])
+
+    @property
+    def part(self) -> str:
+        """What of a conversation record was embedded (``--embed-part``; ``all`` when the config does not say)."""
+        return str(self.config.get("part", "all"))
 
     def shard_files(self) -> list[str]:
         """The shard files (run-relative), in document order."""

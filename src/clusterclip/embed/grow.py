@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord, Parts
 from clusterclip.embed.contract import (
     EMBED_STAGE,
     EmbedRecord,
@@ -25,15 +25,16 @@ from clusterclip.store.lineage import REGROW
 def embed_new(run: RunDir, base: EmbedRecord, new_parts: Sequence[str], n_new: int,
               progress: bool) -> list[dict[str, Any]]:
     """Embed the new documents (the corpus parts ``new_parts``) into shards after the existing ones, with the
-    recorded embedder; returns the new shards' entries."""
+    recorded embedder and part of conversations; returns the new shards' entries."""
     emb = run_embedder(run)
     if emb.config() != base.embedder_config:
         raise ClusterClipError(f"{run.root}: cannot rebuild the embed stage's embedder ({emb.name}) with the "
                                "recorded options; embed the whole corpus again instead of adding to it")
     first = len(base.shards)
     shards = []
+    texts = Parts(base.part, CorpusRecord.require(run, verify=False).config)
     with progress_bar(f"add: embed ({emb.name})", "doc", n_new, progress) as bar:
-        blocks = encode_shards(emb, [run.path(p) for p in new_parts], 0, base.shard_size, n_new, bar)
+        blocks = encode_shards(emb, [run.path(p) for p in new_parts], 0, base.shard_size, n_new, bar, texts)
         for i, (shard, conf) in enumerate(blocks):
             entry = write_shard(run, first + i, shard, conf)
             shards.append({k: entry[k] for k in ("file", "rows", "confidence")})

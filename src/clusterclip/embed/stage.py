@@ -13,6 +13,7 @@ import numpy as np
 from clusterclip.corpus.contract import (
     CORPUS_STAGE,
     CorpusRecord,
+    Parts,
     TextReader,
     corpus_parts,
     count_rows,
@@ -102,11 +103,11 @@ Shard = tuple[np.ndarray, np.ndarray]
 
 
 def encode_shards(emb: Embedder, parts: Sequence[Path], first_shard: int, shard_size: int, n_docs: int,
-                  bar: Any) -> Iterator[Shard]:
+                  bar: Any, texts: Parts | None = None) -> Iterator[Shard]:
     """Encode the shards from ``first_shard`` on in this process (``shard_size`` rows but the last); ``bar``
-    advances with every encoder batch."""
+    advances with every encoder batch; ``texts``: the part of each conversation embedded (``--embed-part``)."""
     chunk_rows = _chunk_rows(emb, shard_size)
-    reader = TextReader(parts, first_shard * shard_size)
+    reader = TextReader(parts, first_shard * shard_size, parts=texts)
     for start in range(first_shard * shard_size, n_docs, shard_size):
         rows = min(shard_size, n_docs - start)
         shard = np.empty((rows, emb.dim), dtype=np.float16)
@@ -157,29 +158,36 @@ def embed_stage(
         config.embedder, batch_size=config.batch_size, device=config.device, progress=progress, **config.extra)
     shard_size = config.shard_size
     inputs_hash = run.output_hash(CORPUS_STAGE)
-    cfg = {"embedder": emb.config(), "shard_size": shard_size}
+    # the part joins the settings only when it is not the default, so runs embedded before it stay fresh
+    cfg = {"embedder": emb.config(), "shard_size": shard_size,
+           **({"part": config.embed_part} if config.embed_part != "all" else {})}
     model = cfg["embedder"].get("model", emb.name)
     corpus = CorpusRecord.require(run, verify=False)
+    texts = Parts(config.embed_part, corpus.config)
+    if not texts.whole and engine == "ray":
+        raise ClusterClipError(f"--embed-part {config.embed_part} reads the records of the corpus parts, which the "
+                               "ray engine's reader does not: embed with --engine local")
     stage = Stage(EMBED_STAGE, cfg, inputs_hash, reads={CORPUS_STAGE: None},
-                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job),
+                  build=lambda job: _build_embeddings(run, emb, model, shard_size, engine, progress, job, texts),
                   command=command or corpus.command or (), record=EmbedRecord)
     with disk_full_at(run.path(EMBED_DIR), kept="finished shards are kept and the next run resumes after them"):
         return run_stage(run, stage, force)
 
 
 def _build_embeddings(run: RunDir, emb: Embedder, model: str, shard_size: int, engine: str, progress: bool,
-                      job: Job) -> Built:
+                      job: Job, texts: Parts) -> Built:
     """Encode every shard not reusable from an interrupted build, listing each in the progress file as
     soon as it is in place; remove shards of an earlier, longer corpus."""
     parts = corpus_parts(run)
     n_docs = count_rows(parts)
     state = _start_progress(run, job, shard_size, n_docs)
-    model_files = _fit_model(run, emb, parts, n_docs, state) if isinstance(emb, FittedEmbedder) else []
+    model_files = _fit_model(run, emb, parts, n_docs, state, texts) if isinstance(emb, FittedEmbedder) else []
     model = getattr(emb, "model_name", None) or model
     done = state["shards"]
     first = len(done)
     bar = progress_bar(f"embed ({emb.name}, {engine})", "doc", n_docs, progress, initial=first * shard_size)
-    shards = (_ray_shards if engine == "ray" else encode_shards)(emb, parts, first, shard_size, n_docs, bar)
+    shards = _ray_shards(emb, parts, first, shard_size, n_docs, bar) if engine == "ray" else \
+        encode_shards(emb, parts, first, shard_size, n_docs, bar, texts)
     with bar:
         for s, (shard, conf) in zip(range(first, -(-n_docs // shard_size)), shards, strict=True):
             done.append(write_shard(run, s, shard, conf))
@@ -208,7 +216,7 @@ def write_shard(run: RunDir, i: int, shard: np.ndarray, conf: np.ndarray) -> dic
 
 
 def _fit_model(run: RunDir, emb: FittedEmbedder, parts: Sequence[Path], n_docs: int,
-               state: dict[str, Any]) -> list[str]:
+               state: dict[str, Any], texts: Parts) -> list[str]:
     """Fit ``emb`` on a seeded sample of the corpus and save it under its ``MODEL_DIR`` (or, when resuming,
     load the model the reused shards were made with); returns the model's files for the stage record."""
     rels = [f"{emb.MODEL_DIR}/{f}" for f in emb.MODEL_FILES]
@@ -219,7 +227,7 @@ def _fit_model(run: RunDir, emb: FittedEmbedder, parts: Sequence[Path], n_docs: 
         return rels
     if n_docs < 2:
         raise ClusterClipError(f"the {emb.name} embedder needs at least 2 documents to fit, the corpus has {n_docs}")
-    emb.fit(sample_texts(parts, n_docs, emb.sample_size, emb.seed))
+    emb.fit(sample_texts(parts, n_docs, emb.sample_size, emb.seed, texts))
     emb.save(run.path(emb.MODEL_DIR))
     state["shards"] = []
     state["model"] = {r: file_digest(run.path(r)) for r in rels}

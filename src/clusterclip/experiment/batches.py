@@ -4,7 +4,8 @@ The plan the experiment built is replayed by :class:`~clusterclip.torch.ClusterC
 feeding a ``DataLoader`` over the training documents, one document per item; :class:`PlanBatches` lays the
 documents it yields back to back and cuts that token stream into batches of consecutive ``context``-token
 sequences. Sequence ``j`` predicts stream tokens ``j*context+1 .. (j+1)*context`` from the ones before, so
-the batches follow the plan order exactly. A plan whose stream is shorter than the steps need (token plans
+the batches follow the plan order exactly; a target outside the documents' ``mask`` (the prompts, under
+``--objective sft``) is ``-1``, no target. A plan whose stream is shorter than the steps need (token plans
 end on a document boundary) continues with its next epoch, the plan again from its start;
 ``wrapped_tokens`` counts those tokens. Documents are read only as the batches need them, so the sampler's
 state after training says how far the loop got, and an online run (:mod:`clusterclip.experiment.online`) can
@@ -111,16 +112,23 @@ class PlanBatches:
         size = self.batch_size * self.context
         pending: list[np.ndarray] = []
         clusters: list[np.ndarray] = []
+        masks: list[np.ndarray] = []
         held = 0
         for index, tokens in self._documents():
             pending.append(tokens)
             if self.labels is not None:
                 clusters.append(np.full(tokens.size, self.labels[index], np.int64))
+            if self.docs.mask is not None:
+                masks.append(self.docs.mask[self.docs.offsets[index]:self.docs.offsets[index + 1]])
             held += tokens.size
             while held > size:
                 stream = np.concatenate(pending)
                 x = stream[:size].reshape(self.batch_size, self.context)
                 y = stream[1:size + 1].reshape(self.batch_size, self.context)
+                if masks:  # a token outside the mask (a prompt's, --objective sft) is no target: -1
+                    scored = np.concatenate(masks)
+                    y = np.where(scored[1:size + 1].reshape(y.shape), y, -1)
+                    masks = [scored[size:]]
                 pending, held = [stream[size:]], held - size
                 if self.labels is not None:
                     ids = np.concatenate(clusters)

@@ -44,10 +44,13 @@ DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "spl
                "k")
 SAMPLING_FIELDS = ("strategies", "quality_scorer", "passes", "max_repeats", "duplicates", "tau", "online_updates",
                    "seeds")
-MEASURING_FIELDS = ("curve_docs", "small_clusters", "device", "threads")
+MEASURING_FIELDS = ("objective", "curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
 and measuring; ``tune`` takes data and the proxy runs' settings (its grid replaces the strategies)."""
+OBJECTIVES = ("lm", "sft")
+"""What a proxy learns and is scored on: the next token of whole documents (``lm``), or the responses of
+conversation records (``sft``, :mod:`clusterclip.experiment.sft`)."""
 MIN_BPE_VOCAB = 300
 POSITIVE = between(0, math.inf)
 
@@ -165,6 +168,10 @@ class ExperimentConfig(Settings):
                                   help="online strategies: times the controller changes the weights over a run")
     seeds: tuple[int, ...] = setting((0, 1, 2), check=each(at_least(0), distinct=True), parse=_ints,
                                      help="seeds of plan and model initialisation, comma-separated")
+    objective: str = setting("lm", choices=OBJECTIVES,
+                             help="lm: train on every token and score held-out documents; sft: conversation "
+                                  "records (chat, sharegpt, alpaca, openorca), trained and scored on the response "
+                                  "tokens only, as supervised fine-tuning masks the prompt")
     curve_docs: int = setting(100, check=at_least(1), help="held-out documents scored at every curve point")
     small_clusters: float = setting(0.2, check=between(0, 1),
                                     help="fraction of clusters (the smallest) behind the small_* metrics")
@@ -180,6 +187,10 @@ class ExperimentConfig(Settings):
         if self.model.vocab_size < MIN_BPE_VOCAB:
             raise SettingsError("model.vocab_size", f"must be at least {MIN_BPE_VOCAB} for a byte-level BPE (256 "
                                 f"bytes, end-of-text and merges), got {self.model.vocab_size}", type(self))
+        online = [s for s in self.strategies if s in ONLINE_RULES]
+        if self.objective == "sft" and online:
+            raise SettingsError("strategies", f"{','.join(online)} steers on every token's loss; drop it under "
+                                "{objective} sft (its losses count the response tokens only)", type(self))
         sweeps = self._check_item_caps()
         if not sweeps:
             if set(self.duplicates) - {"none"}:
@@ -229,12 +240,20 @@ class ExperimentConfig(Settings):
 
         Which device is a runtime choice, but a GPU trains in bfloat16 autocast: its runs are hashed apart
         from CPU runs (whose hashes are unchanged by this), and any GPU reuses any other's."""
-        d = asdict(self)
+        d = self.recorded()
         for key in RUNTIME_FIELDS:
             d.pop(key)
         if self.device.startswith("cuda"):
             d["precision"] = "bfloat16-autocast"
         return config_hash(d)
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings as records and hashes hold them: ``objective`` only when not ``lm``, so experiments run
+        before it existed keep their hashes."""
+        d = asdict(self)
+        if d["objective"] == "lm":
+            del d["objective"]
+        return d
 
     def strategy_specs(self) -> list[dict[str, Any]]:
         """One entry per trained strategy: name and the :class:`PlanConfig` options it needs (files and plans that

@@ -96,11 +96,13 @@ def load_tokenizer(path: str | os.PathLike[str]) -> object:
 
 @dataclass
 class TokenizedDocs:
-    """Documents as one flat token array (each followed by EOS) plus ``offsets`` ``[N + 1]``."""
+    """Documents as one flat token array (each followed by EOS) plus ``offsets`` ``[N + 1]``; ``mask`` (bool, like
+    ``flat``; None: every token) marks the tokens that are targets of the loss (``--objective sft``: responses)."""
 
     flat: np.ndarray
     offsets: np.ndarray
     eos: int
+    mask: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -135,21 +137,22 @@ def encode_docs(tokenizer: object, texts: Sequence[str], batch: int = 1024) -> T
 # ------------------------------------------------------------------------------------------- streams
 
 
-def gather_stream(docs: TokenizedDocs, order: np.ndarray) -> np.ndarray:
-    """The token stream of ``order`` (document indices, repeats allowed): documents back to back."""
+def gather_stream(docs: TokenizedDocs, order: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+    """The token stream of ``order`` (document indices, repeats allowed): documents back to back (``values``: an
+    array laid out like ``docs.flat``, such as its mask, gathered instead of the tokens)."""
     order = np.asarray(order, dtype=np.int64)
     lengths = docs.lengths[order]
     starts = docs.offsets[:-1][order]
     out_starts = np.cumsum(lengths) - lengths
     idx = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - out_starts, lengths)
-    return docs.flat[idx]
+    return (docs.flat if values is None else values)[idx]
 
 
 def select_docs(docs: TokenizedDocs, ids: np.ndarray) -> TokenizedDocs:
     """The documents ``ids`` (in that order) as a layout of their own."""
     lengths = docs.lengths[ids]
     return TokenizedDocs(gather_stream(docs, ids), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-                         docs.eos)
+                         docs.eos, None if docs.mask is None else gather_stream(docs, ids, docs.mask))
 
 
 @dataclass
@@ -166,7 +169,7 @@ def eval_windows(docs: TokenizedDocs, doc_ids: np.ndarray, context: int) -> Eval
 
     Document ``i`` is read as ``EOS, tokens..., EOS`` (the leading EOS is the end of whatever came
     before, as in training); its targets are its tokens and its final EOS, cut into consecutive
-    windows of ``context`` targets. Padding targets are ``-1``.
+    windows of ``context`` targets. Padding targets, and targets outside ``docs.mask``, are ``-1``.
     """
     doc_ids = np.asarray(doc_ids, dtype=np.int64)
     shifted = np.concatenate([[docs.eos], docs.flat]).astype(np.int64)
@@ -181,6 +184,7 @@ def eval_windows(docs: TokenizedDocs, doc_ids: np.ndarray, context: int) -> Eval
     mask = np.arange(context)[None, :] < valid[:, None]
     limit = shifted.size - 1
     inputs = shifted[np.minimum(pos, limit)]
-    targets = np.where(mask, shifted[np.minimum(pos + 1, limit)], -1)
+    scored = mask if docs.mask is None else mask & docs.mask[np.minimum(pos, docs.flat.size - 1)]  # flat[p]
+    targets = np.where(scored, shifted[np.minimum(pos + 1, limit)], -1)  # is shifted[p + 1]
     inputs = np.where(mask, inputs, docs.eos)
     return EvalWindows(inputs, targets, win_doc)

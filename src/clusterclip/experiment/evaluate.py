@@ -39,12 +39,17 @@ def doc_losses(model: GPT, windows: EvalWindows, n_docs: int, batch: int = 64,
 
 
 def unigram_doc_losses(train: TokenizedDocs, docs: TokenizedDocs, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-document loss of the add-one unigram model of the training tokens: the floor to beat."""
-    counts = np.bincount(train.flat, minlength=vocab_size).astype(np.float64) + 1.0
+    """Per-document loss of the add-one unigram model of the training tokens: the floor to beat (with a ``mask``,
+    of the masked tokens only: the responses' unigram model, scored on the responses)."""
+    seen = train.flat if train.mask is None else train.flat[train.mask]
+    counts = np.bincount(seen, minlength=vocab_size).astype(np.float64) + 1.0
     nll = -np.log(counts / counts.sum())
     doc_of_token = np.repeat(np.arange(len(docs)), docs.lengths)
-    sums = np.bincount(doc_of_token, weights=nll[docs.flat], minlength=len(docs))
-    return sums, docs.lengths.astype(np.float64)
+    if docs.mask is None:
+        return np.bincount(doc_of_token, weights=nll[docs.flat], minlength=len(docs)), docs.lengths.astype(np.float64)
+    scored = docs.mask.astype(np.float64)
+    return (np.bincount(doc_of_token, weights=nll[docs.flat] * scored, minlength=len(docs)),
+            np.bincount(doc_of_token, weights=scored, minlength=len(docs)))
 
 
 def group_losses(sums: np.ndarray, counts: np.ndarray, groups: np.ndarray) -> dict[Any, float]:

@@ -21,7 +21,8 @@ from clusterclip.cluster.contract import CENTROIDS, load_labels
 from clusterclip.cluster.kmeans import assign, fit_centroids
 from clusterclip.cluster.stage import cluster_stage
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import read_column
+from clusterclip.corpus.contract import CorpusRecord, read_column
+from clusterclip.corpus.kinds import text_of
 from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.dedup.config import DedupConfig
@@ -30,6 +31,7 @@ from clusterclip.dedup.stage import dedup_stage
 from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.registry import encode_texts
 from clusterclip.embed.stage import embed_stage
+from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.data import (
     TokenizedDocs,
@@ -40,6 +42,7 @@ from clusterclip.experiment.data import (
     stratified_split,
     train_tokenizer,
 )
+from clusterclip.experiment.sft import Turn, cut_turns, encode_turns, messages, record_turns
 from clusterclip.settings import SettingsError
 from clusterclip.stages import writing
 from clusterclip.store import RunDir, atomic_write, config_hash, load_npy
@@ -56,11 +59,20 @@ class Subset:
     texts: list[str]
     domains: list[str]
     has_domains: bool
+    turns: list[list[Turn]] | None = None
+    """``--objective sft``: each conversation's turns (cut), whose text is ``texts``."""
 
     def jsonl(self, rows: np.ndarray) -> str:
-        """The given rows as the JSON lines of a split file (id, text, domain)."""
-        return "".join(json.dumps({"id": self.ids[i], "text": self.texts[i], "domain": self.domains[i]},
+        """The given rows as the JSON lines of a split file (id, text or the conversation's messages, domain)."""
+        def body(i: int) -> dict[str, Any]:
+            return {"text": self.texts[i]} if self.turns is None else {"messages": messages(self.turns[i])}
+
+        return "".join(json.dumps({"id": self.ids[i], **body(i), "domain": self.domains[i]},
                                   ensure_ascii=False) + "\n" for i in rows)
+
+    def turns_of(self, rows: np.ndarray) -> list[list[Turn]] | None:
+        """The conversations of ``rows`` (None: not ``--objective sft``)."""
+        return None if self.turns is None else [self.turns[i] for i in rows]
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,8 @@ class Prepared:
     data: dict[str, Any]
     source: Path
     """The run directory of the input's corpus stage (its kept fields are what a stratified plan reads)."""
+    train_turns: list[list[Turn]] | None = None
+    heldout_turns: list[list[Turn]] | None = None
 
 
 def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
@@ -121,9 +135,13 @@ def prepare_data(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLik
             "heldout_near_train": int(near.sum())}
     if subset.has_domains:
         data["domains"] = _domain_sizes(train_dom, heldout_dom)
-    return Prepared(run, split_hash, read_column(run, "text"), [subset.texts[i] for i in ho],
+    train_texts = read_column(run, "text")
+    if len(train_texts) != tr.size:
+        raise ClusterClipError(f"{run.root}: the training split holds {len(train_texts)} documents, expected "
+                               f"{tr.size}; remove {data_dir} and run the experiment again")
+    return Prepared(run, split_hash, train_texts, [subset.texts[i] for i in ho],
                     train_dom if subset.has_domains else None, heldout_dom if subset.has_domains else None,
-                    labels, heldout_labels, near, data, source_dir)
+                    labels, heldout_labels, near, data, source_dir, subset.turns_of(tr), subset.turns_of(ho))
 
 
 @dataclass(frozen=True)
@@ -139,8 +157,10 @@ def tokenize(prep: Prepared, cfg: ExperimentConfig, path: Path, reuse: bool) -> 
     """Train the byte-level BPE on the training split (or load it, ``reuse``, so that the token ids of
     finished runs stay valid) and encode both splits."""
     tokenizer = load_tokenizer(path) if reuse else train_tokenizer(prep.train_texts, cfg.model.vocab_size, path)
-    return Tokenized(encode_docs(tokenizer, prep.train_texts), encode_docs(tokenizer, prep.heldout_texts),
-                     int(tokenizer.get_vocab_size()))  # type: ignore[attr-defined]
+    vocab = int(tokenizer.get_vocab_size())  # type: ignore[attr-defined]
+    if prep.train_turns is not None and prep.heldout_turns is not None:
+        return Tokenized(encode_turns(tokenizer, prep.train_turns), encode_turns(tokenizer, prep.heldout_turns), vocab)
+    return Tokenized(encode_docs(tokenizer, prep.train_texts), encode_docs(tokenizer, prep.heldout_texts), vocab)
 
 
 def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg: ExperimentConfig,
@@ -156,8 +176,15 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
         raise SettingsError("docs", f"gives {pick.size} documents, too few for {{k}} {cfg.k} and a held-out split "
                             f"(at least {4 * cfg.k}); use more {{docs}} or a smaller {{k}}", ExperimentConfig)
     picked = [groups[i] for i in pick]
+    domains = [g if g is not None else NO_DOMAIN for g in picked]
+    if cfg.objective == "sft":
+        records = read_column(source, "record")
+        turns = [cut_turns(t, cfg.max_words) for t in record_turns(
+            [texts[i] for i in pick], [records[i] for i in pick], CorpusRecord.require(source).config)]
+        return Subset(len(texts), [str(ids[i]) for i in pick], [text_of(t) for t in turns], domains,
+                      any(g is not None for g in picked), turns)
     return Subset(len(texts), [str(ids[i]) for i in pick], [cut_words(texts[i], cfg.max_words) for i in pick],
-                  [g if g is not None else NO_DOMAIN for g in picked], any(g is not None for g in picked))
+                  domains, any(g is not None for g in picked))
 
 
 def _source_config(cfg: ExperimentConfig) -> CorpusConfig:

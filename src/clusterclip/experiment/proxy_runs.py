@@ -85,7 +85,7 @@ def run_experiment(
         results.update(_train_all(inputs, out, cfg, force, progress, on_run))
         return Built([RESULTS, TABLE, *results.get("plots", [])])
 
-    stage = Stage(EXPERIMENT_STAGE, dataclasses.asdict(cfg), _inputs_hash(inputs, cfg), build,
+    stage = Stage(EXPERIMENT_STAGE, cfg.recorded(), _inputs_hash(inputs, cfg), build,
                   command=experiment_argv(inputs, out, cfg))
     run_stage(exp, stage, force)
     return results or load_json(exp.path(RESULTS))

@@ -210,8 +210,10 @@ def markdown_table(results: dict[str, Any]) -> str:
     d = results.get("data", {})
     uni = results.get("unigram", {})
     progress = results.get("progress", {})
+    sft = results["config"].get("objective") == "sft"
     lines = [
-        f"Held-out loss (nats/token), mean ± std over runs ({len(results.get('splits') or [0])} held-out split(s) x "
+        f"{'Held-out response loss (--objective sft: response tokens only)' if sft else 'Held-out loss'} "
+        f"(nats/token), mean ± std over runs ({len(results.get('splits') or [0])} held-out split(s) x "
         f"{len(results['config'].get('seeds', ()))} seed(s)); Δ: mean paired difference to random over (split, "
         f"seed) pairs [95 % expanded bootstrap interval] verdict (wins/pairs); a verdict needs at least {MIN_PAIRS} "
         "pairs. "

@@ -40,6 +40,13 @@ def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.Optimizer:
                               {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95), fused=fused)
 
 
+def target_mean(losses: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean loss over the targets (``targets >= 0``; all of them: the plain mean, as a language model's)."""
+    scored = targets >= 0
+    n = int(scored.sum())
+    return losses.mean() if n == targets.numel() else losses.sum() / max(n, 1)
+
+
 def _step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, lr: float,
           grad_clip: float) -> torch.Tensor:
     """One optimiser step at learning rate ``lr``; the per-token losses, detached."""
@@ -47,7 +54,7 @@ def _step(model: GPT, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tens
         group["lr"] = lr
     losses = token_losses(model, x, y)
     opt.zero_grad(set_to_none=True)
-    losses.mean().backward()
+    target_mean(losses, y).backward()
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
@@ -91,8 +98,9 @@ def train_model(
         batch = next(feed, None)
         if batch is None:
             raise ValueError(f"the batches ran out after {step} of {steps} steps")
-        losses = _step(model, opt, batch[0].to(device), batch[1].to(device), lr_at(step, steps, cfg), cfg.grad_clip)
-        running += losses.mean().double()
+        y = batch[1].to(device)
+        losses = _step(model, opt, batch[0].to(device), y, lr_at(step, steps, cfg), cfg.grad_clip)
+        running += target_mean(losses, y).double()
         since += 1
         if on_step is not None:
             on_step(step + 1, losses)

@@ -30,14 +30,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.contract import RowGroup, in_index_order
+from clusterclip.corpus.contract import RowGroup, in_index_order, row_columns, with_records
 from clusterclip.errors import ClusterClipError
+from clusterclip.export.chat import ChatEncoder, ChatSpec
+from clusterclip.export.records import RECORD, body_columns
 from clusterclip.export.tokenizer import Tokenizer
 
 BUCKET_BYTES = 1 << 30
 """The most text one bucket or unit holds (1 GiB): within one Arrow ``string`` array, however large
 ``--memory-mb``."""
 SCHEMA = pa.schema([("position", pa.int64()), ("id", pa.string()), ("text", pa.string())])
+RECORD_SCHEMA = SCHEMA.append(pa.field(RECORD, pa.string()))
+"""A scratch file's columns; with the records of conversations (``--keep-record``, a chat template), also them."""
 HELD_COPIES = 3
 """Copies of a bucket alive at once in a task (as read, sorted, joined into one chunk)."""
 PLAN_CHUNK = 1 << 22
@@ -100,9 +104,11 @@ def _group_of(starts: np.ndarray, docs: np.ndarray) -> np.ndarray:
     return np.searchsorted(starts, docs, side="right") - 1
 
 
-def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tuple[int, int, int]]:
-    """Write the unit's planned copies, grouped by bucket, to ``scratch/unit-NNNNNN.arrow``; returns
-    ``(bucket, first batch, batches)`` for each bucket it holds."""
+def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str,
+                 records: bool = False) -> list[tuple[int, int, int]]:
+    """Write the unit's planned copies (with ``records``, their ``record`` too), grouped by bucket, to
+    ``scratch/unit-NNNNNN.arrow``; returns ``(bucket, first batch, batches)`` for each bucket it holds."""
+    schema = RECORD_SCHEMA if records else SCHEMA
     pairs = np.fromfile(unit.pairs, dtype=np.int64).reshape(-1, 2)
     by_doc = np.argsort(pairs[:, 0], kind="stable")  # positions stay increasing within a document
     docs, positions = pairs[by_doc, 0], pairs[by_doc, 1]
@@ -115,7 +121,8 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
             continue
         if g.path not in files:
             files = {g.path: pq.ParquetFile(g.path)}  # a unit's row groups run through each part in order
-        table = in_index_order(files[g.path].read_row_group(g.group, columns=["index", "id", "text"]),
+        pf = files[g.path]
+        table = in_index_order(with_records(pf.read_row_group(g.group, columns=row_columns(pf, records)), records),
                                np.arange(g.start, g.stop), Path(g.path).parent, rebuild)
         tables.append(table.take(pa.array(docs[lo:hi] - g.start)))
     taken = pa.concat_tables(tables)
@@ -124,15 +131,16 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
         text = text.cast(pa.large_string())  # a take over 2 GiB of text needs 64-bit offsets
     bucket = positions // rows
     grouped = pa.array(np.argsort(bucket, kind="stable"))
-    out = pa.table({"position": positions, "id": taken.column("id"), "text": text}).take(grouped)
+    kept = {RECORD: taken.column(RECORD)} if records else {}
+    out = pa.table({"position": positions, "id": taken.column("id"), "text": text, **kept}).take(grouped)
     del taken, tables, text
     bucket = bucket[grouped.to_numpy()]
     cuts = np.flatnonzero(np.diff(bucket, prepend=-1, append=-1))
     held: list[tuple[int, int, int]] = []
     batches = 0
-    with pa.ipc.new_file(str(Path(scratch) / f"unit-{unit.number:06d}.arrow"), SCHEMA) as writer:
+    with pa.ipc.new_file(str(Path(scratch) / f"unit-{unit.number:06d}.arrow"), schema) as writer:
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-            part = out.slice(a, b - a).cast(SCHEMA).to_batches()
+            part = out.slice(a, b - a).cast(schema).to_batches()
             for batch in part:
                 writer.write_batch(batch)
             held.append((int(bucket[a]), batches, len(part)))
@@ -151,6 +159,17 @@ class TokenizerSpec:
 
 
 @functools.lru_cache(maxsize=2)
+def _encoder(spec: ChatSpec) -> ChatEncoder:
+    """The chat encoder of ``spec`` in a worker (its tokenizer checked as the export's)."""
+    return ChatEncoder(_tokenizer(TokenizerSpec(spec.name, spec.append_eos, spec.sha256)), spec.assistant_only,
+                       dict(spec.options))
+
+
+Encoder = Tokenizer | TokenizerSpec | ChatEncoder | ChatSpec | None
+"""What tokenizes a bucket: an encoder, or (in a worker) the spec it is loaded from; None: text."""
+
+
+@functools.lru_cache(maxsize=2)
 def _tokenizer(spec: TokenizerSpec) -> Tokenizer:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one task per core: no thread pool inside
     tok = Tokenizer(spec.name, spec.append_eos)
@@ -160,16 +179,17 @@ def _tokenizer(spec: TokenizerSpec) -> Tokenizer:
     return tok
 
 
-def gather_bucket(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]],
-                  tokenizer: Tokenizer | TokenizerSpec | None) -> pa.Table:
-    """Bucket ``k`` (plan positions ``lo..hi-1``) in plan order: ``text`` (or ``tokens``) and ``id``, from the
-    ``(unit file, first batch, batches)`` fragments that hold it; refused unless it holds exactly them."""
+def gather_bucket(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]], tokenizer: Encoder,
+                  records: bool = False) -> pa.Table:
+    """Bucket ``k`` (plan positions ``lo..hi-1``) in plan order: ``text`` (or ``tokens``, or the ``record``) and
+    ``id``, from the ``(unit file, first batch, batches)`` fragments that hold it; refused unless it holds exactly
+    them."""
     batches = []
     for path, first, count in fragments:
         with pa.memory_map(path) as source:
             reader = pa.ipc.open_file(source)
             batches.extend(reader.get_batch(i) for i in range(first, first + count))
-    table = pa.Table.from_batches(batches, SCHEMA)
+    table = pa.Table.from_batches(batches, RECORD_SCHEMA if records else SCHEMA)
     del batches
     positions = table.column("position").to_numpy()
     sort = np.argsort(positions, kind="stable")
@@ -177,17 +197,18 @@ def gather_bucket(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]
         raise ClusterClipError(f"export: bucket {k} holds {positions.size} rows, not plan positions "
                                f"{lo}..{hi - 1} (the corpus parts and the plan disagree)")
     table = table.take(pa.array(sort)).combine_chunks()
-    if tokenizer is None:
-        return table.select(["text", "id"])
-    tok = _tokenizer(tokenizer) if isinstance(tokenizer, TokenizerSpec) else tokenizer
-    return pa.table({"tokens": tok.encode(table.column("text")), "id": table.column("id")})
+    if isinstance(tokenizer, TokenizerSpec):
+        tokenizer = _tokenizer(tokenizer)
+    elif isinstance(tokenizer, ChatSpec):
+        tokenizer = _encoder(tokenizer)
+    return pa.table({**body_columns(table, tokenizer), "id": table.column("id")})
 
 
 def gather_to_file(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]],
-                   tokenizer: TokenizerSpec | None, scratch: str) -> str:
+                   tokenizer: TokenizerSpec | ChatSpec | None, scratch: str, records: bool = False) -> str:
     """:func:`gather_bucket` in a worker: the bucket written to ``scratch/bucket-NNNNNN.arrow``, its path
     returned (the driver memory-maps it instead of receiving it)."""
-    table = gather_bucket(k, lo, hi, fragments, tokenizer)
+    table = gather_bucket(k, lo, hi, fragments, tokenizer, records)
     path = str(Path(scratch) / f"bucket-{k:06d}.arrow")
     with pa.ipc.new_file(path, table.schema) as writer:
         writer.write_table(table)

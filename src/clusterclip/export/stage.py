@@ -21,6 +21,7 @@ from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
 from clusterclip.export.blend import write_blend_export
+from clusterclip.export.chat import LOSS_MASK
 from clusterclip.export.contract import EXPORT_MANIFEST, content_hash, metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
@@ -39,6 +40,10 @@ SCRATCH = ".buckets"
 MAX_SEQ_LEN = 2**24
 """The longest ``--seq-len``: 16,777,216 tokens, far past any model's context, and well inside the int32
 offsets of an Arrow list column (a window of samples is one such column)."""
+
+
+def _boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
 
 
 def _at_most_max(v: int) -> str | None:
@@ -68,6 +73,15 @@ class ExportConfig(Settings):
     workers: int | None = setting(None, check=optional(at_least(1)),
                                   help="processes for the one-pass export of a corpus over --memory-mb, which they "
                                        "share (default: this machine's cores; the output does not depend on it)")
+    keep_record: bool | None = setting(
+        None, check=optional(_boolean),
+        help="write each document's input record (its own fields, e.g. messages) beside index and cluster, for an "
+             "SFT trainer (jsonl, parquet, hf; docs/fine-tuning.md) (default: on for a corpus of conversation "
+             "records exported without --tokenizer)")
+    assistant_only_loss: bool = setting(False, check=_boolean,
+                                        help="with --tokenizer over conversations: add loss_mask, 1 on the tokens of "
+                                             "assistant turns (the chat template's {%% generation %%} marks), 0 on "
+                                             "the prompt")
     blend: bool = setting(False, help="instead of the stream, one source per cluster (its documents once, in corpus "
                                       "order) and the plan's token mixture as Megatron --data-path weights and an "
                                       "OLMo-core source mixture; megatron only (docs/export.md)",
@@ -77,10 +91,16 @@ class ExportConfig(Settings):
         super().__post_init__()
         writer = WRITERS[self.fmt]
         needs = {"blend": self.blend, "append_eos": self.append_eos, "seq_len": self.seq_len is not None,
-                 "fmt": writer.TOKENS_ONLY}
+                 "fmt": writer.TOKENS_ONLY, "assistant_only_loss": self.assistant_only_loss}
         for name, used in needs.items():
             if used and self.tokenizer is None:
                 raise self.error_class(name, "needs {tokenizer} (token ids)", type(self))
+        if self.keep_record:
+            kept = ", ".join(n for n, w in WRITERS.items() if w.RECORDS)
+            if self.tokenizer is not None or not writer.RECORDS or self.blend:
+                raise self.error_class("keep_record", f"writes the records' fields for a trainer that tokenizes them "
+                                       f"itself, in {kept}: drop {{tokenizer}} and {{blend}}, or {{keep_record}}",
+                                       type(self))
         if self.blend:
             sources = ", ".join(n for n, w in WRITERS.items() if w.BLEND_SOURCES)
             refused = {"fmt": f"writes Megatron .bin/.idx sources: use {{fmt}} {sources}, not {self.fmt}",
@@ -93,12 +113,15 @@ class ExportConfig(Settings):
                 if used[name]:
                     raise self.error_class("blend", problem, type(self))
 
-    def columns(self) -> list[str]:
-        """The columns of the exported rows."""
+    def columns(self, record_fields: list[str] | None = None) -> list[str]:
+        """The columns of the exported rows (``record_fields``: the records' fields, when they are kept)."""
+        mask = [LOSS_MASK] if self.assistant_only_loss else []
         if self.seq_len is not None:
-            return ["tokens"]
-        first = "tokens" if self.tokenizer is not None else "text"
-        return [first] if WRITERS[self.fmt].FIRST_COLUMN_ONLY else [first, "id", "index", "cluster"]
+            return ["tokens", *mask]
+        if record_fields is not None:
+            return [*record_fields, "index", "cluster"]
+        first = ["tokens", *mask] if self.tokenizer is not None else ["text"]
+        return first if WRITERS[self.fmt].FIRST_COLUMN_ONLY else [*first, "id", "index", "cluster"]
 
 
 def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out_dir: str | os.PathLike[str],
@@ -117,11 +140,16 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     cfg = config if config is not None else ExportConfig(**options)
     engine = engine or EngineConfig()
     run = run if isinstance(run, RunDir) else RunDir(run)
-    src = PlanStream(run, plan_name, cfg.tokenizer, cfg.append_eos)
-    tokenizer = src.tokenizer.identity if src.tokenizer is not None else None
+    # unset, --keep-record is on for conversations exported without a tokenizer in a format that keeps records
+    keeps = bool(WRITERS[cfg.fmt].RECORDS) and not cfg.blend
+    keep = cfg.keep_record if cfg.keep_record is not None else (None if keeps else False)
+    src = PlanStream(run, plan_name, cfg.tokenizer, cfg.append_eos, keep, cfg.assistant_only_loss)
+    tokenizer = src.tokenizer_identity
+    # what the options added later change joins the identity only when used: earlier exports keep theirs
+    later = {"blend": cfg.blend, "keep_record": src.keep_record, "assistant_only_loss": cfg.assistant_only_loss}
     identity = {"plan": src.name, "plan_sha256": src.plan_sha256, "format": cfg.fmt, "tokenizer": tokenizer,
                 "append_eos": cfg.append_eos, "seq_len": cfg.seq_len, "pad_to_multiple": cfg.pad_to_multiple,
-                "plan_identity": src.identity, **({"blend": True} if cfg.blend else {})}
+                "plan_identity": src.identity, **{k: True for k, v in later.items() if v}}
     if cfg.blend:
         need = blend_bytes(src, src.corpus.n)
         write = partial(write_blend_export, src, memory_mb=cfg.memory_mb, shard_size=cfg.shard_size)
@@ -132,11 +160,15 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
             log.warning("export: %s", too_large)
     folder = ExportFolder(Path(out_dir), identity)
     folder.check()  # before the lock: a refused folder is left exactly as it was
+    values = {**asdict(cfg), "keep_record": None}
     command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--dest", RUN,
-               *command_flags(ExportConfig, asdict(cfg), always=("fmt",)))
-    # --blend joined the settings later: an export without it keeps the settings (and so the record) it had
-    # --workers changes how, not what: it stays out of the settings
-    settings = {k: v for k, v in asdict(cfg).items() if (k != "blend" or v) and k != "workers"}
+               *command_flags(ExportConfig, values, always=("fmt",)),
+               *({True: ["--keep-record"], False: ["--no-keep-record"], None: []}[cfg.keep_record]))
+    # options that joined the settings later stay out of an export that does not use them, which keeps the
+    # settings (and so the record) it had; --workers changes how, not what: it stays out of the settings
+    settings = {k: v for k, v in asdict(cfg).items() if (k not in later or v) and k != "workers"}
+    if src.keep_record:
+        settings["keep_record"] = True
     settings["tokenizer_sha256"] = tokenizer["sha256"] if tokenizer is not None else None
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
@@ -155,6 +187,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
 def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, folder: ExportFolder) -> dict[str, Any]:
     """Write the planned stream into the staging folder with the format's writer; the record's counts."""
     writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
+    fields = src.typed_records() if src.keep_record and writer.RECORDS == "typed" else None
     rows = 0
     for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
                              scratch=folder.staging / SCRATCH, engine=engine.engine,
@@ -166,7 +199,7 @@ def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, fold
                                f"({src.stats()['dropped_tokens']:,} tokens): no full sample to write; use a "
                                "smaller --seq-len" if cfg.seq_len else "the plan is empty: nothing to export")
     writer.close()
-    columns = cfg.columns()
+    columns = cfg.columns(fields or getattr(writer, "record_fields", None) if src.keep_record else None)
     tiers = src.tiers is not None and "cluster" in columns
     return {"rows": rows, "columns": [*columns, "tier"] if tiers else columns, **src.stats(),
             **({"tiers": src.tier_labels} if tiers else {})}

@@ -31,6 +31,8 @@ from clusterclip.corpus.contract import (
 from clusterclip.engines import ordered_map
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import buckets as B
+from clusterclip.export.chat import LOSS_MASK, ChatEncoder
+from clusterclip.export.records import RecordFields, body_columns, has_conversations
 from clusterclip.export.tokenizer import Tokenizer
 from clusterclip.plan.contract import (
     PLAN_TIERS,
@@ -49,29 +51,26 @@ STRING_LIMIT = 2**31 - 1
 
 
 def windows(order: np.ndarray, corpus: CorpusIndex, labels: np.ndarray, window: int,
-            tokenizer: Tokenizer | None, tiers: np.ndarray | None = None) -> Iterator[pa.Table]:
+            tokenizer: Tokenizer | ChatEncoder | None, tiers: np.ndarray | None = None) -> Iterator[pa.Table]:
     """The planned stream, one window at a time, each in slices of at most about ``SLICE_BYTES`` of text:
-    ``text`` (or ``tokens``), ``id``, ``index``, ``cluster`` (and ``tier``, for a plan over strata)."""
+    ``text`` (or ``tokens`` and ``loss_mask``, or the ``record``: :func:`~.records.body_columns`), ``id``,
+    ``index``, ``cluster`` (and ``tier``, for a plan over strata)."""
     for w in range(0, order.shape[0], window):
         block = np.asarray(order[w:w + window], dtype=np.int64)
         docs, where = np.unique(block, return_inverse=True)
         rows = corpus.gather(docs)
-        text = rows.column("text")
-        sizes = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
-        if tokenizer is not None:
-            source = tokenizer.encode(text)
-        else:  # a take over more than 2 GiB of distinct text must concatenate 64-bit offsets
-            source = text.cast(pa.large_string()) if int(sizes.sum()) > STRING_LIMIT else text
+        sizes = pc.binary_length(rows.column("text")).to_numpy(zero_copy_only=False).astype(np.int64)
+        source = body_columns(rows, tokenizer)
+        if int(sizes.sum()) > STRING_LIMIT:  # a take over more than 2 GiB of distinct text: 64-bit offsets
+            source = {n: c.cast(pa.large_string()) if pa.types.is_string(c.type) else c for n, c in source.items()}
         for a, b in _slices(sizes[where]):
             take = pa.array(where[a:b])
-            body = source.take(take)
-            if pa.types.is_large_string(body.type):
-                body = body.cast(pa.string())
-            yield with_tier(pa.table({"tokens" if tokenizer is not None else "text": body,
-                                      "id": rows.column("id").take(take), "index": pa.array(block[a:b]),
+            body = {n: c.take(take) for n, c in source.items()}
+            body = {n: c.cast(pa.string()) if pa.types.is_large_string(c.type) else c for n, c in body.items()}
+            yield with_tier(pa.table({**body, "id": rows.column("id").take(take), "index": pa.array(block[a:b]),
                                       "cluster": pa.array(np.asarray(labels[block[a:b]], dtype=np.int64))}),
                             tiers, block[a:b])
-        rows = text = source = body = None  # not held while the next window is read
+        rows = source = body = None  # not held while the next window is read
 
 
 def with_tier(table: pa.Table, tiers: np.ndarray | None, docs: np.ndarray) -> pa.Table:
@@ -98,17 +97,24 @@ class Packer:
 
     def __init__(self, seq_len: int) -> None:
         self.seq_len = seq_len
-        self.carry = np.zeros(0, np.int64)
+        self.carry: dict[str, np.ndarray] = {}
         self.dropped = 0
 
     def pack(self, batch: pa.Table) -> pa.Table:
-        flat = pc.list_flatten(batch.column("tokens")).to_numpy()
-        stream = np.concatenate([self.carry.astype(flat.dtype), flat])
-        n = stream.size // self.seq_len
-        self.carry = stream[n * self.seq_len:]
-        self.dropped = int(self.carry.size)
-        offsets = pa.array(np.arange(n + 1, dtype=np.int32) * self.seq_len)
-        return pa.table({"tokens": pa.ListArray.from_arrays(offsets, pa.array(stream[:n * self.seq_len]))})
+        """The full samples of the stream so far (``tokens``, and a ``loss_mask`` packed alike when it has one)."""
+        columns = [c for c in ("tokens", LOSS_MASK) if c in batch.column_names]
+        if not self.carry:
+            self.carry = {c: np.zeros(0, np.int64) for c in columns}
+        out = {}
+        for name in columns:
+            flat = pc.list_flatten(batch.column(name)).to_numpy()
+            stream = np.concatenate([self.carry[name].astype(flat.dtype), flat])
+            n = stream.size // self.seq_len
+            self.carry[name] = stream[n * self.seq_len:]
+            offsets = pa.array(np.arange(n + 1, dtype=np.int32) * self.seq_len)
+            out[name] = pa.ListArray.from_arrays(offsets, pa.array(stream[:n * self.seq_len]))
+        self.dropped = int(self.carry["tokens"].size)
+        return pa.table(out)
 
 
 def too_much_pad(multiple: int, rows: int) -> ClusterClipError:
@@ -198,14 +204,25 @@ def window_rows(corpus: CorpusIndex, n_rows: int, memory_mb: int, shard_size: in
 class PlanStream:
     """The verified inputs of one export (plan, corpus, labels, tokenizer) and the batches they make."""
 
-    def __init__(self, run: RunDir, plan_name: str | None, tokenizer: str | None, append_eos: bool) -> None:
+    def __init__(self, run: RunDir, plan_name: str | None, tokenizer: str | None, append_eos: bool,
+                 keep_record: bool | None = False, assistant_only: bool = False) -> None:
         """Open plan ``plan_name`` (the only plan when None) of ``run``, refusing a stale plan and checking
-        the checksums of the plan, the corpus parts and the labels."""
+        the checksums of the plan, the corpus parts and the labels. ``keep_record`` (None: when the corpus holds
+        conversations and no tokenizer is given) streams each document's record (:mod:`.records`); a tokenizer
+        over conversations applies their chat template (:mod:`.chat`, with ``assistant_only`` its loss mask)."""
         self.run = run
         order_file = resolve_plan_path(run.root, plan_name) if plan_name else resolve_plan_path(run.root)
         self.name = order_file.parent.name
         self.record = PlanRecord.require(run, plan_stage_name(self.name), verify=True, current=True)
-        self.corpus = CorpusIndex(run)
+        corpus = CorpusRecord.require(run, verify=False)
+        chats = has_conversations(corpus)
+        self.keep_record = chats and tokenizer is None if keep_record is None else keep_record
+        if assistant_only and not chats:
+            raise ClusterClipError(f"{run.root}: --assistant-only-loss masks the prompts of conversations, and the "
+                                   "corpus holds none (every token is a target): drop --assistant-only-loss")
+        self.corpus = CorpusIndex(run, records=self.keep_record or (chats and tokenizer is not None))
+        self.fields: RecordFields | None = None
+        """Set by :meth:`typed_records`: the records' fields as typed columns (``parquet``, ``hf``)."""
         self.order = open_plan(order_file, n_docs=self.corpus.n).verified()
         self.labels = load_labels(run, mmap=True)
         if self.labels.shape != (self.corpus.n,) or not np.issubdtype(self.labels.dtype, np.integer):
@@ -217,6 +234,9 @@ class PlanStream:
         """A plan over strata: each document's tier (the ``tier`` column; ``tier_labels`` names them)."""
         self.tier_labels = [t["label"] for t in self.record.stats.get("strata", {}).get("tiers", [])]
         self.tokenizer = Tokenizer(tokenizer, append_eos) if tokenizer is not None else None
+        self.encoder: Tokenizer | ChatEncoder | None = self.tokenizer
+        if self.tokenizer is not None and chats:
+            self.encoder = ChatEncoder(self.tokenizer, assistant_only, corpus.config)
         self.plan_sha256: str = self.record.artifacts[self.record.order_file()]["sha256"]
         self.identity = self.record.order_identity()
         """The plan's identity (what ``ClusterClipSampler`` states name)."""
@@ -229,6 +249,17 @@ class PlanStream:
     def draws(self) -> int:
         """Planned documents (repeats expanded)."""
         return int(self.order.shape[0])
+
+    @property
+    def tokenizer_identity(self) -> dict[str, Any] | None:
+        """The tokenizer's identity (over conversations, with its chat template's SHA-256)."""
+        return None if self.encoder is None else self.encoder.identity
+
+    def typed_records(self) -> list[str]:
+        """Write the records' fields as typed columns (:class:`~.records.RecordFields`, inferred from the corpus);
+        their names."""
+        self.fields = RecordFields(self.run)
+        return self.fields.names
 
     @property
     def token_dtype(self) -> np.dtype:
@@ -284,7 +315,7 @@ class PlanStream:
         if scratch is not None and self.bucketed(memory_mb):
             stream = self._bucketed(memory_mb, scratch, engine, workers)
         else:
-            stream = windows(self.order, self.corpus, self.labels, self.window, self.tokenizer, self.tiers)
+            stream = windows(self.order, self.corpus, self.labels, self.window, self.encoder, self.tiers)
         self.packer = Packer(seq_len) if seq_len is not None else None
         if self.packer is not None:
             stream = map(self.packer.pack, stream)
@@ -293,7 +324,8 @@ class PlanStream:
         self.padder = Padder(pad_to_multiple) if pad_to_multiple is not None else None
         if self.padder is not None:
             stream = self.padder(stream)
-        return rebatch(stream, shard_size)
+        batched = rebatch(stream, shard_size)
+        return batched if self.fields is None else map(self.fields.table, batched)
 
     def _bucketed(self, memory_mb: int, scratch: Path, engine: str, workers: int) -> Iterator[pa.Table]:
         """The stream through buckets (:mod:`.buckets`): the scatter and gather tasks run here (one worker),
@@ -304,20 +336,23 @@ class PlanStream:
         scratch.mkdir(parents=True, exist_ok=True)
         units = B.partition(self.order, self.corpus.row_groups(), np.asarray(self.corpus.rg_bytes, np.float64),
                             limit, scratch)
-        held = list(ordered_map(B.scatter_unit, [(u, rows, str(scratch), self.corpus.rebuild) for u in units],
-                                engine, workers))
+        records = self.corpus.records
+        held = list(ordered_map(B.scatter_unit, [(u, rows, str(scratch), self.corpus.rebuild, records)
+                                                 for u in units], engine, workers))
         spans = B.bucket_spans(self.draws, rows)
         self.buckets = len(spans)
         fragments = B.fragments_by_bucket(held, units, len(spans), scratch)
-        tok: Tokenizer | B.TokenizerSpec | None = self.tokenizer
-        if parallel and self.tokenizer is not None:
+        tok: B.Encoder = self.encoder
+        if parallel and isinstance(self.encoder, ChatEncoder):
+            tok = self.encoder.spec()
+        elif parallel and self.tokenizer is not None:
             ident = self.tokenizer.identity
             tok = B.TokenizerSpec(ident["name"], self.tokenizer.append_eos, ident["sha256"])
         if parallel:
-            calls = [(k, lo, hi, fragments[k], tok, str(scratch)) for k, lo, hi in spans]
+            calls = [(k, lo, hi, fragments[k], tok, str(scratch), records) for k, lo, hi in spans]
             tables = map(B.read_bucket, ordered_map(B.gather_to_file, calls, engine, workers))
         else:
-            tables = ordered_map(B.gather_bucket, [(k, lo, hi, fragments[k], tok) for k, lo, hi in spans])
+            tables = ordered_map(B.gather_bucket, [(k, lo, hi, fragments[k], tok, records) for k, lo, hi in spans])
         try:
             for (_, lo, hi), table in zip(spans, tables, strict=True):
                 block = np.asarray(self.order[lo:hi], dtype=np.int64)

@@ -7,6 +7,8 @@ default) takes plain text when the text field is there, else the first kind whos
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from clusterclip.corpus.kinds.base import PARTS, KindError, RecordKind, part_of, text_of
 from clusterclip.corpus.kinds.chat import Chat
 from clusterclip.corpus.kinds.instruction import Alpaca, OpenOrca
@@ -18,4 +20,16 @@ KINDS: dict[str, type[RecordKind]] = {cls.name: cls for cls in (Chat, ShareGPT, 
 RECORD_KINDS = ("auto", "text", *KINDS)
 """What ``--record-kind`` takes."""
 
-__all__ = ["KINDS", "PARTS", "RECORD_KINDS", "KindError", "RecordKind", "part_of", "template_fields", "text_of"]
+
+
+def kind_of(record: Container[str], kind: str, text_field: str) -> type[RecordKind] | None:
+    """The conversation kind of ``record`` under ``--record-kind kind`` (None: plain text, ``text_field``)."""
+    if kind == "text" or (kind == "auto" and text_field in record):
+        return None
+    if kind != "auto":
+        return KINDS[kind]
+    return next((k for k in KINDS.values() if k.detect(record)), None)
+
+
+__all__ = ["KINDS", "PARTS", "RECORD_KINDS", "KindError", "RecordKind", "kind_of", "part_of", "template_fields",
+           "text_of"]

@@ -44,13 +44,14 @@ def token_rows(column: pa.ChunkedArray | pa.Array) -> list[np.ndarray]:
 
 
 def plain_rows(batch: pa.Table) -> list[dict[str, Any]]:
-    """Rows as dicts with tokens as arrays and a missing cluster as -1 (the binary formats have no null)."""
+    """Rows as dicts with tokens (and a loss mask) as arrays and a missing cluster as -1 (the binary formats have
+    no null)."""
     cols = {name: batch.column(name) for name in batch.column_names}
     if "cluster" in cols:
         cols["cluster"] = cols["cluster"].fill_null(-1)
     out: list[dict[str, Any]] = [{} for _ in range(batch.num_rows)]
     for name, col in cols.items():
-        values = token_rows(col) if name == "tokens" else col.to_pylist()
+        values = token_rows(col) if name in ("tokens", "loss_mask") else col.to_pylist()
         for row, v in zip(out, values, strict=True):
             row[name] = v
     return out
@@ -71,8 +72,9 @@ class Writer(ABC):
     A subclass is a format of the registry (:data:`clusterclip.export.writers.registry.WRITERS`) and says what
     the export needs to know of it: its ``name`` (``--format``), a one-line ``SUMMARY`` for the help, whether it
     holds token ids only (``TOKENS_ONLY``: a tokenizer is required) and only the stream's first column
-    (``FIRST_COLUMN_ONLY``: no id, index or cluster), and whether ``--blend`` can write its sources
-    (``BLEND_SOURCES``).
+    (``FIRST_COLUMN_ONLY``: no id, index or cluster), whether ``--blend`` can write its sources
+    (``BLEND_SOURCES``), and how it keeps records (``RECORDS``, ``--keep-record``: ``json``, it gets each record's
+    JSON in a ``record`` column; ``typed``, its fields as typed columns; None: it does not).
     """
 
     name: ClassVar[str]
@@ -80,6 +82,7 @@ class Writer(ABC):
     TOKENS_ONLY: ClassVar[bool] = False
     FIRST_COLUMN_ONLY: ClassVar[bool] = False
     BLEND_SOURCES: ClassVar[bool] = False
+    RECORDS: ClassVar[str | None] = None
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         self.folder = folder

@@ -22,6 +22,7 @@ class HfWriter(Writer):
 
     name = "hf"
     SUMMARY = "datasets.save_to_disk"
+    RECORDS = "typed"
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         super().__init__(folder, token_dtype, meta)

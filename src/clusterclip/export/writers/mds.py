@@ -42,7 +42,7 @@ def encodings(batch: pa.Table, token_dtype: np.dtype) -> dict[str, str]:
     """The MDS encoding of each exported column: text and id ``str``, index and cluster ``int``, tokens
     ``ndarray`` of the export's token dtype."""
     known = {"text": "str", "id": "str", "index": "int", "cluster": "int", "tier": "int",
-             "tokens": f"ndarray:{token_dtype.name}"}
+             "tokens": f"ndarray:{token_dtype.name}", "loss_mask": "ndarray:uint8"}
     unknown = [name for name in batch.column_names if name not in known]
     if unknown:
         raise ClusterClipError(f"--format mds: no MDS encoding for column(s) {unknown}")
@@ -92,8 +92,9 @@ class MdsWriter(Writer):
         out = []
         for name in self.names:
             col = batch.column(name)
-            if name == "tokens":
-                out.append([encode_array(ids, self.token_dtype) for ids in token_rows(col)])
+            if name in ("tokens", "loss_mask"):
+                dtype = self.token_dtype if name == "tokens" else np.dtype(np.uint8)
+                out.append([encode_array(ids, dtype) for ids in token_rows(col)])
             elif name in ("index", "cluster", "tier"):
                 values = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype="<i8")
                 out.append([v.tobytes() for v in values])

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from clusterclip.export.chat import LOSS_MASK
 from clusterclip.export.writers.base import Writer, missing, token_rows
 
 MEGATRON_NOISE = "Transformer Engine and Apex are not installed"
@@ -29,7 +30,8 @@ def megatron_imports() -> Iterator[None]:
 class MegatronWriter(Writer):
     """``data.bin`` / ``data.idx`` by megatron-core's ``IndexedDatasetBuilder``: one document per row (a planned
     document, or a packed sample with ``--seq-len``), in stream order. Token ids only. ``prefix`` names the
-    pair (``--blend`` writes one per cluster)."""
+    pair (``--blend`` writes one per cluster). With ``--assistant-only-loss``, ``data_loss_mask.bin`` / ``.idx`` beside
+    them: an indexed dataset of uint8 of the same documents and lengths, 1 where a token is trained on."""
 
     name = "megatron"
     SUMMARY = "Megatron .bin/.idx"
@@ -49,11 +51,20 @@ class MegatronWriter(Writer):
         except ImportError as exc:
             raise missing("megatron", "megatron-core", exc) from exc
         self.builder = IndexedDatasetBuilder(str(folder / f"{prefix}.bin"), dtype=token_dtype.type)
+        self.masks: Any = None
+        self._builder = IndexedDatasetBuilder
 
     def write(self, batch: pa.Table) -> None:
         for ids in token_rows(batch.column("tokens")):
             self.builder.add_document(np.asarray(ids), [int(ids.size)])
+        if LOSS_MASK in batch.column_names:
+            if self.masks is None:
+                self.masks = self._builder(str(self.folder / f"{self.prefix}_{LOSS_MASK}.bin"), dtype=np.uint8)
+            for mask in token_rows(batch.column(LOSS_MASK)):
+                self.masks.add_document(np.asarray(mask, np.uint8), [int(mask.size)])
         self.batches += 1
 
     def close(self) -> None:
         self.builder.finalize(str(self.folder / f"{self.prefix}.idx"))
+        if self.masks is not None:
+            self.masks.finalize(str(self.folder / f"{self.prefix}_{LOSS_MASK}.idx"))

@@ -16,6 +16,7 @@ class ParquetWriter(ShardWriter):
 
     name = "parquet"
     SUMMARY = "Parquet shards"
+    RECORDS = "typed"
 
     def write(self, batch: pa.Table) -> None:
         if self.meta:
