@@ -57,6 +57,18 @@ def test_fit_encode_separates_topics_with_unit_rows() -> None:
     assert sims[same].mean() > sims[~same].mean() + 0.3
 
 
+def test_a_document_without_a_known_word_has_zero_coverage_and_no_warning() -> None:
+    """An empty or wordless document (0 of 0 words known) once made every run print numpy's RuntimeWarning."""
+    import warnings
+
+    texts, _ = topic_texts(60)
+    emb = small_lsa().fit(texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, conf = emb.encode_with_confidence(["", "!!! ???", texts[0], "qqzx zzqq"], progress=False)
+    assert conf[:, 0].tolist()[:2] == [0.0, 0.0] and conf[2, 0] > 0.5 and conf[3, 0] == 0.0
+
+
 def test_unfitted_encode_is_an_error() -> None:
     with pytest.raises(ClusterClipError, match="not fitted"):
         small_lsa().encode(["some text"])

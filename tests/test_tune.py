@@ -191,6 +191,33 @@ def test_halving_gives_survivors_more_pairs_and_picks_the_clear_winner(tmp_path:
     assert json.loads((tmp_path / "tune" / "results.json").read_text())["winner"] == res["winner"]
 
 
+def test_tune_prints_the_experiment_that_checks_its_choice_on_unseen_splits(tmp_path: Path) -> None:
+    """The printed command is an ``experiment`` of random and the chosen candidate as a strategy item, on split
+    seeds after every seed the search (and its unseen check) used, enough for 6 pairs: it parses back into the
+    same spec. A weight winner is checked as ``plan:`` of its plan for the whole corpus."""
+    import shlex
+
+    from clusterclip.cli.main import build_parser
+    from clusterclip.cli.options import experiment_config
+    from clusterclip.experiment.tune.chosen_plan import check_command
+    from clusterclip.experiment.tune.format import format_summary
+
+    res = _tune(tmp_path / "t", FakeRunner({"clusterclip-spread-R12": (-0.2, 0.0)}),
+                TuneConfig(taus=(0.5,), caps=(9, 12), check_split_seeds=(5,)))
+    argv = shlex.split(res["check_command"])
+    assert argv[:2] == ["clusterclip", "experiment"] and f"{tmp_path / 't'}-check" in argv
+    cfg = experiment_config(build_parser().parse_args(argv[1:]))
+    assert cfg.split_seeds == (6, 7) and len(cfg.split_seeds) * len(cfg.seeds) >= MIN_PAIRS
+    assert cfg.strategies == ("random", "clusterclip:max_repeat=12,order=spread")
+    assert cfg.strategy_specs()[1] == res["candidates"]["clusterclip-spread-R12"]["spec"]
+    assert res["check_command"] in format_summary(res)
+    weights = {"winner": "weights-ab", "plan": {"name": "weights-wx-R12"},
+               "candidates": {"weights-ab": {"spec": {"name": "weights-ab", "strategy": "weights",
+                                                      "group_weights": [0.5, 0.5], "max_repeat": 12}}}}
+    line = check_command(["c.jsonl"], "runs/w", CFG, (), weights) or ""
+    assert f"random,plan:{Path('runs/w') / 'plans' / 'weights-wx-R12'}" in line and "--split-seeds 3,4" in line
+
+
 def test_micro_constraint_refuses_a_macro_gain_bought_with_micro_loss(tmp_path: Path) -> None:
     runner = FakeRunner({"clusterclip-R9": (-0.3, 0.08), "temperature-0.5": (-0.1, 0.0)})
     res = _tune(tmp_path, runner, TuneConfig(taus=(0.5,), caps=(9,), orders=("equal-rate",), eta=2))

@@ -120,17 +120,21 @@ def test_max_runs_alone_shrinks_before_any_time_is_measured(tmp_path: Path) -> N
 
 
 class Slowing(Timed):
-    """The first run takes 10 s, every later one 300 s (the machine got busy after the estimate)."""
+    """The first run takes ``first`` s, every later one ``later`` s (the machine got busy after the estimate)."""
+
+    def __init__(self, first: float = 10.0, later: float = 300.0) -> None:
+        super().__init__(first)
+        self.first, self.later = first, later
 
     def __call__(self, spec: dict[str, Any], split: int, seed: int) -> dict[str, Any]:
-        self.seconds = 10.0 if not self.calls else 300.0
+        self.seconds = self.first if not self.calls else self.later
         return super().__call__(spec, split, seed)
 
 
 def test_runs_that_get_slower_cut_the_rounds_so_the_finals_still_run_on_every_pair(tmp_path: Path) -> None:
     """At 10 s a run the CPU-sized search fits 40 minutes; after round 0 the runs take 300 s: at that pace round 1
     and the finals would not, so there is no round 1 and the best mixture gets every pair (a verdict)."""
-    res = run_tune([], tmp_path, CFG, DOCS, runner=Slowing(0.0), write_plan=False)
+    res = run_tune([], tmp_path, CFG, DOCS, runner=Slowing(), write_plan=False)
     ws = res["weight_search"]
     assert res["budget"]["verdict"] == "fits" and len(ws["rounds"]) == 1
     assert ws["cut"].startswith("no round 1: at 228 s a run, its 3 mixtures and the finals would not fit")
@@ -138,7 +142,7 @@ def test_runs_that_get_slower_cut_the_rounds_so_the_finals_still_run_on_every_pa
     assert final["pairs"] == 6 and "note" not in final["objective"]
     assert "Weight search cut to the budget: no round 1" in format_summary(res)
     unlimited = run_tune([], tmp_path / "free", CFG, TuneConfig(**{**DOCS.__dict__, "max_minutes": None}),
-                         runner=Slowing(0.0), write_plan=False)
+                         runner=Slowing(), write_plan=False)
     assert len(unlimited["weight_search"]["rounds"]) == 3 and "cut" not in unlimited["weight_search"]
 
 
@@ -153,3 +157,32 @@ def test_the_measured_load_8_run_would_now_be_told_at_once_that_it_cannot_decide
     left = (33 * 60.0, None)
     assert not any(_fits(schedule(CFG, t, 0), 319.0, 2, left) for t in [tune, *smaller(CFG, tune, 0)])
     assert _fits(schedule(CFG, smaller(CFG, tune, 0)[-1], 0), 319.0, 2, (60 * 60.0, None))  # an hour would do
+
+
+CPU = TuneConfig(search=("weights",), weight_rounds=3, weight_runs=4, weight_pairs=2, jobs=2, max_minutes=40)
+"""The shape of docs/tune.md's CPU-sized command now (the ablation's proxies: 3 rounds of 4 mixtures on 2 pairs)."""
+
+
+def test_the_cpu_sized_command_fits_its_budget_at_the_pace_measured_at_load_10() -> None:
+    """At the ablation's measured pace on 2 cores at load 8-12 (a run of 40 s median, 70 s at most, 2 at once)
+    the documented search, 46 runs, fits 80 % of the 40 minutes as asked; at 100 s a run it no longer does, and
+    `tune` says so after its first run and shrinks (tested above)."""
+    from clusterclip.experiment.tune.budget import _fits
+
+    sched = schedule(CFG, CPU, 0)
+    assert sched.runs == 46 and sched.phases == (4 * 2 + 2, 4 * 2, 4 * 2, 4 * 4 + 4)
+    left = (40 * 60.0 - 40.0, None)
+    assert _fits(sched, 40.0, 2, left) and _fits(sched, 70.0, 2, left)
+    assert not _fits(sched, 100.0, 2, left)
+
+
+def test_the_cpu_sized_command_reaches_a_verdict_when_its_runs_slow_down_after_the_first(tmp_path: Path) -> None:
+    """A first run of 40 s and later ones of 70 s at --jobs 2 is, in wall time, one job of 20 s and then 35 s: the
+    budget fits at the start, and the finals still run on all 6 pairs."""
+    from dataclasses import replace
+
+    res = run_tune([], tmp_path, CFG, replace(CPU, jobs=1, weights_cap=3, weight_candidates=300, max_groups=6),
+                   runner=Slowing(20.0, 35.0), write_plan=False)
+    ws = res["weight_search"]
+    assert res["budget"]["verdict"] == "fits" and len(ws["rounds"]) == 3 and "cut" not in ws
+    assert all(a["pairs"] == 6 and "note" not in a["objective"] for a in ws["final"].values())

@@ -142,7 +142,8 @@ class LsaEmbedder(FittedEmbedder):
             batch = texts[start:start + self.batch_size]
             x = self._counts(batch)
             known = np.asarray(x.sum(axis=1), dtype=np.float64).ravel()
-            coverage = np.where(known > 0, known / np.maximum(self._content_tokens(batch), known), 0.0)
+            seen = np.maximum(self._content_tokens(batch), known)
+            coverage = np.divide(known, seen, out=np.zeros_like(known), where=known > 0)
             np.log(x.data, out=x.data)
             x.data += 1.0
             x.data *= self.idf[x.indices]  # type: ignore[index]
