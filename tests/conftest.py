@@ -1,10 +1,65 @@
-"""Hypothesis profiles: CI runs derandomized (the same examples on every run), so a red CI is reproducible."""
+"""Hypothesis profiles: CI runs derandomized (the same examples on every run), so a red CI is reproducible; the S3
+server of the object-storage tests."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 endpoint on 127.0.0.1 (moto's server mode, ``moto[server]`` of the test extra), started once for the
+    session and stopped after it: its URL."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=1).close()
+                break
+            except urllib.error.HTTPError:  # it answers
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the moto S3 server did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """A fresh bucket on the session's S3 server, the store's standard environment pointing at it (as a user's
+    would: ``AWS_ENDPOINT_URL`` and keys); its ``s3://`` URL. Subprocesses inherit the environment."""
+    import s3fs
+
+    for name, value in {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(bucket)
+    return f"s3://{bucket}"
