@@ -24,7 +24,9 @@ import pyarrow.parquet as pq
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_npy
+from clusterclip.store.paths import kind, size_time, source
 from clusterclip.store.record import StageRecord
+from clusterclip.store.replica import local_path
 
 CORPUS_STAGE = "corpus"
 CORPUS_DIR = "corpus"
@@ -95,7 +97,7 @@ class CorpusRecord(StageRecord):
 def open_part(path: str | os.PathLike[str]) -> pq.ParquetFile:
     """Open a corpus part (or any Parquet file) for streaming. Pre-buffering is off: pyarrow's default
     pre-buffers every requested column chunk of the file, so iterating a file would hold all of it in memory."""
-    return pq.ParquetFile(path, pre_buffer=False)
+    return pq.ParquetFile(source(path), pre_buffer=False)
 
 
 def corpus_parts(run: RunDir) -> list[Path]:
@@ -105,12 +107,12 @@ def corpus_parts(run: RunDir) -> list[Path]:
     rels = sorted(r for r in rec.get("artifacts", {}) if fnmatch.fnmatch(r, f"{CORPUS_DIR}/{CORPUS_PART_GLOB}"))
     if not rels:
         return sorted(run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB))
-    return [run.path(r) for r in rels]
+    return [run.locate(r) for r in rels]
 
 
 def count_rows(parts: Sequence[Path]) -> int:
     """Documents in the corpus parts, from their Parquet metadata (no rows read)."""
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    return sum(open_part(p).metadata.num_rows for p in parts)
 
 
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
@@ -230,14 +232,14 @@ def check_inputs_unchanged(run: RunDir) -> None:
     its bytes when its modification time changed (an input rewritten with the same bytes is fine)."""
     rec = CorpusRecord.require(run, verify=False)
     for entry in rec.inputs:
-        path = Path(entry["path"])
-        if not path.exists():
+        path = local_path(entry["path"])
+        if kind(path) is None:
             raise StaleArtifactError(f"{path}: input of the corpus stage no longer exists; re-run "
                                      f"`{run.rebuild_command(CORPUS_STAGE)}`")
-        st = path.stat()
-        if not same_content({**entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, entry):
+        size, mtime_ns = size_time(path)
+        if not same_content({**entry, "size": size, "mtime_ns": mtime_ns}, entry):
             raise StaleArtifactError(
-                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {st.st_size}); "
+                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {size}); "
                 f"re-run `{run.rebuild_command(CORPUS_STAGE)}` so every stage uses the same corpus")
 
 
