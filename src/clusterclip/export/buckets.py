@@ -14,7 +14,9 @@ process, in worker processes or as Ray tasks (:func:`clusterclip.engines.ordered
    sorts them by position, checks it holds exactly its positions, and tokenizes them when asked.
 
 Each corpus byte is read once and written once more to scratch. Memory per task: one unit or bucket of
-text (:func:`bucket_rows`) up to ``HELD_COPIES`` times; on the driver, one chunk of the plan.
+text (:func:`bucket_rows`) up to ``HELD_COPIES`` times; on the driver, one chunk of the plan. A scratch folder in
+object storage (a working copy, :mod:`clusterclip.store.replica`) is how tasks on machines that share no disk hand
+each other these files: each is sent to the store once written and fetched by the task that reads it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.contract import RowGroup, in_index_order
+from clusterclip.corpus.contract import RowGroup, in_index_order, open_part
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.tokenizer import Tokenizer
+from clusterclip.store.paths import discard
+from clusterclip.store.replica import ensure_local, local_path, published
 
 BUCKET_BYTES = 1 << 30
 """The most text one bucket or unit holds (1 GiB): within one Arrow ``string`` array, however large
@@ -93,7 +97,10 @@ def partition(order: np.ndarray, groups: list[RowGroup], group_bytes: np.ndarray
         for lo, hi in zip(cuts.tolist(), [*cuts[1:].tolist(), grouped.size], strict=True):
             with open(units[int(unit[grouped[lo]])].pairs, "ab") as f:
                 f.write(pairs[lo:hi].tobytes())  # a short write raises with its errno (tofile: none)
-    return [u for u in units if os.path.getsize(u.pairs)]
+    drawn = [u for u in units if os.path.getsize(u.pairs)]
+    for u in drawn:
+        published(u.pairs)
+    return drawn
 
 
 def _group_of(starts: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -103,7 +110,7 @@ def _group_of(starts: np.ndarray, docs: np.ndarray) -> np.ndarray:
 def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tuple[int, int, int]]:
     """Write the unit's planned copies, grouped by bucket, to ``scratch/unit-NNNNNN.arrow``; returns
     ``(bucket, first batch, batches)`` for each bucket it holds."""
-    pairs = np.fromfile(unit.pairs, dtype=np.int64).reshape(-1, 2)
+    pairs = np.fromfile(ensure_local(unit.pairs), dtype=np.int64).reshape(-1, 2)
     by_doc = np.argsort(pairs[:, 0], kind="stable")  # positions stay increasing within a document
     docs, positions = pairs[by_doc, 0], pairs[by_doc, 1]
     del pairs, by_doc
@@ -114,7 +121,7 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
         if lo == hi:
             continue
         if g.path not in files:
-            files = {g.path: pq.ParquetFile(g.path)}  # a unit's row groups run through each part in order
+            files = {g.path: open_part(g.path)}  # a unit's row groups run through each part in order
         table = in_index_order(files[g.path].read_row_group(g.group, columns=["index", "id", "text"]),
                                np.arange(g.start, g.stop), Path(g.path).parent, rebuild)
         tables.append(table.take(pa.array(docs[lo:hi] - g.start)))
@@ -130,14 +137,16 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str) -> list[tupl
     cuts = np.flatnonzero(np.diff(bucket, prepend=-1, append=-1))
     held: list[tuple[int, int, int]] = []
     batches = 0
-    with pa.ipc.new_file(str(Path(scratch) / f"unit-{unit.number:06d}.arrow"), SCHEMA) as writer:
+    path = local_path(Path(scratch) / f"unit-{unit.number:06d}.arrow")
+    with pa.ipc.new_file(str(path), SCHEMA) as writer:
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
             part = out.slice(a, b - a).cast(SCHEMA).to_batches()
             for batch in part:
                 writer.write_batch(batch)
             held.append((int(bucket[a]), batches, len(part)))
             batches += len(part)
-    os.unlink(unit.pairs)
+    published(path)
+    discard(unit.pairs)
     return held
 
 
@@ -166,7 +175,7 @@ def gather_bucket(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]
     ``(unit file, first batch, batches)`` fragments that hold it; refused unless it holds exactly them."""
     batches = []
     for path, first, count in fragments:
-        with pa.memory_map(path) as source:
+        with pa.memory_map(str(ensure_local(path))) as source:
             reader = pa.ipc.open_file(source)
             batches.extend(reader.get_batch(i) for i in range(first, first + count))
     table = pa.Table.from_batches(batches, SCHEMA)
@@ -188,17 +197,18 @@ def gather_to_file(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int
     """:func:`gather_bucket` in a worker: the bucket written to ``scratch/bucket-NNNNNN.arrow``, its path
     returned (the driver memory-maps it instead of receiving it)."""
     table = gather_bucket(k, lo, hi, fragments, tokenizer)
-    path = str(Path(scratch) / f"bucket-{k:06d}.arrow")
-    with pa.ipc.new_file(path, table.schema) as writer:
+    path = local_path(Path(scratch) / f"bucket-{k:06d}.arrow")
+    with pa.ipc.new_file(str(path), table.schema) as writer:
         writer.write_table(table)
-    return path
+    published(path)
+    return str(path)
 
 
 def read_bucket(path: str) -> pa.Table:
     """The bucket a worker wrote (memory-mapped: page cache, not this process's memory), deleted once read."""
-    with pa.memory_map(path) as source:
+    with pa.memory_map(str(ensure_local(path))) as source:
         table = pa.ipc.open_file(source).read_all()
-    os.unlink(path)
+    discard(path)
     return table
 
 
