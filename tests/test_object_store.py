@@ -234,3 +234,30 @@ def test_working_copy_paths_are_shown_as_urls(s3):
     assert display(f"`clusterclip plan {path.parent} --force`: {other} is missing") == \
         f"`clusterclip plan {s3}/runs/r --force`: {s3}/runs/r/labels.npy is missing"
     assert os.fspath(local_path("relative/dir")) == "relative/dir"
+
+
+def test_under_its_lock_a_process_reads_the_json_files_it_knows_without_asking_the_store(s3, monkeypatch):
+    """Taking the lock brings the folder's JSON files up to date from one listing (one rewritten and one removed by
+    another machine since they were fetched); while it is held they are read from the working copy, no request
+    each; once it is released they are asked for again."""
+    from clusterclip.store import load_json
+    from clusterclip.store import objects as O
+
+    fs, key = store(), f"{s3.removeprefix('s3://')}/runs/t"
+    fs.pipe_file(f"{key}/old.json", b'{"a": 1}')
+    fs.pipe_file(f"{key}/gone.json", b'{"a": 1}')
+    run = RunDir(f"{s3}/runs/t")
+    assert load_json(run.path("old.json")) == {"a": 1} and run.path("gone.json").exists()
+    fs.pipe_file(f"{key}/old.json", b'{"a": 2}')
+    fs.rm(f"{key}/gone.json")
+    asked = []
+    for name in ("info", "listing"):
+        real = getattr(O, name)
+        monkeypatch.setattr(O, name, lambda url, real=real, name=name: asked.append(name) or real(url))
+    with run.lock():
+        asked.clear()
+        assert load_json(run.path("old.json")) == {"a": 2} and not run.path("gone.json").exists()
+        assert run.record("corpus") is None
+        assert asked == []
+    fs.pipe_file(f"{key}/old.json", b'{"a": 3}')
+    assert load_json(run.path("old.json")) == {"a": 3} and asked

@@ -292,6 +292,7 @@ def held(rep: Replica, rel: str, wait: bool, timeout: float, what: str) -> Itera
     lease.start()
     rep.guards.append(lease.check)
     try:
+        rep.hold(rel)
         yield
         rep.sync()
     except BaseException:
@@ -299,5 +300,6 @@ def held(rep: Replica, rel: str, wait: bool, timeout: float, what: str) -> Itera
             rep.sync()
         raise
     finally:
+        rep.let_go(rel)
         rep.guards.remove(lease.check)
         lease.release()

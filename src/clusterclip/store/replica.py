@@ -23,14 +23,11 @@ later one would trust, because the store is the only state a later process reads
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
-import multiprocessing.util
 import os
 import re
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +72,8 @@ class Replica:
         self.known: dict[str, Entry] = {}
         self.guards: list[Callable[[], None]] = []
         """Called before anything is written to the store (the writer lock refuses to go on once its lease is lost)."""
+        self.held: set[str] = set()
+        """Folders whose writer lock this process holds (:meth:`hold`)."""
         self._lock = threading.RLock()
 
     def url(self, rel: str) -> str:
@@ -88,6 +87,8 @@ class Replica:
         """The local copy of object ``rel``, or of every object below prefix ``rel``, brought up to date (downloaded
         when missing here or changed in the store; a local change not yet sent is kept)."""
         with self._lock:
+            if self._trusted(rel):
+                return self.local(rel)
             found = O.info(self.url(rel)) if rel else None
             if found is not None:
                 self._fetch_file(rel, found)
@@ -107,6 +108,32 @@ class Replica:
             for sub, meta in found.items():
                 if sub.endswith(".json"):
                     self._fetch_file(f"{rel}/{sub}" if rel else sub, meta)
+
+    def hold(self, rel: str) -> None:
+        """This process took the writer lock of folder ``rel``: its JSON files (records, journals: only the lock's
+        holder writes them) are brought up to date from one listing, and from then on until :meth:`let_go` read
+        here without a request (what this process knows of them is what the store holds, or newer)."""
+        with self._lock:
+            found = O.listing(self.url(rel))
+            for sub, meta in found.items():
+                if sub.endswith(".json"):
+                    self._fetch_file(f"{rel}/{sub}" if rel else sub, meta)
+            prefix = f"{rel}/" if rel else ""
+            for known in [r for r, e in self.known.items() if r.endswith(".json") and r.startswith(prefix)
+                          and r[len(prefix):] not in found]:
+                with contextlib.suppress(FileNotFoundError):
+                    if _local_key(os.stat(self.local(known))) == self.known[known][1:]:
+                        os.unlink(self.local(known))  # removed from the store since it was fetched
+                del self.known[known]
+            self.held.add(rel)
+
+    def let_go(self, rel: str) -> None:
+        """The writer lock of folder ``rel`` is released: its JSON files are asked for again."""
+        with self._lock:
+            self.held.discard(rel)
+
+    def _trusted(self, rel: str) -> bool:
+        return rel.endswith(".json") and any(not h or rel.startswith(h + "/") for h in self.held)
 
     def _fetch_file(self, rel: str, found: O.ObjectInfo) -> None:
         path, entry = self.local(rel), self.known.get(rel)
@@ -259,28 +286,10 @@ class _Registry:
 
     def scratch(self) -> Path:
         if self.base is None:
-            _sweep(Path(tempfile.gettempdir()))
-            self.base = Path(tempfile.mkdtemp(prefix=f"{MARK}{os.getpid()}-"))
-            atexit.register(shutil.rmtree, self.base, True)
-            # a worker process of a pool ends without atexit, but with multiprocessing's own finalizers
-            multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(self.base), True), exitpriority=0)
+            from clusterclip.store.scratch import scratch_folder  # only a process that reaches a store needs one
+
+            self.base = scratch_folder(MARK)
         return self.base
-
-
-def _sweep(tmp: Path) -> None:
-    """Remove the scratch folders that processes of this machine which no longer run left in ``tmp`` (a process
-    killed before its exit handlers ran): each is named after its process id."""
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(tmp):
-            pid = entry.name[len(MARK):].split("-", 1)[0]
-            if not (entry.name.startswith(MARK) and pid.isdigit() and entry.is_dir(follow_symlinks=False)):
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                shutil.rmtree(entry.path, ignore_errors=True)
-            except (PermissionError, OverflowError):
-                pass
 
 
 _REG = _Registry()
