@@ -4,12 +4,6 @@ server of the object-storage tests."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -25,24 +19,10 @@ def s3_server():
     session and stopped after it: its URL."""
     pytest.importorskip("moto")
     pytest.importorskip("s3fs")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    from tests.s3_server import start_s3_server
+
+    proc, url = start_s3_server()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=1).close()
-                break
-            except urllib.error.HTTPError:  # it answers
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the moto S3 server did not start") from None
-                time.sleep(0.2)
         yield url
     finally:
         proc.terminate()
