@@ -261,3 +261,15 @@ def test_under_its_lock_a_process_reads_the_json_files_it_knows_without_asking_t
         assert asked == []
     fs.pipe_file(f"{key}/old.json", b'{"a": 3}')
     assert load_json(run.path("old.json")) == {"a": 3} and asked
+
+
+def test_a_store_whose_fsspec_package_is_missing_is_one_line_naming_it(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed")
+    assert main(["run", "gs://bucket/data/*.jsonl", "--out", str(tmp_path / "r"), *ARGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("clusterclip: error: gs://bucket/data/*.jsonl: reading and writing gs:// needs the gcsfs package: "
+                   "pip install gcsfs")
+    assert not (tmp_path / "r").exists()
