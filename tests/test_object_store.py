@@ -163,9 +163,11 @@ def test_the_lock_object_refuses_a_live_writer_and_takes_over_a_dead_ones(s3, re
 
 
 def test_every_reader_format_reads_from_the_bucket_as_from_disk(s3, tmp_path):
-    """Parquet, a folder of .txt files and a Hugging Face save_to_disk folder: the same corpus parts as on disk."""
+    """Parquet, plain and zstd JSONL, a folder of .txt files and a Hugging Face save_to_disk folder: the same
+    corpus parts as on disk."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    import zstandard
 
     from clusterclip.corpus.stage import corpus_stage
 
@@ -175,14 +177,17 @@ def test_every_reader_format_reads_from_the_bucket_as_from_disk(s3, tmp_path):
         (src / "txt" / ("sub" if i % 3 else "") / f"doc{i:02d}.txt").write_text(f"text number {i} " * (i + 2))
     pq.write_table(pa.table({"text": [f"parquet row {i} " * 3 for i in range(40)], "id": [f"p{i}" for i in range(40)]}),
                    src / "rows.parquet", row_group_size=7)
-    inputs = [src / "rows.parquet", src / "txt"]
+    lines = "".join(json.dumps({"text": f"json line {i} " * 3, "id": f"j{i}"}) + "\n" for i in range(20)).encode()
+    (src / "plain.jsonl").write_bytes(lines)
+    (src / "packed.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines.replace(b"j", b"z")))
+    inputs = [src / "rows.parquet", src / "txt", src / "plain.jsonl", src / "packed.jsonl.zst"]
     datasets = pytest.importorskip("datasets")
     datasets.Dataset.from_dict({"text": [f"hf row {i} " * 4 for i in range(25)]}).save_to_disk(str(src / "hf"))
     inputs.append(src / "hf")
     store().put(str(src) + "/", f"{s3.removeprefix('s3://')}/src", recursive=True)
     here = corpus_stage(RunDir(tmp_path / "local"), [str(p) for p in inputs], progress=False)
     there = corpus_stage(RunDir(f"{s3}/runs/r"), [f"{s3}/src/{p.name}" for p in inputs], progress=False)
-    assert here.count == there.count == 95
+    assert here.count == there.count == 135
     assert artifacts_in_store(f"{s3}/runs/r") == artifacts_on_disk(tmp_path / "local")
     assert [e["path"] for e in there.inputs][:1] == [f"{s3}/src/rows.parquet"]  # recorded by URL
 
