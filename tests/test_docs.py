@@ -168,7 +168,7 @@ class World:
             word = self.values.get(word, self.scaled.get(SCALED.get((prev, word), ""), word))
             if word.startswith("/shared/"):
                 word = str(cwd / word[1:])
-            if "*" in word:
+            if "*" in word and "://" not in word:  # a URL's glob expands in its store
                 matches = sorted(glob.glob(word))
                 assert matches, f"{line}: nothing matches {word}"
                 out += matches
@@ -227,13 +227,28 @@ README_LINES = [pytest.param(line, id=f"{i}-{' '.join(line.split()[1:3])}" + ("-
                 for i, line in enumerate(command_lines(ROOT / "README.md"))]
 
 
+def _in_bucket(line: str, cwd: Path, request: pytest.FixtureRequest) -> str:
+    """``line`` with ``s3://bucket`` naming a fresh bucket of the tests' S3 server that holds the copy in ``cwd``."""
+    if "s3://bucket" not in line:
+        return line
+    bucket = request.getfixturevalue("s3")
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    for path in sorted(p for p in cwd.rglob("*") if p.is_file() and p.name != ".lock"):
+        fs.put_file(str(path), f"{bucket.removeprefix('s3://')}/{path.relative_to(cwd).as_posix()}")
+    return line.replace("s3://bucket", bucket)
+
+
 @pytest.mark.parametrize("line", README_LINES)
-def test_a_readme_command_runs_as_written(line, world, tmp_path, monkeypatch):
+def test_a_readme_command_runs_as_written(line, world, tmp_path, monkeypatch, request):
     """Each command on a copy of the fixture: the inputs alone for a command that creates a run, else the finished
-    run (with dedup groups); placeholders (NAME, PLAN, $TOK, HEAD:6379, /shared/) filled."""
+    run (with dedup groups); placeholders (NAME, PLAN, $TOK, HEAD:6379, /shared/) filled; ``s3://bucket`` is a
+    bucket of the tests' S3 server holding the same copy."""
     cwd = tmp_path / "w"
     shutil.copytree(world.inputs if line.split()[1] in CREATE else world.full, cwd)
     monkeypatch.chdir(cwd)
+    line = _in_bucket(line, cwd, request)
     argv = world.argv(line, cwd)
     if argv[0] in ("experiment", "tune"):
         argv += SMALLER

@@ -27,6 +27,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.ray_session import load_ray as _ray
 from clusterclip.ray_session import ray_session, started_locally
 from clusterclip.settings import Settings, SettingsError, is_text, one_of, optional, setting
+from clusterclip.store.paths import for_arrow
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,8 @@ def ray_embed_shards(parts: Sequence[Path], start_row: int, n_docs: int, shard_s
         raise ValueError("start_row must be a multiple of shard_size")
     wants_gpu = bool(getattr(embedder, "USES_GPU", False))
     actors, gpus, cpus = _pool_size(ray, 1.0 if wants_gpu else 0.0)
-    ds = ray.data.read_parquet([str(p) for p in parts]).select_columns(["index", "text"])
+    paths, filesystem = for_arrow(list(parts))
+    ds = ray.data.read_parquet(paths, filesystem=filesystem).select_columns(["index", "text"])
     if start_row:
         from ray.data.expressions import col
 
@@ -304,7 +306,8 @@ def ray_assign(shards: Sequence[Path], centroids: np.ndarray,
     """Labels and cosine scores of every embedding row in the shards, computed on Ray Data, in order."""
     ray = _ray()
     actors, _, cpus = _pool_size(ray, 0.0)
-    ds = ray.data.read_numpy([str(p) for p in shards])
+    paths, filesystem = for_arrow(list(shards))
+    ds = ray.data.read_numpy(paths, filesystem=filesystem)
     ds = _map_actors(ds, _Assigner, fn_constructor_args=(centroids,), batch_size=batch_rows,
                      compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=cpus)
     labels, scores = [], []

@@ -25,6 +25,7 @@ from clusterclip.cli.status import add_status_parser
 from clusterclip.cli.tune import add_tune_parser
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError, DiskFullError, missing_extra
 from clusterclip.settings import error_message
+from clusterclip.store.replica import display
 
 DESCRIPTION = """\
 Balanced data sampling for language-model training (ClusterClip Sampling, arXiv 2402.14526):
@@ -60,7 +61,8 @@ examples:
 COMMANDS = (add_run_parser, add_embed_parser, add_cluster_parser, add_dedup_parser, add_add_parser, add_plan_parser,
             add_report_parser, add_export_parser, add_status_parser, add_experiment_parser, add_tune_parser)
 """Each adds one sub-command, in the order ``clusterclip --help`` lists them."""
-NOISY = ("sentence_transformers", "transformers", "faiss", "urllib3", "filelock", "ray")
+NOISY = ("sentence_transformers", "transformers", "faiss", "urllib3", "filelock", "ray", "botocore", "aiobotocore",
+         "s3fs", "fsspec")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,10 +77,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Urls:
+    """A text stream that writes every path of a working copy of object storage as its URL (what the user gave):
+    the printed output of a command on a run directory in a bucket names the bucket."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(display(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class UrlFilter(logging.Filter):
+    """Log lines with working-copy paths written as their URLs (:class:`Urls`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "clusterclip-remote-" in message:
+            record.msg, record.args = display(message), ()
+        return True
+
+
 def setup_logging(quiet: bool, verbose: bool) -> None:
     """Log messages on stderr: warnings only with ``quiet``, debug with ``verbose``, else info."""
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(message)s", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, UrlFilter) for f in handler.filters):
+            handler.addFilter(UrlFilter())
     logging.getLogger("clusterclip").setLevel(level)
     for noisy in NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -92,10 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (DataLoader workers, process pools) must tell them; `export` tokenizes in one process that never forks.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if args.command == "export" else "false")
     setup_logging(args.quiet, args.verbose)
+    stdout, sys.stdout = sys.stdout, Urls(sys.stdout)
     try:
         return int(args.func(args) or 0)
     except ClusterClipError as exc:
-        print(f"clusterclip: error: {error_message(exc)}", file=sys.stderr)
+        print(f"clusterclip: error: {display(error_message(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `clusterclip status RUN | head`: the reader left; say nothing more, fail nothing
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -106,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             # the file system refused a named file (a folder where a file belongs, no permission, an immutable
             # file): the file and the reason are the message, not a traceback
-            print(f"clusterclip: error: {exc.filename}: {exc.strerror}; fix or remove it and run the command again",
+            print(f"clusterclip: error: {display(str(exc.filename))}: {exc.strerror}; fix or remove it and run the "
+                  "command again",
                   file=sys.stderr)
             return 2
         # Stages name their own files (DiskFullError); this catches any write they do not wrap.
@@ -122,3 +153,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clusterclip: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout = stdout

@@ -100,7 +100,7 @@ def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed: EmbedReco
     del sample
     t_fit = time.perf_counter() - t0
     if engine == "ray":
-        labels, scores = ray_assign([run.path(f) for f in embed.shard_files()], fit.centroids)
+        labels, scores = ray_assign([run.locate(f) for f in embed.shard_files()], fit.centroids)
     else:
         blocks = _progress_blocks(iter_embeddings(run, ASSIGN_BATCH, verify=False), n, progress)
         labels, scores = assign(blocks, fit.centroids, n)

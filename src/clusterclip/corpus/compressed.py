@@ -1,4 +1,5 @@
-"""Opening a JSON-lines file as a binary stream: plain, gzip, or zstd that fails loudly when truncated."""
+"""Opening a JSON-lines file as a binary stream: plain, gzip, or zstd that fails loudly when truncated; the bytes come
+from :func:`clusterclip.store.paths.open_bytes` (a local file, or an object streamed from its store)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,34 @@ import io
 from pathlib import Path
 from typing import Any
 
+from clusterclip.store.paths import is_remote, open_bytes
+
+
+def _raw(path: Path) -> io.BufferedIOBase:
+    """The bytes of ``path``: the local file, or the object a working-copy path names, streamed."""
+    return open_bytes(path) if is_remote(path) else open(path, "rb")  # type: ignore[return-value]
+
 
 def open_plain(path: Path) -> io.BufferedIOBase:
     """``path`` opened for reading bytes, as is."""
-    return open(path, "rb")
+    return _raw(path)
+
+
+class _Gzip(gzip.GzipFile):
+    """A gzip stream that closes the file it reads (``gzip.open`` of a name does; of a file object it does not)."""
+
+    def close(self) -> None:
+        raw = self.fileobj
+        try:
+            super().close()
+        finally:
+            if raw is not None:
+                raw.close()
 
 
 def open_gzip(path: Path) -> io.BufferedIOBase:
     """``path`` opened for reading the bytes its gzip members decompress to."""
-    return gzip.open(path, "rb")  # type: ignore[return-value]
+    return _Gzip(fileobj=_raw(path), mode="rb")  # type: ignore[return-value]
 
 
 def open_zstd(path: Path) -> io.BufferedIOBase:
@@ -34,7 +54,7 @@ class ZstdStream(io.RawIOBase):
         import zstandard
 
         self._zstd = zstandard
-        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._fh = _raw(path)
         self._chunk = chunk
         self._dobj = zstandard.ZstdDecompressor().decompressobj()
         self._pending = b""

@@ -29,7 +29,9 @@ from clusterclip.corpus.texts import open_part as open_part
 from clusterclip.corpus.texts import sample_texts as sample_texts
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
+from clusterclip.store.paths import kind, size_time, source
 from clusterclip.store.record import StageRecord
+from clusterclip.store.replica import local_path
 
 CORPUS_STAGE = "corpus"
 CORPUS_DIR = "corpus"
@@ -165,12 +167,12 @@ def corpus_parts(run: RunDir) -> list[Path]:
     rels = sorted(r for r in rec.get("artifacts", {}) if fnmatch.fnmatch(r, f"{CORPUS_DIR}/{CORPUS_PART_GLOB}"))
     if not rels:
         return sorted(run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB))
-    return [run.path(r) for r in rels]
+    return [run.locate(r) for r in rels]
 
 
 def count_rows(parts: Sequence[Path]) -> int:
     """Documents in the corpus parts, from their Parquet metadata (no rows read)."""
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+    return sum(open_part(p).metadata.num_rows for p in parts)
 
 
 def iter_corpus(run: RunDir, columns: Sequence[str] = ("text",), batch_rows: int = 4096,
@@ -235,14 +237,14 @@ def check_inputs_unchanged(run: RunDir) -> None:
     its bytes when its modification time changed (an input rewritten with the same bytes is fine)."""
     rec = CorpusRecord.require(run, verify=False)
     for entry in rec.inputs:
-        path = Path(entry["path"])
-        if not path.exists():
+        path = local_path(entry["path"])
+        if kind(path) is None:
             raise StaleArtifactError(f"{path}: input of the corpus stage no longer exists; re-run "
                                      f"`{run.rebuild_command(CORPUS_STAGE)}`")
-        st = path.stat()
-        if not same_content({**entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, entry):
+        size, mtime_ns = size_time(path)
+        if not same_content({**entry, "size": size, "mtime_ns": mtime_ns}, entry):
             raise StaleArtifactError(
-                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {st.st_size}); "
+                f"{path}: changed since the corpus stage read it (size {entry['size']} -> {size}); "
                 f"re-run `{run.rebuild_command(CORPUS_STAGE)}` so every stage uses the same corpus")
 
 

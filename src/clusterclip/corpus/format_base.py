@@ -29,11 +29,17 @@ from clusterclip.corpus.records import (
     record_document,
     unreadable,
 )
+from clusterclip.store.paths import files_below
 
 
 def files_under(path: Path) -> list[Path]:
     """Every file below folder ``path`` (symbolic links to folders not followed), sorted; a folder that
-    cannot be listed raises instead of being skipped, so no document goes missing without a word."""
+    cannot be listed raises instead of being skipped, so no document goes missing without a word. A folder of a
+    store is its prefix's objects."""
+    remote = files_below(path)
+    if remote is not None:
+        return remote
+
     def fail(exc: OSError) -> None:
         raise unreadable(Path(exc.filename or path), exc)
 

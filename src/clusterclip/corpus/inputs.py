@@ -16,6 +16,8 @@ from clusterclip.corpus.formats import FORMATS, expected_inputs, file_format, fo
 from clusterclip.corpus.records import is_unicode, unreadable
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import file_digest
+from clusterclip.store.paths import inputs_of, is_remote, kind, size_time
+from clusterclip.store.replica import where
 
 
 def format_of(path: Path) -> str:
@@ -34,17 +36,17 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, 
     files, at any depth) is one input; any other folder's JSONL and Parquet files are read.
     """
     out: list[tuple[Path, str]] = []
-    for raw in inputs:
-        path = Path(raw)
-        if not path.exists():
+    for path in (p for raw in inputs for p in inputs_of(raw)):
+        found = kind(path)
+        if found is None:
             raise ClusterClipError(f"{path}: no such file or directory")
         if not is_unicode(str(path)):
             raise ClusterClipError(f"{os.fsencode(path)!r}: path is not valid UTF-8; rename it")
-        if path.is_dir():
+        if found == "dir":
             folder = Folder(path)
             fmt = folder_format(folder)
             out.extend([(path, fmt)] if fmt is not None else _folder_inputs(folder))
-        elif not path.is_file():
+        elif found != "file":
             raise ClusterClipError(f"{path}: not a regular file (a pipe, socket or device): inputs are read more than "
                                    "once (checksums, then documents); write it to a file first")
         else:
@@ -83,14 +85,15 @@ def _folder_inputs(folder: Folder) -> list[tuple[Path, str]]:
 
 
 def inputs_fingerprint(inputs: Sequence[tuple[Path, str]]) -> list[dict[str, Any]]:
-    """Path, size and modification time of every input file: what staleness checks compare."""
+    """Path (a URL for an object of a store), size and modification time of every input file: what staleness
+    checks compare."""
     entries = []
     for path, fmt in inputs:
-        files = files_under(path) if path.is_dir() else [path]
+        files = files_under(path) if kind(path) == "dir" else [path]
         for p in files:
-            st = p.stat()
-            entries.append({"path": str(p.resolve()), "format": fmt, "size": st.st_size,
-                            "mtime_ns": st.st_mtime_ns})
+            size, mtime_ns = size_time(p)
+            entries.append({"path": where(p) if is_remote(p) else str(p.resolve()), "format": fmt, "size": size,
+                            "mtime_ns": mtime_ns})
     return entries
 
 

@@ -29,6 +29,7 @@ from clusterclip.corpus.records import (
     unreadable,
 )
 from clusterclip.errors import BadRecordError, ClusterClipError
+from clusterclip.store.paths import open_bytes, size_time
 
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 
@@ -128,7 +129,7 @@ def _lines_in_range(fh: io.BufferedIOBase, start: int, stop: int, lines_before: 
 def count_newlines(path: str | os.PathLike[str], start: int, stop: int, chunk: int = 1 << 22) -> int:
     """Newline bytes in ``[start, stop)`` of a file (to number the lines of a byte range)."""
     n = 0
-    with open(path, "rb") as fh:
+    with open_bytes(path) as fh:
         fh.seek(start)
         left = stop - start
         while left > 0:
@@ -163,7 +164,7 @@ class Jsonl(JsonLines):
     @classmethod
     def units(cls, path: Path, split: bool) -> list[WorkUnit]:
         per = limits.JSONL_BYTES_PER_UNIT
-        if split and (size := path.stat().st_size) > per:
+        if split and (size := size_time(path)[0]) > per:
             return [WorkUnit(path, cls.name, byte_range=(a, min(a + per, size))) for a in range(0, size, per)]
         return [WorkUnit(path, cls.name)]
 

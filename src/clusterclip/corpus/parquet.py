@@ -17,12 +17,13 @@ from clusterclip.corpus.format_base import ColumnFormat, WorkUnit
 from clusterclip.corpus.records import ColumnBatch, ReadOptions, unreadable
 from clusterclip.errors import BadRecordError
 from clusterclip.settings import option
+from clusterclip.store.paths import source
 
 
 def open_parquet(path: str | os.PathLike[str]) -> pq.ParquetFile:
     """Open a Parquet file for streaming. Pre-buffering is off: pyarrow's default pre-buffers every
     requested column chunk of the file, so iterating a file would hold all of it in memory."""
-    return pq.ParquetFile(path, pre_buffer=False)
+    return pq.ParquetFile(source(path), pre_buffer=False)
 
 
 def parquet_batches(path: Path, opts: ReadOptions, row_groups: tuple[int, int] | None = None) -> Iterator[ColumnBatch]:
@@ -71,7 +72,7 @@ def row_group_runs(path: Path, rows_per_run: int) -> list[tuple[int, int] | None
     """Consecutive row-group ranges of about ``rows_per_run`` rows each (``[None]``: read the file whole,
     also when its footer cannot be read, for the reader to report)."""
     try:
-        md = pq.read_metadata(path)
+        md = pq.read_metadata(source(path))
     except (pa.ArrowException, OSError, UnicodeDecodeError):
         return [None]
     if md.num_rows <= rows_per_run or md.num_row_groups < 2:

@@ -27,6 +27,7 @@ from clusterclip.corpus.reading import read_unit
 from clusterclip.corpus.records import ReadStats
 from clusterclip.corpus.tokens import make_token_counter
 from clusterclip.engines import ray_tasks
+from clusterclip.store.paths import source
 
 Piece = tuple[str, int, int]
 """Rows ``[start, stop)`` of a staging part."""
@@ -99,7 +100,7 @@ def _read_unit_task(root: str, unit_no: int, unit: WorkUnit, config: CorpusConfi
 
 def _assemble_part_task(root: str, rel: str, pieces: list[Piece], first_index: int) -> None:
     """Ray task: write final part ``rel`` from row ranges ``[start, stop)`` of staging parts, re-indexed."""
-    table = pa.concat_tables((pq.read_table(Path(root) / src).slice(start, stop - start)
+    table = pa.concat_tables((pq.read_table(source(Path(root) / src)).slice(start, stop - start)
                               for src, start, stop in pieces), promote_options="default")
     table = without_empty_records(table)
     index = pa.array(np.arange(first_index, first_index + table.num_rows, dtype=np.int64))

@@ -44,6 +44,7 @@ from clusterclip.progress import progress_bar
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
 from clusterclip.store import RUN, RunDir, config_hash, save_npy
+from clusterclip.store.paths import name_of
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def corpus_stage(
         resolved = []
         fingerprint = {"default": DEFAULT_CORPUS, "python": sys.version,
                        "stdlib": sysconfig.get_paths()["stdlib"]}
-    cfg = {**settings_json(config), "inputs": [str(Path(p)) for p in inputs] or [DEFAULT_CORPUS]}
+    cfg = {**settings_json(config), "inputs": [name_of(p) for p in inputs] or [DEFAULT_CORPUS]}
     if not inputs:
         cfg["group_field"] = "module"
     held = check_lineage(run, fingerprint if inputs else None, cfg, force)
@@ -127,9 +128,9 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
             where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
             raise ClusterClipError(f"{where}: empty corpus: no usable documents"
                                    + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
-        for stale in sorted(run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB)):
+        for stale in run.files(CORPUS_DIR, CORPUS_PART_GLOB):
             if f"{CORPUS_DIR}/{stale.name}" not in read.parts:
-                stale.unlink()
+                run.remove(f"{CORPUS_DIR}/{stale.name}")
         duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
     finally:
         shutil.rmtree(run.path(CORPUS_ID_SPILL), ignore_errors=True)
@@ -152,9 +153,8 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
 def _read_parts(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
                 config: CorpusConfig, engine: str, progress: bool) -> WrittenParts:
     """Read the documents into the corpus parts, here or on Ray, with a progress bar; no staging is left."""
-    staging = run.path(CORPUS_STAGING)
-    shutil.rmtree(staging, ignore_errors=True)
-    run.path(CORPUS_DIR).mkdir(parents=True, exist_ok=True)
+    run.remove(CORPUS_STAGING)
+    run.locate(CORPUS_DIR).mkdir(parents=True, exist_ok=True)
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
         if inputs and check_engine(engine) == "ray":
@@ -162,7 +162,7 @@ def _read_parts(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved:
         return _read_here(run.root, resolved if inputs else None, config, bar)
     finally:
         bar.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        run.remove(CORPUS_STAGING)
 
 
 def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: CorpusConfig,

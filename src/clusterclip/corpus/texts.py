@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.corpus.kinds import PARTS, kind_of, part_of
 from clusterclip.errors import ClusterClipError
+from clusterclip.store.paths import source
 
 RECORD_COLUMN = "record"
 """A part's documents of a conversation kind (``--record-kind``): each one's input record as JSON (null for plain
@@ -31,7 +32,7 @@ text; a part without such documents has no such column)."""
 def open_part(path: str | os.PathLike[str]) -> pq.ParquetFile:
     """Open a corpus part (or any Parquet file) for streaming. Pre-buffering is off: pyarrow's default
     pre-buffers every requested column chunk of the file, so iterating a file would hold all of it in memory."""
-    return pq.ParquetFile(path, pre_buffer=False)
+    return pq.ParquetFile(source(path), pre_buffer=False)
 
 
 class Parts:

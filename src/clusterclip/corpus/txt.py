@@ -11,13 +11,14 @@ from clusterclip.corpus.format_base import Folder, RowFormat, WorkUnit, files_un
 from clusterclip.corpus.hf import is_hf_dataset_dir
 from clusterclip.corpus.records import Document, Located, ReadOptions, is_unicode, not_utf8, unreadable
 from clusterclip.errors import BadRecordError
+from clusterclip.store.paths import read_bytes
 
 
 def txt_records(paths: Iterable[Path], root: Path) -> Iterator[Located]:
     """Each ``.txt`` file is one record, ``(id, bytes)``: its path relative to ``root`` and its content."""
     for p in paths:
         try:
-            data = p.read_bytes()
+            data = read_bytes(p)
         except OSError as exc:
             raise unreadable(p, exc) from None
         yield str(p), None, (str(p.relative_to(root)), data)

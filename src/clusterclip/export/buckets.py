@@ -14,7 +14,9 @@ process, in worker processes or as Ray tasks (:func:`clusterclip.engines.ordered
    sorts them by position, checks it holds exactly its positions, and tokenizes them when asked.
 
 Each corpus byte is read once and written once more to scratch. Memory per task: one unit or bucket of
-text (:func:`bucket_rows`) up to ``HELD_COPIES`` times; on the driver, one chunk of the plan.
+text (:func:`bucket_rows`) up to ``HELD_COPIES`` times; on the driver, one chunk of the plan. A scratch folder in
+object storage (a working copy, :mod:`clusterclip.store.replica`) is how tasks on machines that share no disk hand
+each other these files: each is sent to the store once written and fetched by the task that reads it.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.contract import RowGroup, in_index_order, row_columns, with_records
+from clusterclip.corpus.contract import RowGroup, in_index_order, open_part, row_columns, with_records
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.chat import ChatEncoder, ChatSpec
 from clusterclip.export.records import RECORD, body_columns
 from clusterclip.export.tokenizer import Tokenizer
+from clusterclip.store.paths import discard
+from clusterclip.store.replica import ensure_local, local_path, published
 
 BUCKET_BYTES = 1 << 30
 """The most text one bucket or unit holds (1 GiB): within one Arrow ``string`` array, however large
@@ -97,7 +101,10 @@ def partition(order: np.ndarray, groups: list[RowGroup], group_bytes: np.ndarray
         for lo, hi in zip(cuts.tolist(), [*cuts[1:].tolist(), grouped.size], strict=True):
             with open(units[int(unit[grouped[lo]])].pairs, "ab") as f:
                 f.write(pairs[lo:hi].tobytes())  # a short write raises with its errno (tofile: none)
-    return [u for u in units if os.path.getsize(u.pairs)]
+    drawn = [u for u in units if os.path.getsize(u.pairs)]
+    for u in drawn:
+        published(u.pairs)
+    return drawn
 
 
 def _group_of(starts: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -109,7 +116,7 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str,
     """Write the unit's planned copies (with ``records``, their ``record`` too), grouped by bucket, to
     ``scratch/unit-NNNNNN.arrow``; returns ``(bucket, first batch, batches)`` for each bucket it holds."""
     schema = RECORD_SCHEMA if records else SCHEMA
-    pairs = np.fromfile(unit.pairs, dtype=np.int64).reshape(-1, 2)
+    pairs = np.fromfile(ensure_local(unit.pairs), dtype=np.int64).reshape(-1, 2)
     by_doc = np.argsort(pairs[:, 0], kind="stable")  # positions stay increasing within a document
     docs, positions = pairs[by_doc, 0], pairs[by_doc, 1]
     del pairs, by_doc
@@ -120,7 +127,7 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str,
         if lo == hi:
             continue
         if g.path not in files:
-            files = {g.path: pq.ParquetFile(g.path)}  # a unit's row groups run through each part in order
+            files = {g.path: open_part(g.path)}  # a unit's row groups run through each part in order
         pf = files[g.path]
         table = in_index_order(with_records(pf.read_row_group(g.group, columns=row_columns(pf, records)), records),
                                np.arange(g.start, g.stop), Path(g.path).parent, rebuild)
@@ -138,14 +145,16 @@ def scatter_unit(unit: Unit, rows: int, scratch: str, rebuild: str,
     cuts = np.flatnonzero(np.diff(bucket, prepend=-1, append=-1))
     held: list[tuple[int, int, int]] = []
     batches = 0
-    with pa.ipc.new_file(str(Path(scratch) / f"unit-{unit.number:06d}.arrow"), schema) as writer:
+    path = local_path(Path(scratch) / f"unit-{unit.number:06d}.arrow")
+    with pa.ipc.new_file(str(path), schema) as writer:
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
             part = out.slice(a, b - a).cast(schema).to_batches()
             for batch in part:
                 writer.write_batch(batch)
             held.append((int(bucket[a]), batches, len(part)))
             batches += len(part)
-    os.unlink(unit.pairs)
+    published(path)
+    discard(unit.pairs)
     return held
 
 
@@ -186,7 +195,7 @@ def gather_bucket(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int]
     them."""
     batches = []
     for path, first, count in fragments:
-        with pa.memory_map(path) as source:
+        with pa.memory_map(str(ensure_local(path))) as source:
             reader = pa.ipc.open_file(source)
             batches.extend(reader.get_batch(i) for i in range(first, first + count))
     table = pa.Table.from_batches(batches, RECORD_SCHEMA if records else SCHEMA)
@@ -209,17 +218,18 @@ def gather_to_file(k: int, lo: int, hi: int, fragments: list[tuple[str, int, int
     """:func:`gather_bucket` in a worker: the bucket written to ``scratch/bucket-NNNNNN.arrow``, its path
     returned (the driver memory-maps it instead of receiving it)."""
     table = gather_bucket(k, lo, hi, fragments, tokenizer, records)
-    path = str(Path(scratch) / f"bucket-{k:06d}.arrow")
-    with pa.ipc.new_file(path, table.schema) as writer:
+    path = local_path(Path(scratch) / f"bucket-{k:06d}.arrow")
+    with pa.ipc.new_file(str(path), table.schema) as writer:
         writer.write_table(table)
-    return path
+    published(path)
+    return str(path)
 
 
 def read_bucket(path: str) -> pa.Table:
     """The bucket a worker wrote (memory-mapped: page cache, not this process's memory), deleted once read."""
-    with pa.memory_map(path) as source:
+    with pa.memory_map(str(ensure_local(path))) as source:
         table = pa.ipc.open_file(source).read_all()
-    os.unlink(path)
+    discard(path)
     return table
 
 

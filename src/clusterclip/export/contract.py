@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import config_hash, load_json
 from clusterclip.store.record import RecordError, StageRecord
+from clusterclip.store.replica import local_path
 
 EXPORT_STAGE = "export"
 """The one stage of an export folder (a run directory of its own); its record is :data:`EXPORT_MANIFEST`."""
@@ -134,8 +135,10 @@ def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any]
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
+        from clusterclip.store.paths import source
+
         first = sorted(f for f in files if f.endswith(".parquet"))[:1]
-        raw = (pq.read_schema(folder / first[0]).metadata or {}).get(META_KEY.encode()) if first else None
+        raw = (pq.read_schema(source(folder / first[0])).metadata or {}).get(META_KEY.encode()) if first else None
         return json.loads(raw) if raw else {}
     name = {"hf": "dataset_info.json", "litdata": "index.json", "mds": "index.json"}.get(fmt)
     if name is None:
@@ -150,14 +153,17 @@ def read_export(folder: str | os.PathLike[str]) -> ExportInfo:
     Refused (:class:`ExportMismatchError`, one line): a folder without ``export.json`` (not an export, or a
     killed one: run the export again), a record without a plan identity (an older version's export), and
     metadata that names another stream than ``export.json`` (files of two exports mixed). ``folder`` may be the
-    ``export.json`` itself, or a link to it: the export is the folder the record really lies in.
+    ``export.json`` itself, or a link to it: the export is the folder the record really lies in. It may be a URL of
+    object storage: then only ``export.json`` and the format's metadata are fetched, sizes are the store's.
     """
-    folder = Path(folder)
-    if folder.is_file():
-        folder = folder.resolve().parent
+    from clusterclip.store.paths import is_remote, kind
+
+    folder = local_path(folder)
+    if kind(folder) == "file":
+        folder = folder.parent if is_remote(folder) else folder.resolve().parent
     path = folder / EXPORT_MANIFEST
-    if not path.is_file():
-        killed = (folder / EXPORT_STAGING).exists()
+    if kind(path) != "file":
+        killed = kind(folder / EXPORT_STAGING) is not None
         partial = " (a killed export: run the same `clusterclip export` again)" if killed else ""
         raise ExportMismatchError(f"{folder}: no {EXPORT_MANIFEST}, not a finished clusterclip export{partial}")
     raw = load_json(path)
@@ -190,7 +196,16 @@ def file_sizes(folder: Path, record: ExportRecord,
     ``export.json`` records (None: none recorded). A stat each, no reading."""
     for rel in rels:
         path = folder / rel
-        yield path, path.stat().st_size if path.is_file() else None, (record.artifacts.get(rel) or {}).get("size")
+        yield path, _size(path), (record.artifacts.get(rel) or {}).get("size")
+
+
+def _size(path: Path) -> int | None:
+    """The size of a file (or object), None when there is none."""
+    from clusterclip.store.paths import kind, size_time
+
+    if kind(path) != "file":
+        return None
+    return size_time(path)[0]
 
 
 def edited_message(path: Path) -> str:

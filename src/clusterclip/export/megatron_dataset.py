@@ -34,7 +34,9 @@ import numpy as np
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, edited_message, file_sizes
 from clusterclip.export.writers.megatron import MegatronWriter, megatron_imports
+from clusterclip.store.paths import kind, read_bytes
 from clusterclip.store.record import RecordError
+from clusterclip.store.replica import local_path, where
 
 try:
     with megatron_imports():
@@ -65,19 +67,20 @@ def read_export_record(prefix: str | Path) -> ExportRecord:
     """The ``export.json`` of the export whose ``IndexedDataset`` prefix is ``prefix`` (``DIR/data``), as the
     export contract's typed record, checked to be a clusterclip ``--format megatron`` export whose
     ``data.bin``/``data.idx`` still have the recorded sizes: a foreign dataset or a file replaced since the
-    export is refused, not read."""
-    path = Path(prefix)
+    export is refused, not read. ``prefix`` may be a URL (``s3://bucket/out/data``): the record is read from the
+    store."""
+    path = local_path(prefix)
     record_path = path.parent / RECORD
-    if not record_path.is_file():
-        raise _refuse(prefix, f"no {record_path}: it reads a clusterclip export only ({EXPORT_HINT})")
+    if kind(record_path) != "file":
+        raise _refuse(prefix, f"no {where(record_path)}: it reads a clusterclip export only ({EXPORT_HINT})")
     try:
-        obj = json.loads(record_path.read_text(encoding="utf-8"))
+        obj = json.loads(read_bytes(record_path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _refuse(prefix, f"{record_path} does not parse ({exc}); export again ({EXPORT_HINT})") from exc
+        raise _refuse(prefix, f"{where(record_path)} does not parse ({exc}); export again ({EXPORT_HINT})") from exc
     identity = obj.get("identity") if isinstance(obj, dict) else None
     fmt = identity.get("format") if isinstance(identity, dict) else None
     if not isinstance(obj, dict) or obj.get("stage") != EXPORT_STAGE or fmt != "megatron":
-        raise _refuse(prefix, f"{record_path} is not the record of a clusterclip --format megatron export "
+        raise _refuse(prefix, f"{where(record_path)} is not the record of a clusterclip --format megatron export "
                               f"(format: {fmt!r}); {EXPORT_HINT}")
     try:
         record = ExportRecord.from_json(obj, str(record_path), f"export again ({EXPORT_HINT})")
@@ -86,8 +89,8 @@ def read_export_record(prefix: str | Path) -> ExportRecord:
     if record.edited():
         raise _refuse(prefix, edited_message(record_path))
     if record.identity.get("blend"):
-        raise _refuse(prefix, f"{record_path} is a --blend export (one source per cluster): blend its sources with "
-                              "GPTDataset and the weights of megatron_data_path.txt; PlanOrderGPTDataset reads a "
+        raise _refuse(prefix, f"{where(record_path)} is a --blend export (one source per cluster): blend its sources "
+                              "with GPTDataset and the weights of megatron_data_path.txt; PlanOrderGPTDataset reads a "
                               "plan-order export")
     if path.name != PREFIX:
         raise _refuse(prefix, f"the export's prefix is {path.parent / PREFIX}")
@@ -160,8 +163,10 @@ class PlanOrderGPTDataset(GPTDataset):
         """The export's ``IndexedDataset``, after checking ``export.json`` against it and the tokenizer."""
         if config.mock or dataset_path is None:
             raise _refuse(dataset_path, f"no dataset prefix given (mock data); {EXPORT_HINT}")
-        if is_object_storage_path(dataset_path):
-            raise _refuse(dataset_path, "reads a local export only (its export.json is checked); copy it first")
+        if is_object_storage_path(dataset_path) and config.object_storage_cache_path is None:
+            raise _refuse(dataset_path, "an export in object storage is read by megatron's own S3 reader, which keeps "
+                                        "data.idx in a local folder: set object_storage_cache_path (and "
+                                        "mmap_bin_files=False)")
         record = read_export_record(dataset_path)
         _check_tokenizer(dataset_path, record, config.tokenizer)
         dataset = GPTDataset.build_low_level_dataset(dataset_path, config)

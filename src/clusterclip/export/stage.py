@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -29,6 +30,7 @@ from clusterclip.export.writers.registry import FORMATS, WRITERS
 from clusterclip.settings import Settings, at_least, command_flags, optional, setting
 from clusterclip.stages import Built, Job, Stage, run_stage
 from clusterclip.store import RUN, RunDir, exclusive
+from clusterclip.store.paths import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +136,10 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     ``docs/export.md`` for each format's layout. An export of the same plan with the same settings already
     in ``out_dir`` is kept unless ``force``. ``engine`` (default local) runs the one-pass export of a corpus over
     ``memory_mb`` in this machine's processes or as Ray tasks (every node must see the run directory and
-    ``out_dir``); the files are the same either way. Returns the exported files; ``out_dir/export.json`` records the
-    plan's identity, the files and the counts.
+    ``out_dir``, or both are URLs of object storage); the files are the same either way. ``run`` and ``out_dir`` may
+    be URLs (``s3://bucket/out``): the export is staged in a local working copy and sent to the store, its record
+    last. Returns the exported files; ``out_dir/export.json`` records the plan's identity, the files and the
+    counts.
     """
     cfg = config if config is not None else ExportConfig(**options)
     engine = engine or EngineConfig()
@@ -158,10 +162,10 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         write = partial(_write_stream, src, cfg, engine)
         if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
             log.warning("export: %s", too_large)
-    folder = ExportFolder(Path(out_dir), identity)
+    folder = ExportFolder(RunDir(out_dir).path(), identity)  # in object storage: the folder's files fetched
     folder.check()  # before the lock: a refused folder is left exactly as it was
     values = {**asdict(cfg), "keep_record": None}
-    command = ("clusterclip", "export", str(run.root), "--plan", src.name, "--dest", RUN,
+    command = ("clusterclip", "export", run.where, "--plan", src.name, "--dest", RUN,
                *command_flags(ExportConfig, values, always=("fmt",)),
                *({True: ["--keep-record"], False: ["--no-keep-record"], None: []}[cfg.keep_record]))
     # options that joined the settings later stay out of an export that does not use them, which keeps the
@@ -172,7 +176,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     settings["tokenizer_sha256"] = tokenizer["sha256"] if tokenizer is not None else None
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
-    build = partial(_build, write, folder, need, {"run_dir": str(run.root), "command": command})
+    build = partial(_build, write, folder, need, {"run_dir": run.where, "command": command})
     with exclusive(folder.out, what="export folder"), engine.session():
         try:
             folder.claim()
@@ -189,9 +193,11 @@ def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, fold
     writer = WRITERS[cfg.fmt](folder.staging, src.token_dtype, metadata(folder.identity))
     fields = src.typed_records() if src.keep_record and writer.RECORDS == "typed" else None
     rows = 0
-    for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple,
-                             scratch=folder.staging / SCRATCH, engine=engine.engine,
-                             workers=cfg.workers or available_cores()):
+    scratch = folder.staging / SCRATCH
+    if is_remote(scratch) and engine.engine != "ray":  # only Ray tasks on other machines need it in the store
+        scratch = Path(tempfile.mkdtemp(prefix="clusterclip-buckets-"))
+    for batch in src.batches(cfg.memory_mb, cfg.shard_size, cfg.seq_len, cfg.pad_to_multiple, scratch=scratch,
+                             engine=engine.engine, workers=cfg.workers or available_cores()):
         writer.write(batch)
         rows += batch.num_rows
     if rows == 0:

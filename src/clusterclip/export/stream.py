@@ -43,6 +43,7 @@ from clusterclip.plan.contract import (
     resolve_plan_path,
 )
 from clusterclip.store import RunDir, StaleArtifactError, load_npy
+from clusterclip.store.paths import discard, is_remote
 
 SLICE_BYTES = 1 << 28
 """Text per table handed on from a window (256 MiB): a window's text can exceed what one Arrow ``string``
@@ -364,6 +365,8 @@ class PlanStream:
                 pa.default_memory_pool().release_unused()
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            if is_remote(scratch):
+                discard(scratch)  # what tasks on other machines sent to the store
 
     def stats(self) -> dict[str, Any]:
         """What the record says about the stream once it was written."""

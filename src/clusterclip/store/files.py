@@ -25,6 +25,8 @@ from typing import IO, Any
 import numpy as np
 
 from clusterclip.errors import ClusterClipError, CorruptFileError
+from clusterclip.store import objects
+from clusterclip.store.replica import ensure_local, local_path, owner, published
 
 TMP_PREFIX = ".tmp-"
 
@@ -93,9 +95,10 @@ def file_mode() -> int:
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; once the caller has written it, fsync and rename it over
     ``path``. An exception (or a crash) leaves ``path`` untouched and the temp file removed (or, after a
-    crash, left under a ``.tmp-`` name that :meth:`RunDir.clean_temp_files` removes).
+    crash, left under a ``.tmp-`` name that :meth:`RunDir.clean_temp_files` removes). A file of a working copy of
+    object storage (:mod:`clusterclip.store.replica`) is sent to the store once it is in place.
     """
-    path = Path(path)
+    path = local_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     os.fchmod(fd, file_mode())
@@ -116,6 +119,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, path)
         except OSError as exc:  # an immutable or protected artifact: name it, not the temp file
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        published(path)
         _fault_point(path, "after")
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -138,6 +142,7 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
 
 def load_npy(path: str | os.PathLike[str], mmap: bool = False) -> np.ndarray:
     """Load a ``.npy`` file without ever unpickling; ``mmap`` maps it read-only."""
+    path = ensure_local(path)
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError:
@@ -155,7 +160,7 @@ def save_json(path: str | os.PathLike[str], obj: Any) -> None:
 
 def load_json(path: str | os.PathLike[str]) -> Any:
     """A JSON artifact; :class:`CorruptFileError` (one line, naming the file) when it does not parse."""
-    with open(path, encoding="utf-8") as fh:
+    with open(ensure_local(path), encoding="utf-8") as fh:
         try:
             return json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -176,7 +181,12 @@ def _json_default(obj: Any) -> Any:
 
 
 def file_digest(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:
-    """SHA-256 of a file, streamed."""
+    """SHA-256 of a file (or of an object at a URL, or of the object a working-copy path names), streamed."""
+    if objects.is_url(path):
+        return objects.digest(str(path))
+    found = owner(path)
+    if found is not None:
+        return found[0].digest(found[1])
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):

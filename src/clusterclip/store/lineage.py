@@ -75,6 +75,7 @@ class Lineage:
     ``verify`` and ``rebuild_command``)."""
 
     root: Path
+    where: str
 
     def record(self, stage: str) -> dict[str, Any] | None: ...
     def require(self, stage: str, verify: bool = True, only: Collection[str] | None = None) -> dict[str, Any]: ...
@@ -195,7 +196,7 @@ class Lineage:
             except StaleArtifactError:
                 rec = None
         regrow = rec.get(REGROW, []) if isinstance(rec, Mapping) else []
-        root = shlex.quote(str(self.root))
+        root = shlex.quote(self.where)
         return [self.rebuild_command(stage, rec, force=force),
                 *(" ".join(root if a == A.RUN else shlex.quote(str(a)) for a in argv)
                   for argv in regrow if isinstance(argv, list))]

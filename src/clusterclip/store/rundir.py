@@ -24,9 +24,11 @@ This module knows no stage: what a stage is and how it is built lives above it
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 import os
 import shlex
+import shutil
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +49,7 @@ from clusterclip.store.files import (
 )
 from clusterclip.store.lineage import Lineage
 from clusterclip.store.lock import exclusive
+from clusterclip.store.replica import local_path, owner, where
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +63,58 @@ class RunDir(Lineage):
     """A run directory: paths of artifacts, stage records, freshness checks and a writer lock."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.root = Path(path)
+        self.root = local_path(path)
+        self.remote = owner(self.root)
+        """For a run directory in object storage (``path`` a URL): its working copy and the key of ``root`` there
+        (:mod:`clusterclip.store.replica`); None on disk."""
+        if self.remote is not None:
+            self.remote[0].prefetch(self.remote[1])
 
     def __repr__(self) -> str:
-        return f"RunDir({str(self.root)!r})"
+        return f"RunDir({self.where!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return type(self), (self.where if self.remote else str(self.root),)
+
+    @property
+    def where(self) -> str:
+        """The run directory as the user names it (its URL in object storage) and records keep it."""
+        return where(self.root)
 
     def path(self, *parts: str) -> Path:
-        """``ROOT/parts...``; raises :class:`LinkInRunDirError` when a component below the root is a link."""
+        """``ROOT/parts...``; raises :class:`LinkInRunDirError` when a component below the root is a link. In object
+        storage the file (or every file below the folder) is fetched into the working copy first."""
+        path = self.locate(*parts)
+        if self.remote is not None:
+            rep, key = self.remote
+            rep.fetch("/".join(p for p in (key, *parts) if p))
+        return path
+
+    def locate(self, *parts: str) -> Path:
+        """:meth:`path` without fetching anything: for a reader that streams the file (``store.source``) or a
+        listing (:meth:`files`)."""
         return refuse_links(self.root, self.root.joinpath(*parts))
+
+    def files(self, folder: str, pattern: str = "*") -> list[Path]:
+        """The files of ``folder`` (run-relative) whose names match ``pattern``, sorted, without reading or fetching
+        them: a local listing, or the store's."""
+        base = self.locate(folder)
+        if self.remote is None:
+            return sorted(p for p in base.glob(pattern) if p.is_file())
+        rep, key = self.remote
+        found = rep.listing("/".join(p for p in (key, folder) if p))
+        return sorted(base / rel for rel in found if "/" not in rel and fnmatch.fnmatch(rel, pattern))
+
+    def remove(self, rel: str) -> None:
+        """Remove the file or folder ``rel`` of the run directory (in object storage: at once, there too)."""
+        path = self.locate(rel)
+        if self.remote is not None:
+            rep, key = self.remote
+            rep.remove("/".join(p for p in (key, rel) if p))
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
     def record_path(self, stage: str) -> Path:
         return self.path(A.record(stage))
@@ -174,9 +221,11 @@ class RunDir(Lineage):
 
     def _artifact_problem(self, stage: str, rec: Mapping[str, Any], rel: str, meta: Mapping[str, Any],
                           checksums: bool) -> str | None:
+        from clusterclip.store.paths import stamp, unchanged  # the trainer side imports RunDir, rarely checks
+
         try:
-            p = self.path(rel)
-            st = p.stat()
+            p = self.locate(rel)
+            st = stamp(p)
         except LinkInRunDirError as exc:
             return f"{exc.path}: a symbolic link replaced an artifact of stage `{stage}`; remove it and " \
                    f"{self._rerun(stage, rec, force=True)}"
@@ -185,10 +234,10 @@ class RunDir(Lineage):
         if not isinstance(meta, Mapping) or not isinstance(meta.get("size"), int) or "sha256" not in meta:
             return f"{p}: the record of stage `{stage}` lists it without size or checksum; " \
                    f"{self._rerun(stage, rec, force=True)}"
-        if st.st_size != meta["size"]:
-            return (f"{p}: size {st.st_size} does not match the {meta['size']} bytes recorded by stage "
+        if st.size != meta["size"]:
+            return (f"{p}: size {st.size} does not match the {meta['size']} bytes recorded by stage "
                     f"`{stage}` (truncated or modified); {self._rerun(stage, rec, force=True)}")
-        if not checksums and meta.get("mtime_ns") == st.st_mtime_ns:
+        if not checksums and unchanged(meta, st):
             return None
         if file_digest(p) != meta["sha256"]:
             return (f"{p}: checksum does not match the one recorded by stage `{stage}` (modified); "
@@ -206,13 +255,15 @@ class RunDir(Lineage):
         """Record in ``rec`` (a record put back, e.g. by ``add --abort``) the current modification time of each
         artifact whose size and SHA-256 are the recorded ones, so the quick check passes it again; False when one
         is not (or is missing)."""
+        from clusterclip.store.paths import adopt, stamp, unchanged
+
         same = True
         for rel, meta in rec.get("artifacts", {}).items():
             try:
-                st = self.path(rel).stat()
-                if st.st_size == meta.get("size") and (st.st_mtime_ns == meta.get("mtime_ns")
-                                                       or file_digest(self.path(rel)) == meta.get("sha256")):
-                    meta["mtime_ns"] = st.st_mtime_ns
+                st = stamp(self.locate(rel))
+                if st.size == meta.get("size") and (unchanged(meta, st)
+                                                    or file_digest(self.locate(rel)) == meta.get("sha256")):
+                    adopt(meta, st)
                     continue
             except OSError:
                 pass
@@ -229,7 +280,9 @@ class RunDir(Lineage):
         except StaleArtifactError:
             rec = {}
         for rel in rec.get("artifacts", {}):
-            self.path(rel)
+            self.locate(rel)
+        if self.remote is not None:
+            self.remove(A.record(stage))
         with contextlib.suppress(FileNotFoundError):
             self.record_path(stage).unlink()
 
@@ -249,8 +302,11 @@ class RunDir(Lineage):
         corpus): an entry whose size and modification time still match is kept, not re-hashed. A
         ``command`` in ``extra`` (the argv that rebuilds the stage) is also kept in ``commands.json``, so a
         message about a damaged record can still name it. ``upstream`` (``{stage: output hash}`` of what the
-        stage was built from; empty for a first stage) is always written: staleness is decided from it.
+        stage was built from; empty for a first stage) is always written: staleness is decided from it. In object
+        storage everything written so far reaches the store before the record is put beside it.
         """
+        if self.remote is not None:
+            self.remote[0].sync()
         rec: dict[str, Any] = {
             "stage": stage,
             "format_version": FORMAT_VERSION,
@@ -278,11 +334,9 @@ class RunDir(Lineage):
         return {}
 
     def _artifact_meta(self, rel: str, known: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        path = self.path(rel)
-        st = path.stat()
-        if known is not None and known.get("size") == st.st_size and known.get("mtime_ns") == st.st_mtime_ns:
-            return dict(known)
-        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(path)}
+        from clusterclip.store.paths import artifact_meta
+
+        return artifact_meta(self.locate(rel), known, file_digest)
 
     def lock(self, wait: bool = False, timeout: float = 0.0) -> contextlib.AbstractContextManager[None]:
         """The writer lock (:func:`clusterclip.store.lock.exclusive`): held by every command that writes
@@ -319,7 +373,7 @@ class RunDir(Lineage):
         argv = next((c for c in (recorded, self._commands().get(stage))
                      if isinstance(c, list) and c and all(isinstance(a, str) for a in c)),
                     list(fallback or A.command(stage)))
-        root = shlex.quote(str(self.root))
+        root = shlex.quote(self.where)
         return " ".join([*(root if a == RUN else shlex.quote(a) for a in argv), *(["--force"] if force else [])])
 
     def _rerun(self, stage: str, rec: Mapping[str, Any] | EllipsisType | None = ..., force: bool = True) -> str:

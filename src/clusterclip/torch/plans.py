@@ -18,6 +18,7 @@ from clusterclip.cluster.contract import LABELS
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan.contract import (
     PLAN_ORDER,
+    PLAN_RECORD,
     PLANS_DIR,
     PlanIntegrityError,
     PlanReader,
@@ -29,9 +30,11 @@ from clusterclip.plan.contract import (
     short,
 )
 from clusterclip.settings import is_int
+from clusterclip.store import RunDir
+from clusterclip.store.objects import is_url
 
-__all__ = ["PlanInfo", "RowRange", "SamplerArgumentError", "load_plan", "open_checked", "plan_file", "plan_info",
-           "reorder_dataset"]
+__all__ = ["PlanInfo", "RowRange", "SamplerArgumentError", "load_plan", "local_plan", "open_checked", "plan_file",
+           "plan_info", "reorder_dataset"]
 
 
 class SamplerArgumentError(ClusterClipError, ValueError):
@@ -59,10 +62,32 @@ def load_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None
     return open_checked(plan, plan_name, n_docs).verified()
 
 
+def local_plan(plan: Any, plan_name: str | None = None) -> tuple[Any, str | None]:
+    """A plan given as a URL of object storage (a run directory, a plan folder or a ``plan.npy``) as a local path with
+    only that plan's files fetched (and the run's records, which say whether it is current); any other plan as is.
+    A run directory's plan is returned as its plan folder (``plan_name`` then None)."""
+    if not is_url(plan):
+        return plan, plan_name
+    url = str(plan).rstrip("/")
+    if url.endswith(".npy"):
+        folder = RunDir(url.rsplit("/", 1)[0])
+        return folder.path() / url.rsplit("/", 1)[1], plan_name
+    run = RunDir(url)
+    if (run.root / PLAN_RECORD).is_file():
+        return run.path(), plan_name
+    names = sorted(p.parent.name for p in (run.root / PLANS_DIR).glob(f"*/{PLAN_RECORD}"))
+    name = plan_name if plan_name in names else names[0] if plan_name is None and len(names) == 1 else None
+    if name is None:
+        return run.root, plan_name  # the usual refusal names the plans there
+    return run.path(PLANS_DIR, name), None
+
+
 def open_checked(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> PlanReader:
     """``open_plan``, plus for a ``plan.npy`` without its ``plan.json``: the run's ``labels.npy`` (when the
     file sits at ``RUN/plans/NAME/plan.npy``) or ``n_docs`` bounds the indices, and a warning says what cannot be
-    checked; without either the file is refused (its indices could point past the corpus unnoticed)."""
+    checked; without either the file is refused (its indices could point past the corpus unnoticed). ``plan`` may be a
+    URL (:func:`local_plan`)."""
+    plan, plan_name = local_plan(plan, plan_name)
     reader = open_plan(plan, plan_name, n_docs)
     if reader.path is None or reader.record is not None:
         return reader
@@ -132,7 +157,7 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
         return PlanInfo(plan.config.name(), plan.identity or None)
     if not isinstance(plan, (str, os.PathLike)):
         return PlanInfo()
-    path = resolve_plan_path(plan, plan_name)
+    path = resolve_plan_path(*local_plan(plan, plan_name))
     rec = read_record(path)
     if rec is None:
         return PlanInfo()
@@ -141,8 +166,8 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
 
 
 def plan_file(plan: Any, plan_name: str | None) -> Path | None:
-    """The ``plan.npy`` a path names (``None`` for an array or ``Plan``)."""
-    return resolve_plan_path(plan, plan_name) if isinstance(plan, (str, os.PathLike)) else None
+    """The ``plan.npy`` a path (or URL) names (``None`` for an array or ``Plan``)."""
+    return resolve_plan_path(*local_plan(plan, plan_name)) if isinstance(plan, (str, os.PathLike)) else None
 
 
 def reorder_dataset(dataset: Any, plan: Any, plan_name: str | None = None) -> Any:

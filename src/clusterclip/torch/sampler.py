@@ -25,6 +25,7 @@ from clusterclip.torch.plans import (
     RowRange,
     SamplerArgumentError,
     integer,
+    local_plan,
     open_checked,
     plan_file,
     plan_info,
@@ -92,6 +93,7 @@ class ClusterClipSampler(Sampler[int]):
                 raise SamplerArgumentError(f"{name} must be True or False, got {flag!r}")
         self._n_docs = n_docs
         rows = plan if isinstance(plan, RowRange) else None
+        plan, plan_name = local_plan(plan, plan_name)
         self._path: Path | None = None if rows is not None else plan_file(plan, plan_name)
         self._reader_cache: PlanReader | RowRange | None = rows or open_checked(plan, plan_name, n_docs)
         self._n_docs = self._reader_cache.n_docs
