@@ -29,7 +29,7 @@ from clusterclip.corpus.texts import open_part as open_part
 from clusterclip.corpus.texts import sample_texts as sample_texts
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
-from clusterclip.store.paths import kind, size_time, source
+from clusterclip.store.paths import kind, size_time
 from clusterclip.store.record import StageRecord
 from clusterclip.store.replica import local_path
 
