@@ -27,8 +27,8 @@ pytest.importorskip("moto")
 
 from tests.test_cli import make_corpus
 
-ARGS = ["--embedder", "hashing", "--shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
-PLAN = "clusterclip-R3-docs-B2epochs-s0"
+ARGS = ["--embedder", "hashing", "--embed-shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
+PLAN = "clusterclip-R3-tokens-B2epochs-s0"
 
 
 def store() -> s3fs.S3FileSystem:

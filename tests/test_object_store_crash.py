@@ -27,7 +27,7 @@ pytest.importorskip("moto")
 
 from tests.test_object_store import artifacts_in_store, artifacts_on_disk, gz_inputs, store, upload
 
-ARGS = ["--embedder", "hashing", "--shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
+ARGS = ["--embedder", "hashing", "--embed-shard-size", "60", "--k", "5", "--max-repeat", "3", "--id-field", "id", "-q"]
 EXPORT = ["--format", "parquet", "--shard-size", "40", "--memory-mb", "1", "-q"]
 
 

@@ -28,8 +28,8 @@ s3fs = pytest.importorskip("s3fs")
 
 from tests.test_object_store import artifacts_in_store, artifacts_on_disk, store
 
-ARGS = ["--embedder", "hashing", "--shard-size", "100", "--k", "4", "--max-repeat", "3", "--id-field", "id", "-q"]
-PLAN = "clusterclip-R3-docs-B2epochs-s0"
+ARGS = ["--embedder", "hashing", "--embed-shard-size", "100", "--k", "4", "--max-repeat", "3", "--id-field", "id", "-q"]
+PLAN = "clusterclip-R3-tokens-B2epochs-s0"
 EXPORT = ["--plan", PLAN, "--format", "parquet", "--shard-size", "128", "--memory-mb", "1", "-q"]
 
 DRIVER = """
