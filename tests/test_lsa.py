@@ -57,6 +57,17 @@ def test_fit_encode_separates_topics_with_unit_rows() -> None:
     assert sims[same].mean() > sims[~same].mean() + 0.3
 
 
+def test_documents_without_a_known_word_have_coverage_zero_and_no_warning() -> None:
+    import warnings
+
+    texts, _ = topic_texts(60)
+    emb = small_lsa().fit(texts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # 0 / 0 in the coverage printed one per batch
+        _, conf = emb.encode_with_confidence(["", "!!! ???", "zzzz qqqq", "garlic zzzz"])
+    np.testing.assert_allclose(conf[:, 0], [0.0, 0.0, 0.0, 0.5])
+
+
 def test_unfitted_encode_is_an_error() -> None:
     with pytest.raises(ClusterClipError, match="not fitted"):
         small_lsa().encode(["some text"])

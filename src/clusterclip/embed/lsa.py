@@ -142,7 +142,8 @@ class LsaEmbedder(FittedEmbedder):
             batch = texts[start:start + self.batch_size]
             x = self._counts(batch)
             known = np.asarray(x.sum(axis=1), dtype=np.float64).ravel()
-            coverage = np.where(known > 0, known / np.maximum(self._content_tokens(batch), known), 0.0)
+            coverage = np.divide(known, np.maximum(self._content_tokens(batch), known), out=np.zeros_like(known),
+                                 where=known > 0)  # 0 without a known word, and no 0 / 0 warning
             np.log(x.data, out=x.data)
             x.data += 1.0
             x.data *= self.idf[x.indices]  # type: ignore[index]
