@@ -182,6 +182,42 @@ def test_low_information_documents_join_only_equal_texts():
     assert off.group[0] == off.group[1] == off.group[2]
 
 
+def test_a_semantic_edge_needs_shared_shingles_not_only_shared_words():
+    """Two pages of one template hold the same words in another order (word-set Jaccard 1, few shared
+    3-word shingles): their cosine-1 edge is refused with ``shingle_confirm``; a copy with one word dropped is
+    kept."""
+    rng = np.random.default_rng(5)
+    page = words(rng, LATIN, 60)
+    texts = [" ".join(page), " ".join(rng.permutation(page)), " ".join(page[:30] + page[31:])]
+    h = hash_texts([pa.array(texts)], HASHING)
+    work = PairwiseWork(np.array([-1, 0, 0]), np.array([NONE_SIMILARITY, 1, 1], np.float32), np.zeros((0, 2),
+                        np.int64), np.zeros(0, np.float32), np.array([60, 60, 59]), h.word_signatures,
+                        h.shingle_count, h.text_key, h.signatures)
+    assert signature_jaccard(h.word_signatures, np.array([0]), np.array([1]))[0] > 0.9
+    assert signature_jaccard(h.signatures, np.array([0]), np.array([1]))[0] < 0.2
+    found = derive_checked_groups(work, DedupConfig(shingle_confirm=0.5))
+    assert found.group[0] == found.group[2] != found.group[1] and found.semantic_accepted == 1
+    assert derive_checked_groups(work, DedupConfig(shingle_confirm=0.0)).kept.size == 1
+
+
+def test_short_messages_are_hashed_by_their_bytes_and_join_their_copies():
+    """A message of a few words has too few word shingles to say anything (the guard let it join equal texts
+    only); hashed by 5-byte shingles instead, its copy with a changed mark or word joins it, another message
+    and a drawing with the same words do not."""
+    texts = ["cannot open file %s for writing", "Cannot open file %s for writing!", "cannot open the file %s for "
+             "writing", "cannot read directory %s", " /\\_/\\ o\n( o.o )x", " #### o\n|====|x o"]
+    hashing = Hashing(num_perm=128, shingle=3, seed=0, word_perm=64, char_ngram=5, char_words=10)
+    h = hash_texts([pa.array(texts)], hashing)
+    assert h.shingle_count.min() >= 10 and hash_texts([pa.array(texts)], HASHING).shingle_count.max() < 10
+    pairs = np.array([(i, j) for i in range(6) for j in range(i + 1, 6)], np.int64)
+    work = PairwiseWork(np.full(6, -1), np.full(6, NONE_SIMILARITY, np.float32), pairs,
+                        signature_jaccard(h.signatures, pairs[:, 0], pairs[:, 1]), np.array([6, 6, 7, 4, 3, 3]),
+                        h.word_signatures, h.shingle_count, h.text_key, h.signatures)
+    found = derive_checked_groups(work, DedupConfig(jaccard=0.5))
+    assert found.group[0] == found.group[1] == found.group[2]
+    assert len({found.group[0], found.group[3], found.group[4], found.group[5]}) == 4
+
+
 @hs.composite
 def random_work(draw):
     """Random stored work: signatures that descend from a few roots by replacing a share of their slots (so

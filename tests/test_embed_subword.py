@@ -91,7 +91,7 @@ def test_row_norms_equal_dense_norms_with_empty_rows_anywhere(rows: list[list[fl
 
 
 def test_registered_opt_in_with_the_measured_default() -> None:
-    assert list(EMBEDDERS)[:2] == ["lsa", "subword"] and DEFAULT_EMBEDDER == "lsa"
+    assert list(EMBEDDERS)[:3] == ["lsa", "subword", "subword-fast"] and DEFAULT_EMBEDDER == "lsa"
     emb = get_embedder("subword", seed=4, progress=False)
     assert isinstance(emb, SubwordEmbedder) and emb.char_weight == 0.15 and emb.seed == 4 and emb.dim == 256
     with pytest.raises(ClusterClipError, match="not fitted"):

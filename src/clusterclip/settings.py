@@ -316,11 +316,18 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls
                               "dest": _dest(flag)}
         if f.metadata.get("choices") is not None:
             kw["choices"] = f.metadata["choices"]
+            if len(",".join(map(str, kw["choices"]))) > _WIDE_CHOICES:  # the usage line would pass the terminal
+                kw["metavar"] = f.name.upper()
+                kw["help"] = f"{kw['help']} (one of: {', '.join(map(str, kw['choices']))})"
         parse = _parser_type(cls, f)
         if parse is not None:
             kw["type"] = parse
         kw.update((overrides or {}).get(f.name, {}))
         parser.add_argument(flag, **kw)
+
+
+_WIDE_CHOICES = 48
+"""Choices longer than this (joined by commas) are shown as the field's name in the usage and listed in the help."""
 
 
 def from_args(cls: type[T], args: argparse.Namespace, fields: Iterable[str] | None = None, *,

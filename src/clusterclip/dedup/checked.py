@@ -62,6 +62,18 @@ class PairwiseWork:
     word_signatures: np.ndarray
     shingle_count: np.ndarray
     text_key: np.ndarray
+    signatures: np.ndarray | None = None
+    """The shingle signatures (uint32 [N, num_perm]), for ``shingle_confirm``; without them that check is off."""
+
+    def near(self, a: np.ndarray, b: np.ndarray, word_bar: float, shingle_bar: float) -> np.ndarray:
+        """Pairs whose word-set Jaccard estimate is ``>= word_bar`` and, with :attr:`signatures`, whose shingle
+        Jaccard estimate is ``>= shingle_bar`` (a bar of 0 is no check)."""
+        ok = np.ones(a.size, bool)
+        if word_bar > 0:
+            ok &= signature_jaccard(self.word_signatures, a, b) >= np.float32(word_bar)
+        if shingle_bar > 0 and self.signatures is not None:
+            ok[ok] = signature_jaccard(self.signatures, a[ok], b[ok]) >= np.float32(shingle_bar)
+        return ok
 
     def informative(self, a: np.ndarray, b: np.ndarray, min_shingles: int) -> np.ndarray:
         """Pairs a Jaccard estimate can speak for: both documents have ``min_shingles`` distinct shingles or
@@ -168,8 +180,7 @@ def _accepted_edges(work: PairwiseWork, config: DedupConfig) -> tuple[np.ndarray
     counts ``(semantic, semantic accepted, lexical, lexical accepted)``."""
     sem = semantic_edges(work.neighbour, work.similarity, config.eps)
     keep_sem = work.informative(sem[:, 0], sem[:, 1], config.min_shingles)
-    if config.confirm > 0:
-        keep_sem &= signature_jaccard(work.word_signatures, sem[:, 0], sem[:, 1]) >= np.float32(config.confirm)
+    keep_sem &= work.near(sem[:, 0], sem[:, 1], config.confirm, config.shingle_confirm)
     lex = work.pairs[work.pair_jaccard >= np.float32(config.jaccard)] if config.jaccard <= 1.0 else work.pairs[:0]
     lex = lex.astype(np.int64).reshape(-1, 2)
     keep_lex = work.informative(lex[:, 0], lex[:, 1], config.min_shingles)
@@ -199,8 +210,7 @@ def _star_check(work: PairwiseWork, edges: np.ndarray, config: DedupConfig,
         near = heads == idx
         check = np.flatnonzero(~near)
         a, h = idx[check], heads[check]
-        near[check] = work.informative(a, h, config.min_shingles) & (
-            signature_jaccard(work.word_signatures, a, h) >= bar if bar > 0 else True)
+        near[check] = work.informative(a, h, config.min_shingles) & work.near(a, h, bar, config.shingle_confirm)
         head_of[idx[near]] = heads[near]
         active[idx[near]] = False
         split = int((~near).sum()) if rounds == 1 else split

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from clusterclip.settings import Settings, SettingsError, at_least, between, setting, uint64
 
-INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm")
+INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm", "char_ngram", "char_words")
 """Settings the pairwise work depends on (besides the inputs); the others only change the derivation of the
 groups from it, so changing them reuses the stored work."""
 
@@ -26,6 +26,9 @@ class DedupConfig(Settings):
     verify: float = setting(0.6, check=between(0.0, 1.0, closed=True),
                             help="star check: a group member whose word-set Jaccard estimate to the group's kept "
                                  "document is below this (or below --confirm) is split off and regrouped")
+    shingle_confirm: float = setting(0.5, check=between(0.0, 1.0, closed=True),
+                                     help="a semantic edge, and a group member's tie to its kept document, also needs "
+                                          "a shingle MinHash Jaccard estimate >= this (0: no such check)")
     min_shingles: int = setting(10, check=at_least(0),
                                 help="a document with fewer distinct word shingles joins only documents with the "
                                      "same normalised text (0: no such guard)")
@@ -35,6 +38,13 @@ class DedupConfig(Settings):
     lexical_seed: int = setting(0, check=uint64(), help="MinHash seed")
     word_perm: int = setting(64, check=at_least(8),
                              help="MinHash permutations of the word-set signatures that confirm edges")
+    char_ngram: int = setting(5, check=at_least(0),
+                              help="a document with fewer than --char-words distinct word shingles is hashed by "
+                                   "shingles of this many bytes of its normalised text instead (0: word shingles "
+                                   "only)")
+    char_words: int = setting(10, check=at_least(0),
+                              help="documents with fewer distinct word shingles than this get byte shingles "
+                                   "(with --char-ngram)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

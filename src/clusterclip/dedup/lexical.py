@@ -165,12 +165,17 @@ def signatures(batches: Iterable[pa.Array], n: int, num_perm: int, shingle: int,
 @dataclass(frozen=True)
 class Hashing:
     """What the texts are hashed with: shingle signatures of ``num_perm`` permutations of ``shingle``-word
-    shingles, word-set signatures of ``word_perm`` permutations, both with MinHash seed ``seed``."""
+    shingles, word-set signatures of ``word_perm`` permutations, both with MinHash seed ``seed``. A document with
+    fewer than ``char_words`` distinct word shingles (a message, a dictionary entry, a line of symbols) has
+    ``char_ngram``-byte shingles of its normalised text instead (0: off), so its signature and shingle count say
+    something about it."""
 
     num_perm: int
     shingle: int
     seed: int
     word_perm: int
+    char_ngram: int = 0
+    char_words: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,11 +209,45 @@ def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0) ->
         words, doc = _words(low)
         tokens, rows = _shingles(words, doc, low.n, hashing.shingle, pos)
         word_tokens, word_rows = _shingles(words, doc, low.n, 1, pos)
+        norm = _normalised(low)
+        count = _distinct(tokens, rows)
+        if hashing.char_ngram > 0:
+            few = np.flatnonzero((count < hashing.char_words) & (norm[2] > norm[1]))
+            tokens, rows = _with_rows(tokens, rows, few, *_char_shingles(*norm, few, hashing.char_ngram))
+            count[few] = _distinct(tokens, rows)[few]
         parts.append(TextHashes(_digest(tokens, rows, hashing.num_perm, hashing.seed),
                                 _digest(word_tokens, word_rows, hashing.word_perm, hashing.seed),
-                                _distinct(tokens, rows), _text_keys(low)))
+                                count, _span_hashes(_prefix(norm[0]), norm[1], norm[2])))
         pos += low.n
     return TextHashes.concat(parts, hashing)
+
+
+_CHAR_SALT = np.uint64(0xC4A3)
+
+
+def _char_shingles(norm: np.ndarray, starts: np.ndarray, ends: np.ndarray, docs: np.ndarray,
+                   k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes of every ``k`` consecutive bytes of the normalised texts of ``docs`` (a text shorter than ``k``:
+    itself), salted apart from word shingles, and the document of each."""
+    s, e = starts[docs], ends[docs]
+    m = np.maximum(e - s - k + 1, 1)
+    at = np.repeat(s, m) + np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m)
+    return _span_hashes(_prefix(norm), at, np.minimum(at + k, np.repeat(e, m))) ^ _CHAR_SALT, np.repeat(docs, m)
+
+
+def _with_rows(tokens: np.ndarray, rows: np.ndarray, docs: np.ndarray, new: np.ndarray,
+               owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``tokens`` grouped by document (offsets ``rows``) with the tokens of ``docs`` replaced by ``new`` (the
+    document of each: ``owner``)."""
+    if not docs.size:
+        return tokens, rows
+    n = rows.size - 1
+    old_owner = np.repeat(np.arange(n), np.diff(rows).astype(np.int64))
+    keep = ~np.isin(old_owner, docs)
+    every = np.concatenate((old_owner[keep], owner))
+    order = np.argsort(every, kind="stable")
+    counts = np.bincount(every, minlength=n)
+    return np.concatenate((tokens[keep], new))[order], np.concatenate(([0], np.cumsum(counts))).astype(np.uint64)
 
 
 def _distinct(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -225,8 +264,14 @@ def _distinct(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def _text_keys(low: _Lowered) -> np.ndarray:
     """uint64 [n]: a hash of each lower-cased text with its ASCII whitespace runs made one space and trimmed
-    (equal texts after that normalisation get equal keys; symbols count, unlike in the words). Byte-wide
-    operations only: the normalised bytes of the batch, each row's span of them, one prefix sum."""
+    (equal texts after that normalisation get equal keys; symbols count, unlike in the words)."""
+    norm, starts, ends = _normalised(low)
+    return _span_hashes(_prefix(norm), starts, ends)
+
+
+def _normalised(low: _Lowered) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch's texts lower-cased with their ASCII whitespace runs made one space and trimmed: the bytes and
+    each row's span of them. Byte-wide operations only."""
     data, offsets, n = low.data, low.offsets, low.n
     space = _SPACE[data]
     keep = ~space
@@ -243,7 +288,7 @@ def _text_keys(low: _Lowered) -> np.ndarray:
     last = max(norm.size - 1, 0)
     starts += (counts > 0) & (norm[np.minimum(starts, last)] == 32) if norm.size else 0  # trim one space
     ends -= (ends > starts) & (norm[np.maximum(ends - 1, 0)] == 32) if norm.size else 0
-    return _span_hashes(_prefix(norm), starts, ends)
+    return norm, starts, ends
 
 
 def lsh_pairs(sig: np.ndarray, bands: int, labels: np.ndarray | None = None,

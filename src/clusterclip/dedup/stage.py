@@ -122,12 +122,13 @@ def load_work(run: RunDir, tokens: np.ndarray) -> PairwiseWork:
     """The stored pairwise work of ``run`` (``INDEX_ARTIFACTS``) with the token counts."""
     arrays = [load_npy(run.path(rel)) for rel in (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD)]
     return PairwiseWork(*arrays, np.asarray(tokens), load_npy(run.path(WORD_SIGNATURES)),
-                        load_npy(run.path(SHINGLE_COUNT)), load_npy(run.path(TEXT_KEY)))
+                        load_npy(run.path(SHINGLE_COUNT)), load_npy(run.path(TEXT_KEY)), load_npy(run.path(SIGNATURES)))
 
 
 def hashing_of(config: DedupConfig) -> Hashing:
     """What the texts are hashed with under ``config``."""
-    return Hashing(config.num_perm, config.shingle, config.lexical_seed, config.word_perm)
+    return Hashing(config.num_perm, config.shingle, config.lexical_seed, config.word_perm, config.char_ngram,
+                   config.char_words)
 
 
 def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray, engine: str) -> None:

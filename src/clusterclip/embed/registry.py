@@ -19,11 +19,13 @@ from clusterclip.embed.minilm import MiniLMEmbedder
 from clusterclip.embed.static import StaticEmbedder
 from clusterclip.embed.static_vocab import StaticVocabEmbedder
 from clusterclip.embed.subword import SubwordEmbedder
+from clusterclip.embed.subword_fast import FastSubwordEmbedder
 from clusterclip.errors import ClusterClipError
 
 EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
     LsaEmbedder,
     SubwordEmbedder,
+    FastSubwordEmbedder,
     StaticEmbedder,
     StaticVocabEmbedder,
     MiniLMEmbedder,
@@ -31,7 +33,8 @@ EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
 )}
 """Every embedder by name, in the order ``--help`` lists them."""
 DEFAULT_EMBEDDER = "lsa"
-"""Chosen by the multi-corpus benchmark (``docs/embedders.md``)."""
+"""Chosen by the multi-corpus benchmark (``docs/embedders.md``); ``subword-fast`` was measured against it on the
+issue 47 corpora and did not win on most of them (``benchmarks/RESULTS.md``)."""
 DEFAULT_SHARD_SIZE = 65_536
 """Embeddings per shard file (``--embed-shard-size``)."""
 

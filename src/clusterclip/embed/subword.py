@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
+from clusterclip.embed.block_svd import block_svd
 from clusterclip.embed.contract import model_dir
 from clusterclip.embed.subword_tokens import (
     WORD_PATTERN,
@@ -46,6 +47,10 @@ class SubwordEmbedder(FittedEmbedder):
     name = "subword"
     SUMMARY = ("lsa plus hashed character n-grams of every word, fitted and stored in the run: no empty vectors for "
                "unseen words, scripts or symbol art; fit 2-4x slower than lsa")
+    CJK: bool = False
+    """Kana and Han characters make bigram words (:meth:`~clusterclip.embed.subword_tokens.CodePoints.runs`)."""
+    GRAM_DTYPE: type = np.float64
+    """Precision of the SVD's last step (the projected matrix's Gram matrix and the vectors)."""
     MODEL_DIR = model_dir("subword")
     """The fitted model's folder in the run directory (listed with checksums in the embed record)."""
     MODEL_FILES = ("subword.json", "vocabulary.json", "idf_words.npy", "idf_ngrams.npy", "components_words.npy",
@@ -117,7 +122,7 @@ class SubwordEmbedder(FittedEmbedder):
             cp, a, b = words_of(sorted(w for w in ENGLISH_STOP_WORDS if len(w) > 1))
             c["stop_index"] = KeyIndex(cp.word_keys(a, b))
             vocab = self.vocabulary or []
-            cp, a, b = words_of(vocab) if vocab else (CodePoints(""), np.zeros(0, np.int64), np.zeros(0, np.int64))
+            cp, a, b = words_of(vocab, self.CJK) if vocab else (CodePoints(""), *np.zeros((2, 0), np.int64))
             c["vocab_words"] = (cp, a, b)
             c["vocab_index"] = KeyIndex(cp.word_keys(a, b))
         return c
@@ -142,33 +147,55 @@ class SubwordEmbedder(FittedEmbedder):
         """Learn the vocabulary, both IDFs and the SVD from ``texts`` (deterministic for a seed); returns self."""
         texts = list(texts)
         self._fit_vocabulary(texts)
-        n_vocab, n_buckets = len(self.vocabulary or []), 1 << self.bits
-        tf, s_parts, h_parts, key_parts = self._fit_parts(texts, n_vocab)
-        s, h = _merge_words(s_parts, h_parts, key_parts)
-        df = np.zeros(n_buckets, dtype=np.int64)
-        for part_s, part_h in zip(s_parts, h_parts, strict=True):
-            df += np.bincount(sp.csr_matrix(part_s @ part_h).indices, minlength=n_buckets)
-        self.idf_ngrams = (np.log((1.0 + len(texts)) / (1.0 + df)) + 1.0).astype(np.float32)
-        h.data *= self.idf_ngrams[h.indices]
+        tf, s_parts, h_parts, key_parts = self._fit_parts(texts, len(self.vocabulary or []))
+        return self._fit_blocks(tf, *_merge_words(s_parts, h_parts, key_parts))
+
+    def _fit_blocks(self, tf: sp.csr_matrix, s: sp.csr_matrix, h: sp.csr_matrix) -> SubwordEmbedder:
+        """The n-gram IDF, both blocks weighted and normalised, and the SVD, from the word block's sublinear TF
+        ``tf`` (documents x vocabulary), and the n-gram block as sublinear word counts ``s`` (documents x words)
+        times their n-gram rows ``h`` (words x buckets, no IDF yet; scaled in place); returns self."""
+        self._ngram_idf(s, h)
         w = sp.csr_matrix((tf.data * self.idf_words[tf.indices], tf.indices, tf.indptr),  # type: ignore[index]
-                          shape=(len(texts), n_vocab))
-        w_norms = row_norms(w)
-        if self.exact_norm:
-            c_norms = np.concatenate([row_norms(s[i:i + self.batch_size] @ h)
-                                      for i in range(0, s.shape[0], self.batch_size)])
-        else:
-            c_norms = _root(_squares_without_cross_terms(s, np.square(row_norms(h), dtype=np.float64)))
+                          shape=tf.shape)
+        w_norms, c_norms = row_norms(w), self._ngram_norms(s, h)
         a, b = self._weights
         row_scale = inverse(np.sqrt(a * a * (w_norms > 0) + b * b * (c_norms > 0)))
-        s = scale_rows(s, inverse(c_norms) * b * row_scale)
-        w = scale_rows(w, inverse(w_norms) * a * row_scale)
-        vt = _block_svd(w, s, h, min(self.dim, w.shape[0], n_vocab + n_buckets), self.n_iter, self.seed)
+        return self._fit_svd(scale_rows(w, inverse(w_norms) * a * row_scale),
+                             scale_rows(s, inverse(c_norms) * b * row_scale), h)
+
+    def _ngram_idf(self, s: sp.csr_matrix, h: sp.csr_matrix) -> None:
+        """Learn the buckets' smoothed IDF from the documents' n-grams ``s @ h`` and apply it to ``h`` (in place)."""
+        n_docs, n_buckets = s.shape[0], 1 << self.bits
+        df = np.zeros(n_buckets, dtype=np.int64)
+        for i in range(0, n_docs, self.batch_size):
+            df += np.bincount(sp.csr_matrix(s[i:i + self.batch_size] @ h).indices, minlength=n_buckets)
+        self.idf_ngrams = (np.log((1.0 + n_docs) / (1.0 + df)) + 1.0).astype(np.float32)
+        h.data *= self.idf_ngrams[h.indices]
+
+    def _ngram_norms(self, s: sp.csr_matrix, h: sp.csr_matrix) -> np.ndarray:
+        """Each document's n-gram block norm (``exact_norm``: with the cross terms of n-grams two words share)."""
+        if self.exact_norm:
+            return np.concatenate([row_norms(s[i:i + self.batch_size] @ h) for i in range(0, s.shape[0],
+                                                                                          self.batch_size)])
+        return _root(_squares_without_cross_terms(s, np.square(row_norms(h), dtype=np.float64)))
+
+    def _fit_svd(self, w: sp.csr_matrix, s: sp.csr_matrix, h: sp.csr_matrix) -> SubwordEmbedder:
+        """The components: the SVD of the weighted blocks ``[w | s @ h]``; returns self."""
+        n_vocab, n_buckets = w.shape[1], 1 << self.bits
+        w, s, h, range_block = self._svd_inputs(w, s, h)
+        vt = block_svd(w, s, h, min(self.dim, w.shape[0], n_vocab + n_buckets), self.n_iter, self.seed,
+                        range_block, self.GRAM_DTYPE)
         self.components_words = np.zeros((self.dim, n_vocab), dtype=np.float32)
         comps_c = np.zeros((self.dim, n_buckets), dtype=np.float32)
         self.components_words[:len(vt)], comps_c[:len(vt)] = vt[:, :n_vocab], vt[:, n_vocab:]
         self.components_ngrams = comps_c.astype(self.component_dtype)
         self._cache = {}
         return self
+
+    def _svd_inputs(self, w: sp.csr_matrix, s: sp.csr_matrix, h: sp.csr_matrix) -> tuple[Any, ...]:
+        """The weighted blocks the SVD is fitted on and a stand-in for the n-gram block in its range finder
+        (``(S', H')`` or, here, ``None``: the block itself)."""
+        return w, s, h, None
 
     def _fit_vocabulary(self, texts: list[str]) -> None:
         """``lsa``'s vocabulary and word IDF (scikit-learn's vectorizer); forget any earlier fit."""
@@ -192,7 +219,7 @@ class SubwordEmbedder(FittedEmbedder):
         keys of the words that feed the n-gram block."""
         tf_parts, s_parts, h_parts, key_parts = [], [], [], []
         for start in range(0, len(texts), self.batch_size):
-            batch = TokenBatch(texts[start:start + self.batch_size])
+            batch = TokenBatch(texts[start:start + self.batch_size], self.CJK)
             col, _, subword = self._split(batch)
             tf_parts.append(self._vocabulary_tf(batch, col, n_vocab))
             keep = np.flatnonzero(subword)
@@ -210,7 +237,8 @@ class SubwordEmbedder(FittedEmbedder):
     def _prepared(self) -> dict[str, Any]:
         """Arrays derived from the fitted model once per process: the n-gram components ``[2**bits, dim]``, the
         IDF-weighted word components ``[vocabulary, dim]`` and, unless ``char_oov_only``, every vocabulary word's
-        n-gram row, its squared norm and its projection, so a batch hashes only the words the vocabulary lacks."""
+        n-gram row, its squared norm and its projection (beside the word components: one product for both), so a
+        batch hashes only the words the vocabulary lacks."""
         c = self._indexes()
         if "gram_t" not in c:
             if not self.fitted:
@@ -224,17 +252,19 @@ class SubwordEmbedder(FittedEmbedder):
                 c["vocab_h"] = h
                 c["vocab_norm2"] = np.square(row_norms(h), dtype=np.float64)
                 c["vocab_e"] = np.asarray(h @ c["gram_t"], dtype=np.float32)
+                c["word_t"] = np.ascontiguousarray(np.hstack([c["word_t"], c["vocab_e"]]))
         return c
 
-    def _ngram_block(self, c: dict[str, Any], batch: TokenBatch, tf_v: sp.csr_matrix,
-                     unseen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _ngram_block(self, c: dict[str, Any], batch: TokenBatch, tf_v: sp.csr_matrix, unseen: np.ndarray,
+                     known: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The n-gram block's projection (not yet normalised) and norm per document: the words outside the
-        vocabulary (``unseen``) are hashed here, the vocabulary's were hashed once (:meth:`_prepared`)."""
+        vocabulary (``unseen``) are hashed here, the vocabulary's were hashed once (:meth:`_prepared`) and
+        projected with the word block (``known``: their part of the projection, None with ``char_oov_only``)."""
         s_u = sublinear(batch.counts[:, unseen])
         h_u = self._hash_rows(batch.cp, batch.starts[unseen], batch.ends[unseen])
         pc = np.asarray(s_u @ np.asarray(h_u @ c["gram_t"], dtype=np.float32), dtype=np.float32)
-        if not self.char_oov_only:
-            pc += np.asarray(tf_v @ c["vocab_e"], dtype=np.float32)
+        if known is not None:
+            pc += known
         if self.exact_norm and self.char_oov_only:
             return pc, row_norms(s_u @ h_u)
         if self.exact_norm:
@@ -248,13 +278,15 @@ class SubwordEmbedder(FittedEmbedder):
         """Projections (not normalised) and coverage of one batch: the share of each document's non-stop words
         that are in the vocabulary (0 when it has none)."""
         c = self._prepared()
-        batch = TokenBatch(texts)
+        batch = TokenBatch(texts, self.CJK)
         col, stop, subword = self._split(batch)
         tf_v = self._vocabulary_tf(batch, col, len(self.vocabulary or []))
         w_norms = row_norms(sp.csr_matrix((tf_v.data * self.idf_words[tf_v.indices], tf_v.indices,  # type: ignore
                                            tf_v.indptr), shape=tf_v.shape))
-        pw = np.asarray(tf_v @ c["word_t"], dtype=np.float32) * inverse(w_norms)[:, None]
-        pc, c_norms = self._ngram_block(c, batch, tf_v, np.flatnonzero(subword & (col < 0)))
+        both = np.asarray(tf_v @ c["word_t"], dtype=np.float32)  # the word block and the vocabulary's n-grams
+        pw = both[:, :self.dim] * inverse(w_norms)[:, None]
+        known = None if self.char_oov_only else both[:, self.dim:]
+        pc, c_norms = self._ngram_block(c, batch, tf_v, np.flatnonzero(subword & (col < 0)), known)
         pc *= inverse(c_norms)[:, None]
         a, b = self._weights
         row_scale = inverse(np.sqrt(a * a * (w_norms > 0) + b * b * (c_norms > 0)))
@@ -262,9 +294,7 @@ class SubwordEmbedder(FittedEmbedder):
         empty = np.flatnonzero((w_norms == 0) & (c_norms == 0))
         if self.symbols and len(empty):
             proj[empty] = self._chunk_projection(batch, empty, c["gram_t"])
-        total = batch.counts @ (~stop).astype(np.float32)
-        coverage = np.where(total > 0, (batch.counts @ (col >= 0).astype(np.float32)) / np.maximum(total, 1), 0.0)
-        return proj, coverage.astype(np.float32)
+        return proj, _coverage(batch, col, stop)
 
     def _chunk_projection(self, batch: TokenBatch, docs: np.ndarray, gram_t: np.ndarray) -> np.ndarray:
         """Projection of the documents ``docs`` (which have no word) from the n-grams of their white-space
@@ -328,33 +358,8 @@ def _root(norm2: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(norm2, 0.0)).astype(np.float32)
 
 
-def _block_svd(w: sp.csr_matrix, s: sp.csr_matrix, h: sp.csr_matrix, k: int, n_iter: int, seed: int) -> np.ndarray:
-    """Top ``k`` right singular vectors of ``A = [W | S @ H]``, never forming ``S @ H`` (Halko et al.: Gaussian
-    range, ``n_iter`` power iterations with LU normalisation of the short ``[documents, k + 10]`` side only,
-    where scikit-learn's ``randomized_svd`` also normalises the long features' side); signs fixed so each
-    vector's largest entry is positive. Returns float32 ``[k, n_words + n_buckets]``."""
-    import scipy.linalg as la
-
-    n_rows, n_w, n_c = w.shape[0], w.shape[1], h.shape[1]
-    p = min(k + 10, n_rows, n_w + n_c)
-    wt, st, ht = w.T.tocsr(), s.T.tocsr(), h.T.tocsr()
-
-    def a_dot(q: np.ndarray) -> np.ndarray:
-        return np.asarray(w @ q[:n_w] + s @ (h @ q[n_w:]), dtype=np.float32)
-
-    def at_dot(y: np.ndarray) -> np.ndarray:
-        return np.vstack([np.asarray(wt @ y, dtype=np.float32), np.asarray(ht @ (st @ y), dtype=np.float32)])
-
-    rng = np.random.default_rng(seed)
-    q = a_dot(rng.standard_normal((n_w + n_c, p), dtype=np.float32))
-    for _ in range(n_iter):
-        q, _ = la.lu(q, permute_l=True)
-        q = a_dot(at_dot(q))
-    q, _ = np.linalg.qr(q)
-    bt = at_dot(q).astype(np.float64)
-    evals, evecs = np.linalg.eigh(bt.T @ bt)
-    order = np.argsort(evals)[::-1][:k]
-    sv = np.sqrt(np.maximum(evals[order], 0.0))
-    vt = (bt @ evecs[:, order]).T / np.where(sv > 0, sv, 1.0)[:, None]
-    signs = np.sign(vt[np.arange(k), np.argmax(np.abs(vt), axis=1)])
-    return (vt * signs[:, None]).astype(np.float32)
+def _coverage(batch: TokenBatch, col: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """The share of each document's non-stop words that are in the vocabulary (0 when it has none), float32."""
+    total = batch.counts @ (~stop).astype(np.float32)
+    return np.where(total > 0, (batch.counts @ (col >= 0).astype(np.float32)) / np.maximum(total, 1), 0.0)\
+        .astype(np.float32)

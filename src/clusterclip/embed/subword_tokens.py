@@ -37,6 +37,22 @@ def word_table() -> np.ndarray:
     return table
 
 
+CJK_RANGES = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+              (0xFF66, 0xFF9F), (0x20000, 0x2FFFF))
+"""Kana and Han ideographs: scripts written without spaces, where a run of word characters is a phrase."""
+
+
+@functools.cache
+def cjk_table() -> np.ndarray:
+    """``bool[0x110000]``: is the code point kana or a Han ideograph (:data:`CJK_RANGES`); read-only."""
+    table = np.zeros(0x110000, dtype=bool)
+    for lo, hi in CJK_RANGES:
+        table[lo:hi + 1] = True
+    table &= word_table()
+    table.flags.writeable = False
+    return table
+
+
 @functools.cache
 def space_table() -> np.ndarray:
     """``bool[0x110000]``: is the code point white space (``str.isspace()``, what ``str.split()`` cuts on)."""
@@ -70,22 +86,37 @@ class CodePoints:
     """A text as code points with polynomial prefix hashes: the hash of ``cps[a:b]`` is
     ``sum_j cps[j] * P**(b-1-j)`` modulo 2**64 (:meth:`span_hash`), from ``prefix[j] = sum_{i<j} cps[i] * P**-i``."""
 
-    def __init__(self, text: str) -> None:
-        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    def __init__(self, text: str | np.ndarray) -> None:
+        """From a text, or from its code points (uint32) already."""
+        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) if isinstance(text, str) \
+            else np.asarray(text, dtype=np.uint32)
         self.cps = cps
         self.pw, ipw = _powers(len(cps) + 1)
         self.prefix = np.zeros(len(cps) + 1, dtype=_U64)
         with np.errstate(over="ignore"):
             np.cumsum(cps.astype(_U64) * ipw[:len(cps)], out=self.prefix[1:])
 
-    def runs(self, chunks: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def runs(self, chunks: bool = False, cjk: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Start and end (exclusive) of every run of 2+ word characters (``chunks``: of 1+ characters that are not
-        white space, as ``str.split()`` cuts), in text order."""
+        white space, as ``str.split()`` cuts), in text order. With ``cjk``, kana and Han characters are not part
+        of those runs: every two adjacent ones are a word (a bigram, as search engines index these scripts) and
+        one alone is a word of its own; the words are then in order of their start."""
         inside = ~space_table()[self.cps] if chunks else word_table()[self.cps]
+        east = cjk_table()[self.cps] if cjk and not chunks else None
+        if east is not None:
+            inside = inside & ~east
         edges = np.diff(inside.view(np.int8), prepend=np.int8(0), append=np.int8(0))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         keep = ends - starts >= (1 if chunks else 2)
-        return starts[keep], ends[keep]
+        starts, ends = starts[keep], ends[keep]
+        if east is None or not east.any():
+            return starts, ends
+        pair = east[:-1] & east[1:]
+        alone = east & ~np.concatenate(([False], pair)) & ~np.concatenate((pair, [False]))
+        at = np.concatenate((starts, np.flatnonzero(pair), np.flatnonzero(alone)))
+        to = np.concatenate((ends, np.flatnonzero(pair) + 2, np.flatnonzero(alone) + 1))
+        order = np.argsort(at, kind="stable")
+        return at[order], to[order]
 
     def span_hash(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Polynomial hash of each span ``cps[a:b]`` (0 for an empty span)."""
@@ -140,10 +171,11 @@ class CodePoints:
         return h
 
 
-def words_of(words: Sequence[str]) -> tuple[CodePoints, np.ndarray, np.ndarray]:
-    """Code points and spans of a list of words (each one run of 2+ word characters, e.g. a vocabulary), in order."""
+def words_of(words: Sequence[str], cjk: bool = False) -> tuple[CodePoints, np.ndarray, np.ndarray]:
+    """Code points and spans of a list of words (each one word as :meth:`CodePoints.runs` finds them, e.g. a
+    vocabulary), in order."""
     cp = CodePoints("\n".join(words))
-    starts, ends = cp.runs()
+    starts, ends = cp.runs(cjk=cjk)
     if len(starts) != len(words):
         raise ValueError("every word must be one run of 2+ word characters")
     return cp, starts, ends
@@ -155,12 +187,12 @@ class TokenBatch:
 
     The documents are lowercased (``str.lower``, as the vectorizers do) and joined with a space."""
 
-    def __init__(self, texts: Sequence[str]) -> None:
+    def __init__(self, texts: Sequence[str], cjk: bool = False) -> None:
         lows = list(map(str.lower, texts))
         lengths = np.fromiter(map(len, lows), dtype=np.int64, count=len(lows))
         self.cp = CodePoints(" ".join(lows))
         self.offsets = np.concatenate([[0], np.cumsum(lengths + 1)])
-        self.counts, self.keys, self.starts, self.ends = self._count(*self.cp.runs())
+        self.counts, self.keys, self.starts, self.ends = self._count(*self.cp.runs(cjk=cjk))
 
     def _count(self, starts: np.ndarray, ends: np.ndarray,
                docs: np.ndarray | None = None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
