@@ -66,7 +66,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                    "mixture file with --loss-csv) and write the proposed weights to RUN_DIR/tune/proposed_weights.json")
     g.add_argument("--loss-csv", metavar="FILE", help="RegMix loss file joined to --from-csv by its index column")
     g.add_argument("--target", default="pile-cc", help="RegMix loss column (exact or a unique fragment)")
-    g.add_argument("--objective", default=None, help="objective column of a single-file swarm")
+    g.add_argument("--objective", dest="swarm_objective", default=None, help="objective column of a single-file swarm")
     add_verbosity(p, "no progress output")
     return p
 
@@ -102,7 +102,7 @@ def cmd_from_csv(a: argparse.Namespace) -> int:
     if predictor == NO_PREDICTOR:
         raise ClusterClipError("--from-csv fits a predictor to the swarm: --predictor none has nothing to fit; "
                                "use loglinear, linear or lightgbm")
-    swarm = load_any(a.from_csv, a.loss_csv, a.target, a.objective)
+    swarm = load_any(a.from_csv, a.loss_csv, a.target, a.swarm_objective)
     res = propose_from_swarm(swarm, predictor, getattr(a, "plan_seed", 0))
     path = write_weights(Path(a.out) / "tune" / "proposed_weights.json", res["domains"], res["weights"])
     print(format_proposal(res) + f"\nWeights file: {path}")
