@@ -194,7 +194,7 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
             chunks = emit(p.cluster_scale, u_c, np.argsort(u_c, kind="stable"), p.cluster_draws, slots, dest,
                           chunk_size)
             for run in coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
-                place(dest[run[0].pos:run[-1].pos + run[-1].count], slots, inter, p.passes)
+                place(dest[run[0].pos:run[-1].pos + run[-1].count], run, slots, inter, p.passes)
                 for chunk in run:
                     stream.add(chunk, dest)
                     digest.add(dest[chunk.pos:chunk.pos + chunk.count])

@@ -1,7 +1,7 @@
 """The order of a plan over strata: ClusterClip's order of the clusters, each cluster's draws interleaving its
 strata evenly.
 
-Two levels, neither sorting the plan's draws:
+Two levels:
 
 1. **Clusters.** The planner's own order (:func:`clusterclip.plan.order.emit`) over the clusters with their
    draws ``d_c`` (the sum of their strata's) and the cluster's scale: the rounds of equal-rate ClusterClip, the
@@ -9,13 +9,13 @@ Two levels, neither sorting the plan's draws:
    ``offset_c + k``, so the emitted stream is the cluster of every position and its draw number in the cluster.
 2. **Strata inside a cluster.** Stratum ``s``'s ``i``-th draw has the key ``(i + u_s) / d_s`` (``u_s`` a seeded
    jitter): the cluster's ``k``-th draw is the draw of the ``k``-th smallest key of its strata (ties: the lower
-   stratum first), so each stratum's draws are spread evenly over the cluster's. A draw's rank among its cluster's
-   is computed in O(strata of the cluster) (:meth:`Interleave.rank`), and how many draws of a stratum come before
-   the cluster's ``k``-th by a short search around ``k d_s / d_c``; the draws themselves come from the strata's
-   passes.
+   stratum first), so each stratum's draws are spread evenly over the cluster's. For a run of chunks, how many
+   draws of each stratum come before a cluster's ``k``-th is found by a short search on the exact key counts
+   (:meth:`Interleave.before`, per stratum, not per draw); the run's draws, taken from the strata's passes, are
+   then put in (cluster, key) order by two stable sorts of the run.
 
-So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`` draws them, and the cost over
-the plain plan is O(draws x strata per cluster), not a sort.
+So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`` draws them (the oracle:
+:func:`clusterclip.plan.reference.reference_strata_order`), at the cost of sorting each run of draws once.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from clusterclip.plan.order import Chunk, counts_before
+from clusterclip.plan.order import Chunk
 from clusterclip.plan.passes import Passes, seg_arange
 
 
@@ -74,7 +74,7 @@ class Interleave:
                 continue
             o = other[use]
             t = np.where(o < s[use], np.nextafter(key[use], np.inf), key[use])  # ties: the lower stratum first
-            out[use] += counts_before(t, self.u[o], 1.0 / self.draws[o], self.draws[o])
+            out[use] += keys_below(t, self.u[o], self.draws[o])
         return out
 
     def before(self, s: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -96,12 +96,23 @@ class Interleave:
             lo = np.where(open_ & ~ok, mid + 1, lo)
 
 
-def place(slots_out: np.ndarray, slots: Slots, inter: Interleave, passes: Passes) -> None:
-    """Replace the slots of one chunk (``slots_out``, emitted over the clusters) by the documents they are: each
-    cluster's draws in the chunk, interleaved from its strata's passes."""
+def keys_below(t: np.ndarray, u: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """How many draws ``j < d`` of a stratum have the key ``(j + u) / d < t`` (exact in floats: the keys are
+    computed as the oracle computes them, then the count corrected by a step either way)."""
+    c = np.clip(np.ceil(t * d - u), 0, d).astype(np.int64)
+    for _ in range(2):
+        c -= (c > 0) & ((c - 1 + u) / d >= t)
+        c += (c < d) & ((c + u) / d < t)
+    return c
+
+
+def place(slots_out: np.ndarray, run: list[Chunk], slots: Slots, inter: Interleave, passes: Passes) -> None:
+    """Replace the slots of a run of chunks (``slots_out``, emitted over the clusters) by the documents they are:
+    each cluster's draws in the run, interleaved from its strata's passes."""
     g = slots_out.copy()
     k_outer = slots.offset.size
-    c = np.searchsorted(slots.offset, g, side="right") - 1  # clusters without draws share the next one's offset
+    c = np.concatenate([ch.groups if ch.groups is not None else np.tile(ch.active, ch.count // ch.active.size)
+                        for ch in run]).astype(np.int64)
     k = g - slots.offset[c]
     klo = np.full(k_outer, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(klo, c, k)
@@ -120,9 +131,14 @@ def place(slots_out: np.ndarray, slots: Slots, inter: Interleave, passes: Passes
     step = seg_arange(need)
     docs = passes.take(np.repeat(passes.starts(s, ilo, ihi), need) + step)
     s_rep = np.repeat(s, need)
-    rank = inter.rank(s_rep, np.repeat(ilo, need) + step)
-    cd = inter.cluster[s_rep]
-    slots_out[inv[base[cd] + rank - klo[cd]]] = docs
+    key = (np.repeat(ilo, need) + step + inter.u[s_rep]) / inter.draws[s_rep]
+    # the run holds ranks klo..klo+count-1 of each cluster, so its draws sorted by (cluster, key, stratum) are its
+    # slots in (cluster, rank) order: two stable sorts (the draws come by cluster, then stratum, so ties of a key
+    # keep the lower stratum first), the clusters by their local index (a radix sort when it fits 16 bits)
+    local = np.zeros(k_outer, np.int16 if present.size < 2**15 else np.int32)
+    local[present] = np.arange(present.size)
+    by_key = np.argsort(key, kind="stable")
+    slots_out[inv] = docs[by_key[np.argsort(local[inter.cluster[s_rep]][by_key], kind="stable")]]
 
 
 def coalesced(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:
