@@ -44,7 +44,7 @@ TEMP = "temperature-t0.3-Rinf-tokens-Bepoch-s0"
 CLIP = "clusterclip-R4-tokens-Bepoch-s0"
 EMBED = ["embed", "{corpus}", "--out", "{run}", "--embedder", "hashing", "--force", "-q"]
 RUN_OPTS = ["--embedder", "hashing", "--k", "4", "--strategies", "clusterclip,temperature", "--tau", "0.3",
-            "--epochs", "1", "--budget-unit", "docs", "-q"]
+            "--epochs", "1", "-q"]
 
 
 @pytest.fixture(scope="module")
