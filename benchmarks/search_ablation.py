@@ -5,9 +5,9 @@ checked on split seeds no search saw.
 Per corpus, three searches share one tune directory (so a run two of them need, such as random's or round 0's, is
 trained once; a reused run still counts against ``--max-runs``, so every search gets the same number of runs):
 
-* ``predictor``: ``--search weights`` with the default predictor (``loglinear``, in its trust region);
-* ``random draws``: the same settings with ``--predictor none``: every round draws afresh around the natural
-  mixture, as round 0 does (the same round 0, the same finals rule);
+* ``predictor``: ``--search weights --predictor loglinear`` (the default until this ablation; in its trust region);
+* ``random draws``: the same settings with ``--predictor none`` (now the default): every round draws afresh
+  around the natural mixture, as round 0 does (the same round 0, the same finals rule);
   both twice, with ``--plan-seed`` 0 and 1 (other draws in every round);
 * ``grid``: the fixed plans (``--taus 0.5 --caps 4,6``, both orders), successive halving.
 
@@ -57,7 +57,7 @@ RUNS = 46
 REPLICATES = (0, 1)
 """Seeds of the weight searches (``--plan-seed``: round 0's draws and every later round's): each is run twice."""
 SEARCHES: dict[str, TuneConfig] = {
-    **{f"predictor s{r}": replace(WEIGHTS, plan_seed=r) for r in REPLICATES},
+    **{f"predictor s{r}": replace(WEIGHTS, predictor="loglinear", plan_seed=r) for r in REPLICATES},
     **{f"random draws s{r}": replace(WEIGHTS, predictor="none", plan_seed=r) for r in REPLICATES},
     "grid": TuneConfig(taus=(0.5,), caps=(4, 6), max_minutes=None, check_split_seeds=CHECK),
 }

@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 from clusterclip.cli.main import GRAMMAR, build_parser, main
+from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.plan.config import PlanConfig
 from clusterclip.settings import flag_of
 from tests.test_cli import make_corpus
@@ -129,15 +130,20 @@ def test_one_option_name_has_one_meaning_and_one_default():
     shard), the embed stage's is --embed-shard-size (embeddings per shard file); --budget-unit defaults to tokens in
     run and to docs in plan, and each command's help says so. (plan leaves the settings a continuation inherits out
     of the namespace unless given: the same declared default, which a continuation replaces by its parent's.)"""
-    declared = {flag_of(PlanConfig, f.name): f.default for f in dataclasses.fields(PlanConfig)}
+    declared = {flag_of(c, f.name): f.default for c in (PlanConfig, TuneConfig) for f in dataclasses.fields(c)}
     shown: dict[str, set[tuple[object, str]]] = {}
     for p in subcommands().values():
         for action in p._actions:
             for flag in visible(action):
                 default = declared.get(flag, action.default) if action.default == argparse.SUPPRESS else action.default
                 shown.setdefault(flag, set()).add((default, action.help or ""))
-    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--max-repeat"):
+    for flag in ("--epochs", "--budget", "--shard-size", "--embed-shard-size", "--max-repeat", "--predictor",
+                 "--swarm-predictor"):
         assert len(shown[flag]) == 1, f"{flag} differs between commands: {shown[flag]}"
+    # tune's weight search draws afresh unless told to fit; --from-csv always fits, its own option says with what
+    assert [d for d, _ in shown["--predictor"]] == ["none"] and [d for d, _ in shown["--swarm-predictor"]] == [
+        "loglinear"]
+    assert "--from-csv" not in next(iter(shown["--predictor"]))[1]
     # the one deliberate difference, said where each is shown: run compares its strategies at equal tokens
     units = {default: text for default, text in shown["--budget-unit"]}
     assert sorted(units) == ["docs", "tokens"], units

@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from clusterclip.cli.main import main
+from clusterclip.cli.main import build_parser, main
+from clusterclip.cli.tune import tune_configs
 from clusterclip.embed.config import EmbedConfig
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.specs import plan_config
@@ -74,7 +75,8 @@ class PlanRunner:
 
 CFG = ExperimentConfig(split_seeds=(0, 1, 2), seeds=(0, 1), passes=2)
 WEIGHTS = TuneConfig(search=("weights",), weights_cap=3, weight_rounds=3, weight_runs=4, weight_pairs=2,
-                     weight_candidates=400, max_groups=6)
+                     weight_candidates=400, max_groups=6, predictor="loglinear")
+"""A fitted predictor (not the default): the rounds it predicts are what most tests here check."""
 
 
 def _tune(out: Path, runner: PlanRunner, tune: TuneConfig = WEIGHTS) -> dict[str, Any]:
@@ -154,12 +156,13 @@ def test_groups_merge_clusters_and_map_other_splits() -> None:
     assert w.sum() == pytest.approx(1.0) and len(set(np.round(w[0][of == of[0]], 9))) == 1
 
 
-def test_no_predictor_draws_every_round_afresh_from_round_0s_distribution(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """``--predictor none``, the baseline a predictor must beat: the same round 0, then fresh draws (nothing fitted,
-    no trust region), judged by the same finals."""
+def test_by_default_every_round_draws_afresh_from_round_0s_distribution(tmp_path: Path) -> None:
+    """The default ``--predictor none``, the baseline the ablation found as good as a fitted predictor: the same
+    round 0, then fresh draws (nothing fitted, no trust region), judged by the same finals."""
     fitted = _tune(tmp_path / "fit", PlanRunner())["weight_search"]["rounds"]
-    drawn = _tune(tmp_path / "none", PlanRunner(), dataclasses.replace(WEIGHTS, predictor="none"))
+    args = build_parser().parse_args(["tune", "--out", str(tmp_path / "x"), "--search", "weights"])
+    default = dataclasses.replace(WEIGHTS, predictor=tune_configs(args)[1].predictor)
+    drawn = _tune(tmp_path / "none", PlanRunner(), default)
     rounds = drawn["weight_search"]["rounds"]
     assert [c["group_weights"] for c in rounds[0]["candidates"]] == [c["group_weights"] for c in
                                                                       fitted[0]["candidates"]]
@@ -167,11 +170,27 @@ def test_no_predictor_draws_every_round_afresh_from_round_0s_distribution(tmp_pa
                for r in rounds for c in r["candidates"])
     names = [c["name"] for r in rounds for c in r["candidates"]]
     assert len(set(names)) == len(names) == 3 * 4 and drawn["weight_search"]["final"]
+    commands = {d: " ".join(json.loads((tmp_path / d / "tune" / "search.json").read_text())["command"])
+                for d in ("fit", "none")}
+    assert "--predictor loglinear" in commands["fit"] and "--predictor" not in commands["none"]
+
+
+def test_from_csv_fits_its_own_predictor_and_refuses_the_weight_searchs(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--from-csv`` fits ``--swarm-predictor`` (loglinear unless given, never none); ``--predictor`` is the
+    weight search's and is refused there with one line naming the option to use."""
     swarm = from_arrays(np.eye(3)[[0, 1, 2, 0]] * 0.5 + 0.5 / 3, np.arange(4.0), ["a", "b", "c"])
     write_swarm(tmp_path / "swarm.csv", swarm)
-    assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv"),
-                 "--predictor", "none"]) == 2
-    assert "--predictor none has nothing to fit" in capsys.readouterr().err
+    base = ["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv")]
+    for given in ("none", "linear"):
+        assert main([*base, "--predictor", given]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--from-csv fits --swarm-predictor (loglinear, linear, lightgbm)" in err
+    with pytest.raises(SystemExit):
+        main([*base, "--swarm-predictor", "none"])
+    assert "--swarm-predictor: invalid choice: 'none'" in capsys.readouterr().err
+    assert main(base) == 0 and "(loglinear fitted on 4 " in capsys.readouterr().out
+    assert main([*base, "--swarm-predictor", "linear"]) == 0 and "(linear fitted on 4 " in capsys.readouterr().out
 
 
 def test_from_csv_proposes_and_writes_a_weights_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -199,7 +218,7 @@ def test_from_csv_says_when_it_extrapolates_and_refuses_a_swarm_that_never_varie
     swarm = from_arrays(w, 4.0 - 3.0 * w[:, 3], ["a", "b", "c", "d"], objective_name="loss")
     write_swarm(tmp_path / "swarm.csv", swarm)
     assert main(["tune", "--out", str(tmp_path / "o"), "--from-csv", str(tmp_path / "swarm.csv"),
-                 "--predictor", "linear"]) == 0
+                 "--swarm-predictor", "linear"]) == 0
     out = capsys.readouterr().out
     assert "Trust region: within 0.050 (total variation) of a measured run; this mixture is pulled back from" in out
     assert "WARNING: extrapolation: outside the hull of the 60 measured mixtures" in out

@@ -14,7 +14,7 @@ from typing import Any
 from clusterclip.cli.options import add_presets, add_verbosity, command, experiment_config, settings_error
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
-from clusterclip.experiment.tune.config import NO_PREDICTOR, QUICK_SEEDS, QUICK_TUNE, TuneConfig
+from clusterclip.experiment.tune.config import FITTED_PREDICTORS, QUICK_SEEDS, QUICK_TUNE, TuneConfig
 from clusterclip.experiment.tune.format import format_summary, print_event
 from clusterclip.experiment.tune.search_stage import run_tune
 from clusterclip.mixture.fromcsv import format_proposal, load_any, propose_from_swarm, write_weights
@@ -33,9 +33,10 @@ plan is written for the whole corpus into RUN_DIR (an ordinary plan), with the e
 command; `clusterclip report RUN_DIR` shows the search.
 Finished proxy runs are kept in RUN_DIR/tune/runs/, so a killed search resumes where it stopped; two
 candidates whose plans are identical on a pair train once. --search weights searches per-cluster
-mixtures under --weights-cap in rounds guided by --predictor, within a trust region around the measured
-mixtures, over groups merged (or a cap raised) until the natural mixture fits every split (docs/tune.md);
---from-csv proposes a mixture from a swarm file without training, and says when it extrapolates.
+mixtures under --weights-cap in rounds of fresh draws around the natural mixture (or, with a fitted
+--predictor, its picks within a trust region around the measured mixtures), over groups merged (or a cap
+raised) until the natural mixture fits every split (docs/tune.md); --from-csv fits --swarm-predictor on a
+swarm file and proposes a mixture without training, and says when it extrapolates.
 """
 EXAMPLES = (
     "clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90",
@@ -62,8 +63,11 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     add_arguments(p.add_argument_group("proxy training"), TrainConfig, unset=True)
     p.add_argument("--no-plan", action="store_true", help="search only; do not write the plan for the whole corpus")
     g = p.add_argument_group("swarm made elsewhere (no training)")
-    g.add_argument("--from-csv", metavar="FILE", help="fit --predictor on this swarm (single-file format, or a RegMix "
-                   "mixture file with --loss-csv) and write the proposed weights to RUN_DIR/tune/proposed_weights.json")
+    g.add_argument("--from-csv", metavar="FILE", help="fit --swarm-predictor on this swarm (single-file format, or a "
+                   "RegMix mixture file with --loss-csv) and write the proposed weights to "
+                   "RUN_DIR/tune/proposed_weights.json")
+    g.add_argument("--swarm-predictor", default=FITTED_PREDICTORS[0], choices=FITTED_PREDICTORS,
+                   help="predictor fitted on the --from-csv swarm (lightgbm needs the extra)")
     g.add_argument("--loss-csv", metavar="FILE", help="RegMix loss file joined to --from-csv by its index column")
     g.add_argument("--target", default="pile-cc", help="RegMix loss column (exact or a unique fragment)")
     g.add_argument("--objective", dest="swarm_objective", default=None, help="objective column of a single-file swarm")
@@ -98,12 +102,11 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 def cmd_from_csv(a: argparse.Namespace) -> int:
     """Fit and propose from a swarm file; print the weights and the prediction, write the weights file."""
-    predictor = getattr(a, "predictor", "loglinear")
-    if predictor == NO_PREDICTOR:
-        raise ClusterClipError("--from-csv fits a predictor to the swarm: --predictor none has nothing to fit; "
-                               "use loglinear, linear or lightgbm")
+    if hasattr(a, "predictor"):
+        raise ClusterClipError(f"--predictor steers the weight search (--search weights); --from-csv fits "
+                               f"--swarm-predictor ({', '.join(FITTED_PREDICTORS)}): use that instead")
     swarm = load_any(a.from_csv, a.loss_csv, a.target, a.swarm_objective)
-    res = propose_from_swarm(swarm, predictor, getattr(a, "plan_seed", 0))
+    res = propose_from_swarm(swarm, a.swarm_predictor, getattr(a, "plan_seed", 0))
     path = write_weights(Path(a.out) / "tune" / "proposed_weights.json", res["domains"], res["weights"])
     print(format_proposal(res) + f"\nWeights file: {path}")
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from clusterclip.experiment.config import ExperimentConfig, _ints, _strs
 from clusterclip.experiment.specs import clusterclip_spec, plain_spec, temperature_spec
+from clusterclip.mixture.predictors import PREDICTORS
 from clusterclip.plan.config import DEFAULT_TAU, ORDERS
 from clusterclip.settings import (
     Settings,
@@ -26,9 +27,11 @@ QUICK_TUNE: dict[str, Any] = {"taus": (DEFAULT_TAU,), "caps": (5,)}
 QUICK_SEEDS = (0, 1)
 SEARCHES = ("grid", "weights")
 NO_PREDICTOR = "none"
-PREDICTOR_NAMES = ("loglinear", "linear", "lightgbm", NO_PREDICTOR)
-"""``--predictor``: a fitted predictor of :mod:`clusterclip.mixture.predictors`, or ``none`` (every round draws
-afresh from round 0's distribution: the baseline a predictor must beat)."""
+FITTED_PREDICTORS = tuple(PREDICTORS)
+"""The predictors of :mod:`clusterclip.mixture.predictors` a search or ``--from-csv`` (``--swarm-predictor``) fits."""
+PREDICTOR_NAMES = (NO_PREDICTOR, *FITTED_PREDICTORS)
+"""The weight search's ``--predictor``: ``none`` (the default: every round draws afresh from round 0's
+distribution; the ablation of docs/tune.md found no fitted predictor better) or a fitted predictor."""
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -76,10 +79,12 @@ class TuneConfig(Settings):
     max_groups: int = setting(8, check=at_least(2),
                               help="weights are searched over at most this many groups of clusters (Ward merge of "
                                    "the reference split's centroids); K <= this: one group per cluster")
-    predictor: str = setting("loglinear", choices=PREDICTOR_NAMES,
-                             help="predictor of the objective from the weights (lightgbm needs the extra); none: every "
-                                  "round draws afresh from round 0's distribution, no fit")
-    weight_candidates: int = setting(2000, check=at_least(2), help="mixtures ranked by the predictor per round")
+    predictor: str = setting(NO_PREDICTOR, choices=PREDICTOR_NAMES,
+                             help="how the weight search picks rounds after the first: none draws afresh from round "
+                                  "0's distribution (as good as a fitted predictor in docs/tune.md's ablation, and "
+                                  "cheaper); loglinear, linear or lightgbm (the extra) fit the objective on the runs "
+                                  "so far and pick inside a trust region")
+    weight_candidates: int = setting(2000, check=at_least(2), help="mixtures ranked per round by a fitted --predictor")
     jobs: int = setting(1, check=at_least(1),
                         help="proxy runs trained at once, each in its own process with --threads torch threads "
                              "(on a GPU they share it); the choice does not depend on it")

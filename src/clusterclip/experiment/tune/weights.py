@@ -1,10 +1,10 @@
 """``clusterclip tune --search weights``: search the mixture itself, under the cap, by proxy runs in rounds.
 
 Round 0 runs the natural (size-proportional) mixture, temperature 0.5, uniform and Dirichlet draws
-around the natural one (:func:`~clusterclip.mixture.propose`); every later round fits the predictor
-(``--predictor``) on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit the
-predicted best, explore far from every run), or with ``--predictor none`` fresh draws like round 0's (the
-baseline a predictor must beat), inside a trust region around the measured mixtures
+around the natural one (:func:`~clusterclip.mixture.propose`); every later round draws afresh like round 0
+(``--predictor none``, the default: docs/tune.md's ablation found no fitted predictor better), or fits
+``--predictor`` on the runs so far and runs :func:`~clusterclip.mixture.next_round`'s picks (exploit the
+predicted best, explore far from every run) inside a trust region around the measured mixtures
 (:mod:`clusterclip.mixture.trust`: a proposal is pulled back to within the swarm's own spacing of a measured
 mixture, and flagged when it still extrapolates). The groups are merged, or the cap raised, until the
 natural mixture is feasible on every split (:func:`.groups.feasible_grouping`, which says what it changed).
