@@ -48,8 +48,8 @@ TOPICS = {
     "finance": "stock bond market interest inflation dividend portfolio equity trader bank loan",
     "sailing": "boat sail wind harbour keel mast rudder anchor tide knot deck crew",
 }
-RUN_ARGS = ["--k", "4", "--embedder", "hashing", "--strategies", "clusterclip", "--budget", "300", "--budget-unit", "docs",
-            "-q"]
+RUN_ARGS = ["--k", "4", "--embedder", "hashing", "--strategies", "clusterclip", "--budget", "300",
+            "--budget-unit", "docs", "-q"]
 PLAN_ARGS = ["--strategy", "clusterclip", "--budget", "300", "-q"]
 
 

@@ -168,6 +168,13 @@ def test_a_grid_candidate_is_an_item_that_trains_the_same_spec() -> None:
     for spec in TuneConfig().grid(ExperimentConfig()):
         [again] = _specs(item_of(spec) or "")
         assert again == spec
+    tiers = TuneConfig(strata="cluster,quality:4", tier_weight_grid="1,1,1,1;0,1,1,2")
+    stratified = [s for s in tiers.grid(ExperimentConfig(quality_scorer="heuristic")) if "strata" in s]
+    assert [s["name"] for s in stratified] == [f"clusterclip-tiers-{w}-R{c}" for w in ("1-1-1-1", "0-1-1-2")
+                                               for c in (9, 12, 18)]
+    for spec in stratified:
+        [again] = _specs(item_of(spec) or "", quality_scorer="heuristic")
+        assert again == spec and spec["quality_scorer"] == "heuristic"
 
 
 # ------------------------------------------------------------------------------- stratified plans

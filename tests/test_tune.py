@@ -469,6 +469,12 @@ def test_presets_and_split_seed_on_the_command_line() -> None:
         (["--seeds", "1,1"], "--seeds lists 1 more than once"),
         (["--split-seeds", "0,1", "--check-split-seeds", "1,5"], "--check-split-seeds [1] are split seeds the search "
                                                                   "trains on"),
+        (["--tier-weight-grid", "0,1,1,2"], "--tier-weight-grid needs --strata"),
+        (["--strata", "cluster,quality:4"], "--strata applies with --tier-weight-grid"),
+        (["--strata", "cluster,quality:4", "--tier-weight-grid", "0,1,1,2;0,1"],
+         "--tier-weight-grid '0,1': lists 2 values for quality:4; give one per tier (4)"),
+        (["--strata", "cluster,quality:4", "--tier-weight-grid", "0,1,1,2;0, 1,1,2"],
+         "--tier-weight-grid '0,1,1,2' and '0, 1,1,2' are the same weights"),
     ],
 )
 def test_tune_cli_errors_name_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

@@ -13,14 +13,14 @@ from typing import Any
 
 from clusterclip.cli.options import add_presets, add_verbosity, command, experiment_config, settings_error
 from clusterclip.errors import ClusterClipError
-from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
+from clusterclip.experiment.config import PROXY_FIELDS, TUNE_DATA_FIELDS, ExperimentConfig, ModelConfig, TrainConfig
 from clusterclip.experiment.tune.config import FITTED_PREDICTORS, QUICK_SEEDS, QUICK_TUNE, TuneConfig
 from clusterclip.experiment.tune.format import format_summary, print_event
 from clusterclip.experiment.tune.search_stage import run_tune
 from clusterclip.mixture.fromcsv import format_proposal, load_any, propose_from_swarm, write_weights
 from clusterclip.settings import SettingsError, add_arguments, from_args
 
-HELP = "choose cap, temperature and order for a corpus by proxy training runs"
+HELP = "choose cap, temperature, order (and tier weights) for a corpus by proxy training runs"
 DESCRIPTION = """\
 Search sampling plans for a corpus with small proxy models: random, uniform, temperature (--taus) and
 ClusterClip (--caps x --orders). Each proxy run trains the experiment's model on one (held-out split,
@@ -35,8 +35,10 @@ Finished proxy runs are kept in RUN_DIR/tune/runs/, so a killed search resumes w
 candidates whose plans are identical on a pair train once. --search weights searches per-cluster
 mixtures under --weights-cap in rounds of fresh draws around the natural mixture (or, with a fitted
 --predictor, its picks within a trust region around the measured mixtures), over groups merged (or a cap
-raised) until the natural mixture fits every split (docs/tune.md); --from-csv fits --swarm-predictor on a
-swarm file and proposes a mixture without training, and says when it extrapolates.
+raised) until the natural mixture fits every split (docs/tune.md); --strata with --tier-weight-grid adds a
+stratified ClusterClip candidate per tier-weight vector and cap (--quality-scorer scores the field `quality`
+when the corpus has none); --from-csv fits --swarm-predictor on a swarm file and proposes a mixture without
+training, and says when it extrapolates.
 """
 EXAMPLES = (
     "clusterclip tune data/minipile.jsonl.gz --out runs/tuned --max-minutes 90",
@@ -45,6 +47,7 @@ EXAMPLES = (
     "clusterclip tune data.jsonl --out runs/tuned --jobs 2          # two proxy runs at once",
     "clusterclip tune data.jsonl --out runs/gpu --device cuda --docs 20000 --layers 6 --d-model 384",
     "clusterclip tune data.jsonl --out runs/w --search grid,weights --weight-rounds 3",
+    "clusterclip tune d.jsonl --out q --strata cluster,quality:4 --tier-weight-grid '1,1,1,1;0,1,1,2'",
     "clusterclip tune --out /tmp/p --from-csv train_mixture_1m.csv --loss-csv train_pile_loss_1m.csv",
 )
 
@@ -57,7 +60,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                    help="run directory: the whole corpus, the chosen plan, and tune/")
     add_presets(p)
     add_arguments(p.add_argument_group("search"), TuneConfig, unset=True)
-    add_arguments(p.add_argument_group("data (as for experiment)"), ExperimentConfig, DATA_FIELDS, unset=True)
+    add_arguments(p.add_argument_group("data (as for experiment)"), ExperimentConfig, TUNE_DATA_FIELDS, unset=True)
     add_arguments(p.add_argument_group("proxy runs"), ExperimentConfig, PROXY_FIELDS, unset=True)
     add_arguments(p.add_argument_group("proxy model"), ModelConfig, unset=True)
     add_arguments(p.add_argument_group("proxy training"), TrainConfig, unset=True)

@@ -44,10 +44,12 @@ DATA_FIELDS = ("text_field", "group_field", "docs", "max_words", "heldout", "spl
                "k")
 SAMPLING_FIELDS = ("strategies", "quality_scorer", "passes", "max_repeats", "duplicates", "tau", "online_updates",
                    "seeds")
+TUNE_DATA_FIELDS = (*DATA_FIELDS, "quality_scorer")
 MEASURING_FIELDS = ("objective", "curve_docs", "small_clusters", "device", "threads")
 PROXY_FIELDS = ("passes", "seeds", "curve_docs", "small_clusters", "device", "threads")
 """Groups of :class:`ExperimentConfig`'s settings as the commands show them: ``experiment`` takes data, sampling
-and measuring; ``tune`` takes data and the proxy runs' settings (its grid replaces the strategies)."""
+and measuring; ``tune`` takes data (with the quality scorer its stratified candidates may read) and the proxy
+runs' settings (its grid replaces the strategies)."""
 OBJECTIVES = ("lm", "sft")
 """What a proxy learns and is scored on: the next token of whole documents (``lm``), or the responses of
 conversation records (``sft``, :mod:`clusterclip.experiment.sft`)."""

@@ -167,7 +167,7 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
                  progress: bool) -> Subset:
     """Corpus stage on the whole input, then the seeded subset of ``docs`` documents, cut to ``max_words``."""
     source = RunDir(source_dir)
-    pipeline_stages(source, inputs, _source_config(cfg), progress)
+    pipeline_stages(source, inputs, source_config(cfg), progress)
     texts = read_column(source, "text")
     ids = read_column(source, "id")
     groups = read_column(source, "group")
@@ -187,9 +187,9 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
                   domains, any(g is not None for g in picked))
 
 
-def _source_config(cfg: ExperimentConfig) -> CorpusConfig:
+def source_config(cfg: ExperimentConfig) -> CorpusConfig:
     """The corpus stage of the input: its text and group fields, and the fields the strategies' plans read (kept
-    from the input, or ``quality`` scored by ``quality_scorer``)."""
+    from the input, or ``quality`` scored by ``quality_scorer``); also ``tune``'s whole corpus."""
     fields = cfg.input_fields()
     scorer = cfg.quality_scorer if QUALITY_FIELD in fields else None
     keep = tuple(n for n in fields if scorer is None or n != QUALITY_FIELD)

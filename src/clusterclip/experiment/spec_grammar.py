@@ -360,13 +360,17 @@ def spec_id(spec: dict[str, Any]) -> str:
 
 
 def item_of(spec: dict[str, Any]) -> str | None:
-    """The ``--strategies`` item that trains ``spec`` (a grid candidate of ``tune``), or None when its options are
-    not a spec's (a weight candidate's group weights mean something only on the splits of its search)."""
+    """The ``--strategies`` item that trains ``spec`` (a grid candidate of ``tune``; with its ``name`` when that is
+    not the one the item would get), or None when its options are not a spec's (a weight candidate's group weights
+    mean something only on the splits of its search)."""
     if "group_weights" in spec or "online" in spec or "clusters" in spec or "weights" in spec:
         return None
     options = {k: v for k, v in plan_options(spec).items() if k != "strategy"}
     if spec.get("shuffle"):
         options["shuffle"] = "true"
+    bare = {k: v for k, v in spec.items() if k != "name"}
+    if "name" in spec and spec["name"] != _name(bare, None, None, False):
+        options["name"] = spec["name"]
     if not options:
         return spec["strategy"]
     shown = [f"{k}={v:g}" if isinstance(v, float) else f"{k}=[{v}]" if "," in str(v) else f"{k}={v}"

@@ -15,12 +15,11 @@ import numpy as np
 
 from clusterclip.cluster.config import ClusterConfig
 from clusterclip.cluster.contract import CENTROIDS, LABELS
-from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.contract import TOKENS
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.contract import TUNE_DIR
-from clusterclip.experiment.prepare import pipeline_stages
+from clusterclip.experiment.prepare import pipeline_stages, source_config
 from clusterclip.experiment.spec_grammar import PLAN, item_of
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.stats import MIN_PAIRS
@@ -34,14 +33,14 @@ from clusterclip.store import RunDir, load_npy, save_json
 def write_chosen_plan(inputs: Sequence[str | os.PathLike[str]], run_dir: Path, cfg: ExperimentConfig,
                       spec: dict[str, Any], seed: int, progress: bool = False,
                       weight_search: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole corpus through corpus, embed and cluster stages (K, embedder and fields of ``cfg``), and
+    """The whole corpus through corpus, embed and cluster stages (K, embedder and fields of ``cfg``: those its
+    stratified candidates read, kept or scored as for the proxies), and
     the chosen plan over it: an ordinary plan for a budget of ``cfg.passes`` passes over its tokens. Returns
     its name, settings, command (as :meth:`RunDir.rebuild_command <clusterclip.store.RunDir.rebuild_command>`
     renders every other) and scalar statistics. A weight candidate (``weight_search`` holds its groups)
     becomes the whole corpus's cluster weights, written to ``RUN/tune/chosen_weights.json``."""
     run = RunDir(run_dir)
-    pipeline_stages(run, inputs, CorpusConfig(text_field=cfg.text_field, group_field=cfg.group_field), progress,
-                    cfg.embedder, ClusterConfig(k=cfg.k, seed=seed))
+    pipeline_stages(run, inputs, source_config(cfg), progress, cfg.embedder, ClusterConfig(k=cfg.k, seed=seed))
     token_counts = load_npy(run.path(TOKENS))
     tokens = int(token_counts.sum())
     weights_file = None

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
-from clusterclip.experiment.config import ExperimentConfig, _ints, _strs
+from clusterclip.experiment.config import ExperimentConfig, _ints, _read_setting, _strs
+from clusterclip.experiment.spec_grammar import resolve
 from clusterclip.experiment.specs import clusterclip_spec, plain_spec, temperature_spec
 from clusterclip.mixture.predictors import PREDICTORS
-from clusterclip.plan.config import DEFAULT_TAU, ORDERS
+from clusterclip.plan.config import DEFAULT_TAU, ORDERS, PlanConfig
 from clusterclip.settings import (
     Settings,
     SettingsError,
@@ -17,6 +19,7 @@ from clusterclip.settings import (
     between,
     each,
     finite,
+    is_text,
     one_of,
     optional,
     setting,
@@ -36,6 +39,11 @@ distribution; the ablation of docs/tune.md found no fitted predictor better) or 
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in _strs(text))
+
+
+def tier_name(weights: str, cap: int) -> str:
+    """A stratified candidate's name: ``clusterclip-tiers-<weights>-R<cap>`` (``0,1,1,2``: ``0-1-1-2``)."""
+    return f"clusterclip-tiers-{re.sub(r'[^0-9A-Za-z_.]+', '-', weights).strip('-')}-R{cap}"
 
 
 @dataclass(frozen=True)
@@ -85,9 +93,45 @@ class TuneConfig(Settings):
                                   "cheaper); loglinear, linear or lightgbm (the extra) fit the objective on the runs "
                                   "so far and pick inside a trust region")
     weight_candidates: int = setting(2000, check=at_least(2), help="mixtures ranked per round by a fitted --predictor")
+    strata: str | None = _read_setting(
+        "strata", owner=PlanConfig,
+        help="strata of the stratified ClusterClip candidates, as `clusterclip plan --strata` (cluster,quality:4; "
+             "cluster,source): the fields the proxy data keeps (quality: --quality-scorer scores it); needs "
+             "--tier-weight-grid (default: none)")
+    tier_weight_grid: str | None = setting(
+        None, check=optional(is_text),
+        help="tier weights to search over --strata, ';'-separated, each as `clusterclip plan --tier-weights` "
+             "('1,1,1,1;0,1,1,2'): one ClusterClip candidate (equal-rate order) per vector and cap, "
+             "clusterclip-tiers-<weights>-R<cap> (default: none)")
     jobs: int = setting(1, check=at_least(1),
                         help="proxy runs trained at once, each in its own process with --threads torch threads "
                              "(on a GPU they share it); the choice does not depend on it")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tier_vectors() and self.strata is None:
+            raise SettingsError("tier_weight_grid", "needs {strata}: the strata whose tiers it weighs (e.g. "
+                                "cluster,quality:4)", type(self))
+        if self.strata is not None and not self.tier_vectors():
+            raise SettingsError("strata", "applies with {tier_weight_grid}: the tier weights to search (e.g. "
+                                "'1,1,1,1;0,1,1,2')", type(self))
+        seen: dict[str | None, str] = {}
+        for weights in self.tier_vectors():
+            try:
+                canon = PlanConfig(strategy="clusterclip", strata=self.strata, tier_weights=weights).tier_weights
+            except SettingsError as exc:
+                if exc.param == "strata":
+                    raise SettingsError("strata", exc.problem, type(self)) from None
+                raise SettingsError("tier_weight_grid", f"{weights!r}: {exc.problem}", type(self)) from None
+            for key in (canon, tier_name(weights, 0)):
+                if key in seen:
+                    raise SettingsError("tier_weight_grid", f"{seen[key]!r} and {weights!r} are the same weights (or "
+                                        "name); give each vector once", type(self))
+                seen[key] = weights
+
+    def tier_vectors(self) -> list[str]:
+        """The vectors of ``tier_weight_grid`` (none without it)."""
+        return [w.strip() for w in (self.tier_weight_grid or "").split(";") if w.strip()]
 
     def default_caps(self, cfg: ExperimentConfig) -> tuple[int, ...]:
         """``caps``, or 1.5, 2 and 3 x passes (each above the passes)."""
@@ -113,10 +157,29 @@ class TuneConfig(Settings):
         without ``grid`` in ``search``."""
         if "grid" not in self.search:
             return [plain_spec("random")]
+        caps = self.grid_caps(cfg)
+        specs = [plain_spec("random"), plain_spec("uniform"), *(temperature_spec(t) for t in self.taus)]
+        specs += [clusterclip_spec(c, order) for order in self.orders for c in caps]
+        return specs + [spec for item in self.tier_items(caps) for spec in resolve(item, cfg)]
+
+    def grid_caps(self, cfg: ExperimentConfig) -> tuple[int, ...]:
+        """The grid's ClusterClip caps (:meth:`default_caps`); refused at or below the passes."""
         caps = self.default_caps(cfg)
         low = [c for c in caps if c <= cfg.passes]
         if low:
             raise SettingsError("caps", f"{low} must exceed {{passes}} {cfg.passes:g}", type(self))
-        specs = [plain_spec("random"), plain_spec("uniform"), *(temperature_spec(t) for t in self.taus)]
-        specs += [clusterclip_spec(c, order) for order in self.orders for c in caps]
-        return specs
+        return caps
+
+    def tier_items(self, caps: tuple[int, ...]) -> list[str]:
+        """The stratified candidates as ``--strategies`` items (:mod:`~clusterclip.experiment.spec_grammar`): one
+        per ``tier_weight_grid`` vector and cap, over ``strata``."""
+        return [f"clusterclip:strata=[{self.strata}],tier_weights=[{w}],max_repeat={c},name={tier_name(w, c)}"
+                for w in self.tier_vectors() for c in caps]
+
+    def proxy_config(self, cfg: ExperimentConfig) -> ExperimentConfig:
+        """``cfg`` for the proxy runs: its strategies are random and the stratified candidates, so that the data
+        preparation keeps (or scores) the per-document fields they read (:meth:`ExperimentConfig.input_fields`);
+        ``cfg`` itself without them (the strategies change no run's numbers)."""
+        if not self.tier_vectors() or "grid" not in self.search:
+            return cfg
+        return replace(cfg, strategies=("random", *self.tier_items(self.grid_caps(cfg))))

@@ -16,12 +16,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from clusterclip.cluster.contract import CENTROIDS
+from clusterclip.corpus.contract import read_column
 from clusterclip.errors import ClusterClipError
+from clusterclip.experiment.by_id import run_fields
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import input_fingerprint
-from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.tune.groups import ClusterView
-from clusterclip.plan.build import build_plan
 from clusterclip.store import RunDir, load_npy
 
 KEPT = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "small_heldout", "small_train",
@@ -70,6 +70,9 @@ class TrainingRunner:
             cfg = replace(self.cfg, split_seeds=(split,))
             data, _ = prepare_split(self.inputs, self.tune_dir, cfg, split, self.progress,
                                     root=split_root(self.tune_dir, split))
+            fields = self.cfg.input_fields()
+            if fields:  # a field the input lacks is refused before any run trains, not at the first that reads it
+                run_fields(RunDir(data.prep.source), fields, read_column(data.prep.run, "id"))
             self._splits[split] = SplitRunner(data, self.cfg)
         return self._splits[split]
 
@@ -90,11 +93,12 @@ class TrainingRunner:
         return ClusterView(centroids, tokens, int(d.setup.budget))
 
     def plan_identity(self, spec: dict[str, Any], split: int, seed: int) -> str:
-        """The identity of the plan the run would train on (two candidates with one plan train once)."""
+        """The identity of the plan the run would train on (two candidates with one plan train once): the
+        experiment's own plan of the spec, with the per-document fields a stratified one reads."""
+        from clusterclip.experiment.steps import plan_proxy
+
         d = self.portable(split).data
-        plan = build_plan(d.prep.labels, plan_config(spec, d.setup.budget, seed), tokens=d.tok.train.lengths,
-                          n_clusters=d.prep.data["k"])
-        return str(plan.identity)
+        return plan_proxy(spec, seed, d.prep, d.tok, d.setup).identity
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterclip.experiment.commands import config_flags, settings_flags
-from clusterclip.experiment.config import DATA_FIELDS, PROXY_FIELDS, ExperimentConfig
+from clusterclip.experiment.config import PROXY_FIELDS, TUNE_DATA_FIELDS, ExperimentConfig
 from clusterclip.experiment.contract import TUNE_DIR, TUNE_SEARCH_STAGE
 from clusterclip.experiment.tune.budget import plan_budget
 from clusterclip.experiment.tune.chosen_plan import check_command, write_chosen_plan
@@ -44,10 +44,12 @@ def run_tune(
 
     Every proxy run is a stage ``runs/<key>`` of ``out/tune`` (record ``out/tune/runs/<key>.json``) written as
     it finishes, so a killed search resumes with the finished runs reused; ``out/tune/results.json`` is
-    rewritten (atomically) after every rung. ``runner`` replaces the training runs (tests); ``write_plan``
-    False skips the whole-corpus plan. Returns the results dictionary.
+    rewritten (atomically) after every rung. The proxy runs' data keeps the fields that the stratified candidates
+    read (:meth:`TuneConfig.proxy_config`), and so does the whole corpus. ``runner`` replaces the training runs
+    (tests); ``write_plan`` False skips the whole-corpus plan. Returns the results dictionary.
     """
-    cfg, tune = cfg or ExperimentConfig(), tune or TuneConfig()
+    tune = tune or TuneConfig()
+    cfg = tune.proxy_config(cfg or ExperimentConfig())
     tune_dir = Path(out) / TUNE_DIR
     s = Search(cfg, tune, runner or TrainingRunner(inputs, tune_dir, cfg, progress), tune_dir, on_event)
 
@@ -117,4 +119,4 @@ def tune_argv(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[s
               tune: TuneConfig, write_plan: bool = True) -> list[str]:
     """The ``clusterclip tune`` command line that runs this search into ``out``."""
     return ["clusterclip", "tune", *map(str, inputs), "--out", str(out), *settings_flags(tune),
-            *config_flags(cfg, (*DATA_FIELDS, *PROXY_FIELDS)), *([] if write_plan else ["--no-plan"])]
+            *config_flags(cfg, (*TUNE_DATA_FIELDS, *PROXY_FIELDS)), *([] if write_plan else ["--no-plan"])]
