@@ -14,6 +14,7 @@ from clusterclip.export.stage import export_plan
 from clusterclip.store import RunDir
 from tests.test_export import _run
 from tests.test_export_formats import _ids, _plan, _tokenizer
+from tests.test_export_mds import _streaming, needs_streaming
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -62,14 +63,32 @@ def test_litdata_streams_an_export_in_the_bucket_natively(s3, tmp_path, monkeypa
 
 
 def test_from_export_reads_an_mds_export_in_the_bucket(s3, tmp_path):
-    """The sampler over an MDS export in the bucket: its record and index.json read from there (streaming's own
-    ``remote=`` reader runs in an environment of its own, without boto3: not run here)."""
+    """The sampler over an MDS export in the bucket: its record and index.json read from there."""
     pytest.importorskip("torch")
     from clusterclip.torch import ClusterClipSampler
 
     run, cfg, _ = _run(tmp_path)
     export_plan(run, cfg.name(), f"{s3}/mds", fmt="mds")
     assert list(ClusterClipSampler.from_export(f"{s3}/mds")) == list(range(len(_plan(run, cfg))))
+
+
+STREAM_REMOTE = """
+import json, sys
+from streaming import StreamingDataset
+ds = StreamingDataset(remote=sys.argv[1], local=sys.argv[2], shuffle=False, batch_size=1)
+print(json.dumps([int(ds[i]["index"]) for i in range(len(ds))]))
+"""
+
+
+@needs_streaming
+def test_streaming_reads_an_mds_export_in_the_bucket_natively(s3, s3_server, tmp_path):
+    """MosaicML Streaming's own ``remote=`` reader (boto3, in its own environment) downloads the export's shards from
+    the bucket (its endpoint from ``S3_ENDPOINT_URL``, streaming's variable) and reads the plan in order."""
+    run, cfg, _ = _run(tmp_path)
+    export_plan(run, cfg.name(), f"{s3}/mds", fmt="mds", shard_size=16)
+    done = _streaming("-c", STREAM_REMOTE, f"{s3}/mds", str(tmp_path / "cache"), env={"S3_ENDPOINT_URL": s3_server})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == _plan(run, cfg).tolist()
 
 
 def test_an_input_of_another_store_goes_through_the_same_layer_and_is_streamed(tmp_path):
