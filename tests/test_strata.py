@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan import PlanConfig, PlanConfigError, build_plan
+from clusterclip.plan.interleave import cluster_key_order
 from clusterclip.plan.reference import reference_strata_order
 from clusterclip.plan.strata import WITHIN_BINS, build_strata, field_values
 
@@ -210,3 +211,22 @@ def test_the_summary_says_when_plans_differ_in_tokens():
     assert note is not None and "4.3x" in note and "--budget-unit tokens" in note
     assert tokens_note({"a": {"tokens": 100}, "b": {"tokens": 109}}) is None
     assert tokens_note({**plans, "x-cont-ab-at5": {"tokens": 1}}) == note  # continuations are not compared
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0, 20_000, 2**20]))
+def test_the_run_order_is_the_exact_cluster_key_stratum_order_even_where_the_sum_rounds(seed, offset):
+    """Keys 1e-13 apart (closer than the last bit of ``cluster + key`` at a large cluster index) are ordered by the
+    exact key and stratum, as the oracle's lexsort orders them."""
+    rng = np.random.default_rng(seed)
+    local, key, stratum = [], [], []
+    for c in range(int(rng.integers(1, 30))):
+        for s in range(int(rng.integers(1, 4))):
+            d = int(rng.integers(1, 6))
+            near = rng.random() + rng.integers(-3, 3, d) * 1e-13
+            k = np.sort(np.clip(np.where(rng.random(d) < 0.5, near, rng.random(d)), 0, 1 - 1e-16))
+            local += [c + offset] * d
+            key += k.tolist()
+            stratum += [3 * c + s] * d
+    local, key, stratum = np.array(local), np.array(key), np.array(stratum)
+    assert np.array_equal(cluster_key_order(local, key, stratum), np.lexsort((stratum, key, local)))

@@ -195,8 +195,8 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
                           chunk_size)
             for run in coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
                 place(dest[run[0].pos:run[-1].pos + run[-1].count], run, slots, inter, p.passes)
+                stream.add(run, dest)
                 for chunk in run:
-                    stream.add(chunk, dest)
                     digest.add(dest[chunk.pos:chunk.pos + chunk.count])
                     blocks.add(dest[chunk.pos:chunk.pos + chunk.count])
     per, stratum, hist = strata_statistics(p, stream, not config.strategy_class.CLUSTERED)

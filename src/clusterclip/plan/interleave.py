@@ -133,12 +133,31 @@ def place(slots_out: np.ndarray, run: list[Chunk], slots: Slots, inter: Interlea
     s_rep = np.repeat(s, need)
     key = (np.repeat(ilo, need) + step + inter.u[s_rep]) / inter.draws[s_rep]
     # the run holds ranks klo..klo+count-1 of each cluster, so its draws sorted by (cluster, key, stratum) are its
-    # slots in (cluster, rank) order: two stable sorts (the draws come by cluster, then stratum, so ties of a key
-    # keep the lower stratum first), the clusters by their local index (a radix sort when it fits 16 bits)
-    local = np.zeros(k_outer, np.int16 if present.size < 2**15 else np.int32)
+    # slots in (cluster, rank) order
+    local = np.zeros(k_outer, np.int64)
     local[present] = np.arange(present.size)
-    by_key = np.argsort(key, kind="stable")
-    slots_out[inv] = docs[by_key[np.argsort(local[inter.cluster[s_rep]][by_key], kind="stable")]]
+    slots_out[inv] = docs[cluster_key_order(local[inter.cluster[s_rep]], key, s_rep)]
+
+
+def cluster_key_order(local: np.ndarray, key: np.ndarray, stratum: np.ndarray) -> np.ndarray:
+    """The order of draws by (``local`` cluster index, ``key`` in [0, 1), ``stratum``), for draws given grouped by
+    cluster and, inside a cluster, by stratum with increasing keys (as :func:`place` builds them).
+
+    One stable sort of ``local + key``: rounding the sum is monotone in the key, so it never inverts two draws, but
+    it can make two different keys equal; such ties (rare: keys closer than the sum's last bit) are sorted again
+    by the exact key and stratum. Ties of the exact key keep the input order, the lower stratum first."""
+    order = np.argsort(local + key, kind="stable")
+    merged = (local + key)[order]
+    tie = merged[1:] == merged[:-1]
+    if tie.any():
+        member = np.zeros(order.size, bool)
+        member[1:] |= tie
+        member[:-1] |= tie
+        group = np.concatenate(([0], np.cumsum(~tie)))
+        at = np.flatnonzero(member)
+        sub = order[at]
+        order[at] = sub[np.lexsort((stratum[sub], key[sub], local[sub], group[at]))]
+    return order
 
 
 def coalesced(chunks: Iterator[Chunk], size: int) -> Iterator[list[Chunk]]:

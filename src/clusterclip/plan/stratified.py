@@ -85,8 +85,10 @@ class StrataStream:
         self.last = np.full(corpus.k, -1, np.int64)
         """Each cluster's last position in the plan (-1: never drawn)."""
 
-    def add(self, chunk: Chunk, out: np.ndarray) -> None:
-        docs = out[chunk.pos:chunk.pos + chunk.count]
+    def add(self, run: list[Chunk], out: np.ndarray) -> None:
+        """Count a run of consecutive chunks of the plan (``out``: the plan so far) in one pass."""
+        pos = run[0].pos
+        docs = out[pos:run[-1].pos + run[-1].count]
         if docs.size == 0:
             return
         if docs.size * 4 >= self.counts.size:
@@ -94,12 +96,13 @@ class StrataStream:
         else:
             np.add.at(self.counts, docs, 1)
         clusters = self.labels[docs].astype(np.int64)
-        _windows(self.mixture, chunk.pos, clusters, self.window)
-        _windows(self.tier_mixture, chunk.pos, self.unit_tier[docs], self.window)
+        _windows(self.mixture, pos, clusters, self.window)
+        _windows(self.tier_mixture, pos, self.unit_tier[docs], self.window)
         if self.pseudo:  # one outer group: each cluster's last draw from the stream
-            np.maximum.at(self.last, clusters, chunk.pos + np.arange(docs.size))
+            np.maximum.at(self.last, clusters, pos + np.arange(docs.size))
         else:  # the chunks are emitted over the clusters: each one's final draw is in one chunk
-            self.last[chunk.last] = chunk.last_pos
+            for chunk in run:
+                self.last[chunk.last] = chunk.last_pos
 
 
 def _windows(mixture: np.ndarray, pos: int, keys: np.ndarray, window: int) -> None:
