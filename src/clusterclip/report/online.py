@@ -5,7 +5,7 @@ state that chose its weights and the window of losses behind it). A *chain* is a
 continuations in order, each trained from its parent's switch position; this module rebuilds the chains from those
 records and reduces the weights to what a chart and a table can show at any K (:class:`WeightTrack`,
 :class:`OnlineUpdate`). ``online.json`` is read with the store's JSON reader, not through
-:mod:`clusterclip.online.mixer`, which imports torch: the report runs where torch is not installed.
+:mod:`clusterclip.torch.mixer`, which imports torch: the report runs where torch is not installed.
 
 :func:`experiment_online` does the same for the ``online`` record of ``clusterclip experiment``'s proxy runs.
 """
