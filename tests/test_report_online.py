@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clusterclip.charts.online import WeightTrack, experiment_online
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.contract import plan_path
 from clusterclip.plan.stage import plan_stage
 from clusterclip.report import build_report
 from clusterclip.report.load import load_run
-from clusterclip.report.online import ONLINE_RECORD, experiment_online
+from clusterclip.report.online import ONLINE_RECORD
 from clusterclip.report.online import online_section as online_section_model
-from clusterclip.report.online_chart import WeightTrack
 from clusterclip.store import RunDir, load_json, save_json, save_npy
 from tests.records import write_record
 from tests.test_layout import MODULES, _closure, _graph
