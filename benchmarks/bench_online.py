@@ -20,10 +20,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
-from clusterclip.online.mixer import OnlineMixer
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_npy
+from clusterclip.torch.mixer import OnlineMixer
 from tests.records import write_record
 
 

@@ -32,7 +32,7 @@ from hostile_cases import ONE_LINE, Case
 PRELUDE = '''\
 import json, shutil, numpy as np
 from pathlib import Path
-from clusterclip.online.mixer import OnlineMixer, online_record
+from clusterclip.torch.mixer import OnlineMixer, online_record
 from clusterclip.plan.contract import list_plans
 RUN, NEW, CASE = "{run}", "{new}", "{case}"
 ROOT = next(p for p in list_plans(__import__("clusterclip.store").store.RunDir(RUN)) if p.startswith("clusterclip"))

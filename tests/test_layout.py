@@ -1,6 +1,6 @@
-"""The package stays readable and layered (docs/architecture.md): no import cycles, small modules, short
-functions, a storage floor that imports no stage, stages that read each other only through contracts, and
-contracts that import only the floor.
+"""The package stays readable and layered (docs/architecture.md): no import cycles, no import from a lower floor
+to a higher one, small modules, short functions, a storage floor that imports no stage, stages that read each
+other only through contracts, and contracts that import only the floor.
 
 Imports are read from the source (module level, inside functions and under ``TYPE_CHECKING`` alike, every
 name of a ``from X import a, b``), so an import placed inside a function to dodge a cycle still counts as the
@@ -10,6 +10,7 @@ cycle it is.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,31 @@ CONTRACT_FLOOR = {"clusterclip", "clusterclip.errors", "clusterclip.settings", S
 """What a contract may import beyond its own stage's modules: the floor, the error types and the settings."""
 STAGES = ("corpus", "embed", "cluster", "dedup", "plan", "export", "report")
 """The stage packages: each reads the others only through their ``contract`` module."""
+CONTRACT_PACKAGE = "clusterclip.contract"
+"""The stages' contracts that already moved below every stage (``clusterclip.contract.<stage>``)."""
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("clusterclip", "errors", "progress"),
+    ("mixture", "settings", "store"),
+    ("charts", "contract", "ray_session", "stages"),
+    ("engines",),
+    ("corpus",),
+    ("embed",),
+    ("cluster",),
+    ("dedup",),
+    ("plan",),
+    ("contracts", "export", "online"),
+    ("torch",),
+    ("experiment",),
+    ("report",),
+    ("stage_table",),
+    ("add",),
+    ("summary",),
+    ("pipeline",),
+    ("cli",),
+    ("__main__",),
+)
+"""The floors of the package, bottom first: each top-level module or folder (``clusterclip`` is the package's
+``__init__``) imports only its own modules and those of lower floors, never one on its own floor or above."""
 
 
 def _modules() -> dict[str, Path]:
@@ -146,7 +172,8 @@ def _closure(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
 
 
 def _in_floor(module: str) -> bool:
-    return module in CONTRACT_FLOOR or module.startswith(STORE + ".")
+    return module in CONTRACT_FLOOR or module == CONTRACT_PACKAGE \
+        or module.startswith((STORE + ".", CONTRACT_PACKAGE + "."))
 
 
 def test_the_layering_reader_follows_every_name_of_an_import(tmp_path):
@@ -170,8 +197,8 @@ def test_stages_import_each_other_only_through_contracts():
 
 def test_contracts_import_only_the_floor_and_their_own_stage():
     graph = _graph()
-    contracts = {m for m in MODULES if m.endswith(".contract")}
-    assert {f"clusterclip.{s}.contract" for s in STAGES} <= contracts
+    contracts = {m for m in MODULES if m.endswith(".contract") or m.startswith(CONTRACT_PACKAGE + ".")}
+    assert all({f"clusterclip.{s}.contract", f"{CONTRACT_PACKAGE}.{s}"} & contracts for s in STAGES)
     for contract in contracts:
         own = contract.rpartition(".")[0]
         beyond = {m for m in _closure(graph, {contract})
@@ -196,6 +223,53 @@ def test_the_nevers_of_the_architecture_hold(user, never):
     builds = sorted(m for m in reached if _stage(m) == never and not m.endswith(".contract")
                     and m not in _closure(graph, {f"clusterclip.{never}.contract"}))
     assert not builds, f"{user} reaches {builds}"
+
+
+def _unit(module: str) -> str:
+    """The top-level module or folder ``module`` belongs to (``clusterclip`` for the package's ``__init__``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _upward(graph: dict[str, set[str]], floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Every import from a module to another unit on its own floor or above, as ``a (floor i) -> b (floor j)``."""
+    floor = {unit: i for i, units in enumerate(floors) for unit in units}
+    found = []
+    for module, imports in sorted(graph.items()):
+        here = floor[_unit(module)]
+        for target in sorted(imports):
+            if _unit(target) != _unit(module) and floor[_unit(target)] >= here:
+                found.append(f"{module} (floor {here}) -> {target} (floor {floor[_unit(target)]})")
+    return found
+
+
+def test_the_floor_check_finds_an_import_back_up():
+    graph = {"clusterclip.a.x": {"clusterclip.b.y"}, "clusterclip.b.y": {"clusterclip.c"},
+             "clusterclip.c": {"clusterclip.b.z"}, "clusterclip.b.z": set()}
+    assert _upward(graph, (("c",), ("b",), ("a",))) == ["clusterclip.c (floor 0) -> clusterclip.b.z (floor 1)"]
+    assert _upward(graph, (("b",), ("c",), ("a",))) == ["clusterclip.b.y (floor 0) -> clusterclip.c (floor 1)"]
+    assert _upward({"clusterclip.a": {"clusterclip.b"}, "clusterclip.b": set()}, (("a", "b"),)) != []
+
+
+def test_every_module_is_on_a_floor_once():
+    named = [unit for units in FLOORS for unit in units]
+    assert len(named) == len(set(named)), named
+    assert {_unit(m) for m in MODULES} == set(named)
+
+
+def test_no_import_runs_from_a_lower_floor_to_a_higher_one():
+    """Counting imports inside functions and under ``TYPE_CHECKING``: a module of one floor imports modules of
+    lower floors only (the floors are :data:`FLOORS`; docs/architecture.md)."""
+    upward = _upward(_graph(), FLOORS)
+    assert not upward, "imports back up:\n" + "\n".join(upward)
+
+
+def test_the_architecture_lists_the_floors():
+    text = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    listed = text.split("which this list must match:")[1].split("A new folder")[0]
+    floors = [tuple("clusterclip" if n == "__init__" else n for n in re.findall(r"`([^`]+)`", f))
+              for f in listed.split(";")]
+    assert floors == list(FLOORS) and f"The {len(FLOORS)} floors" in text
 
 
 def test_modules_and_functions_are_short():

@@ -15,6 +15,7 @@ import pytest
 from clusterclip.add.lineage import abort_add
 from clusterclip.cli.main import main
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.report import ReportRecord
 from clusterclip.contracts import audit
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
@@ -24,7 +25,6 @@ from clusterclip.plan import PlanConfig
 from clusterclip.plan.contract import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.report import build_report
-from clusterclip.report.contract import ReportRecord
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
 from clusterclip.summary import format_summary, summarize

@@ -31,7 +31,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader
 
-from clusterclip.online.mixer import OnlineMixer, online_record
+from clusterclip.torch.mixer import OnlineMixer, online_record
 from tests.test_resume_loops import _free_port, run_ranks
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "sampling.md"
@@ -313,7 +313,7 @@ def _disk_full(*args: Any, **kwargs: Any) -> None:
 def _update_with_a_failing_rank(rank: int, job: dict[str, Any]) -> None:
     import torch.distributed as dist
 
-    import clusterclip.online.mixer as mixer_module
+    import clusterclip.torch.mixer as mixer_module
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]))
     dist.init_process_group("gloo", rank=rank, world_size=2)

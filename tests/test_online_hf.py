@@ -24,12 +24,12 @@ datasets = pytest.importorskip("datasets")
 
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.mixer import OnlineMixer, online_record
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.contract import list_plans
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_npy
 from clusterclip.torch.hf_online import IGNORE_INDEX, sample_losses
+from clusterclip.torch.mixer import OnlineMixer, online_record
 from tests.records import write_record
 from tests.test_online import CAP, DOCS, ROOT, chain_of, trained_stream
 from tests.test_resume_hf import _documents, _Logged
@@ -44,8 +44,8 @@ STEPS = 25  # 25 steps of 8: the root's 200 positions, updates after steps 5, 10
 def train_online(run_dir, plan_name, documents, model, output_dir, batch_size, max_steps, every, resume=None):
     from transformers import TrainingArguments
 
-    from clusterclip.online.mixer import OnlineMixer
     from clusterclip.torch.hf import PlanTrainer
+    from clusterclip.torch.mixer import OnlineMixer
 
     args = TrainingArguments(output_dir=output_dir, per_device_train_batch_size=batch_size,
                              max_steps=max_steps, save_steps=1, use_cpu=True, report_to=[])

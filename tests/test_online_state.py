@@ -28,7 +28,7 @@ from tests.records import write_record
 
 torch = pytest.importorskip("torch")
 
-from clusterclip.online.mixer import OnlineMixer
+from clusterclip.torch.mixer import OnlineMixer
 from tests.test_cli import make_corpus
 from tests.test_online import ROOT, K, _train, run_dir  # noqa: F401 (run_dir: a run of 120 documents, root plan)
 

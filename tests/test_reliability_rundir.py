@@ -19,6 +19,7 @@ import pytest
 
 from clusterclip.cli.main import main
 from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.contract.report import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.contracts import audit, finished_stages
 from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_part
 from clusterclip.embed.contract import EMBED_STAGE
@@ -34,7 +35,6 @@ from clusterclip.plan.contract import (
     plan_stage_name,
 )
 from clusterclip.report import build_report
-from clusterclip.report.contract import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.store import LinkInRunDirError, RunDir, StaleArtifactError, load_npy, save_npy
 from clusterclip.store import layout as A
 from tests.test_cli import make_corpus

@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clusterclip.charts.online import WeightTrack, experiment_online
 from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.contract import plan_path
 from clusterclip.plan.stage import plan_stage
 from clusterclip.report import build_report
 from clusterclip.report.load import load_run
-from clusterclip.report.online import ONLINE_RECORD, experiment_online
+from clusterclip.report.online import ONLINE_RECORD
 from clusterclip.report.online import online_section as online_section_model
-from clusterclip.report.online_chart import WeightTrack
 from clusterclip.store import RunDir, load_json, save_json, save_npy
 from tests.records import write_record
 from tests.test_layout import MODULES, _closure, _graph
@@ -118,8 +118,8 @@ def test_an_unreadable_online_record_is_named_in_the_notes(online_run):
 
 def test_the_report_path_imports_no_torch(online_run):
     reached = _closure(_graph(), {m for m in MODULES if m.startswith("clusterclip.report")})
-    assert not [m for m in reached if m.startswith(("clusterclip.online.mixer", "clusterclip.torch"))]
-    from clusterclip.online.mixer import ONLINE_RECORD as MIXER_RECORD
+    assert not [m for m in reached if m.startswith("clusterclip.torch")]
+    from clusterclip.torch.mixer import ONLINE_RECORD as MIXER_RECORD
 
     assert ONLINE_RECORD == MIXER_RECORD
     run, _ = online_run
@@ -250,7 +250,7 @@ def test_the_effective_clusters_chart_draws_each_continuation_from_its_switch(on
 def test_updates_that_left_the_weights_unchanged_are_said_so(run_dir):  # noqa: F811
     """ODM's schedule keeps the weights uniform for K ln K = 8 steps at K = 5: the first update (after 5 steps)
     changes nothing, and the chain's facts say so and why."""
-    from clusterclip.online.mixer import OnlineMixer
+    from clusterclip.torch.mixer import OnlineMixer
 
     labels = np.load(Path(run_dir) / LABELS)
     mixer = OnlineMixer(run_dir, ROOT_PLAN, every=EVERY, explore="odm")

@@ -126,7 +126,7 @@ def test_online_mixing_steers_the_sft_run_through_its_chain(tmp_path):
     per-sample losses of the trained (response) tokens."""
     from trl import SFTConfig
 
-    from clusterclip.online.mixer import OnlineMixer
+    from clusterclip.torch.mixer import OnlineMixer
     from clusterclip.torch.sft import PlanSFTTrainer
     from tests.test_online import ROOT, trained_stream
     from tests.test_online_hf import EVERY, N_DOCS, STEPS, _make_run, _saved

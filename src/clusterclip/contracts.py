@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusterclip.cluster.contract import ClusterRecord
+from clusterclip.contract.report import ReportRecord
 from clusterclip.corpus.contract import CorpusRecord
 from clusterclip.dedup.contract import DedupRecord
 from clusterclip.embed.contract import EmbedRecord
 from clusterclip.plan.contract import PlanRecord
-from clusterclip.report.contract import ReportRecord
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 from clusterclip.store.record import StageRecord

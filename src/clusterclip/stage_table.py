@@ -15,6 +15,7 @@ from typing import Any
 from clusterclip.cluster.contract import ClusterRecord
 from clusterclip.cluster.grow import grow_cluster_record
 from clusterclip.cluster.stage import cluster_stage
+from clusterclip.contract.report import ReportRecord
 from clusterclip.corpus.contract import CorpusRecord
 from clusterclip.corpus.grow import grow_corpus_record
 from clusterclip.corpus.stage import corpus_stage
@@ -27,7 +28,6 @@ from clusterclip.embed.stage import embed_stage
 from clusterclip.plan.contract import PlanRecord
 from clusterclip.plan.stage import plan_stage
 from clusterclip.report import build_report
-from clusterclip.report.contract import ReportRecord
 from clusterclip.store.record import StageRecord
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from clusterclip.cli.options import add_cluster, add_common, cluster_config, command, engine_config
 from clusterclip.cluster.stage import cluster_stage
+from clusterclip.plan.contract import refuse_stranding_refit
 from clusterclip.stages import writing
 from clusterclip.store import RunDir
 
@@ -28,9 +29,12 @@ def add_cluster_parser(sub: Any) -> argparse.ArgumentParser:
 
 def cmd_cluster(a: argparse.Namespace) -> int:
     run, engine = RunDir(a.run_dir), engine_config(a)
-    with writing(run), engine.session():
-        rec = cluster_stage(run, cluster_config(a), force=a.force, progress=not a.quiet, engine=engine.engine,
-                            refit=a.refit)
+    with writing(run):
+        if a.refit and not a.force:
+            refuse_stranding_refit(run)
+        with engine.session():
+            rec = cluster_stage(run, cluster_config(a), force=a.force, progress=not a.quiet, engine=engine.engine,
+                                refit=a.refit)
     print(f"{run.root}: k={rec.k} clusters (sizes {rec.size_min}..{rec.size_max}), "
           f"mean cosine {rec.objective:.4f}, trained on {rec.sample_size:,} documents")
     return 0

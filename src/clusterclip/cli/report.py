@@ -8,9 +8,9 @@ from typing import Any
 
 from clusterclip.cli.options import add_common, command
 from clusterclip.cluster.contract import CLUSTER_STAGE
+from clusterclip.contract.report import ReportRecord
 from clusterclip.contracts import record_paths
 from clusterclip.errors import ClusterClipError
-from clusterclip.report.contract import ReportRecord
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 from clusterclip.store.lineage import check_record_files

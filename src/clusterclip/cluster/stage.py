@@ -19,8 +19,6 @@ from clusterclip.cluster.kmeans import ASSIGN_BATCH, assign, compact_labels, fit
 from clusterclip.corpus.contract import CORPUS_STAGE, check_inputs_unchanged
 from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, gather_embeddings, iter_embeddings
 from clusterclip.engines import check_engine, ray_assign
-from clusterclip.errors import ClusterClipError
-from clusterclip.plan.contract import PlanRecord
 from clusterclip.progress import progress_bar
 from clusterclip.settings import command_flags
 from clusterclip.stages import Built, Stage, run_stage
@@ -40,13 +38,10 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
 
     After ``clusterclip add`` the record keeps the centroids fitted on the first ``fit_count`` documents
     (the default k stays the one derived from them, so the stage stays fresh); ``refit`` fits new centroids
-    over all documents (the default k from their count), which makes every plan stale: refused while a
-    current plan exists unless ``force`` (a continuation of it still builds and loads afterwards).
-    """
+    over all documents (the default k from their count), which makes every plan stale (``clusterclip cluster``
+    first asks :func:`clusterclip.plan.contract.refuse_stranding_refit`, where the plans' staleness is read)."""
     config = config or ClusterConfig()
     check_engine(engine)
-    if refit and not force:
-        _refuse_stranding_refit(run)
     embed = EmbedRecord.require(run, verify=False)
     if run.record(CORPUS_STAGE) is not None:
         check_inputs_unchanged(run)
@@ -74,16 +69,6 @@ def _refit_lineage(built: Built, previous: ClusterRecord | None, n: int) -> Buil
         return built
     refits = [*(previous.refits or []), {"from": record_output_hash(previous.to_json()), "documents": n}]
     return Built(built.artifacts, {**built.fields, "refits": refits})
-
-
-def _refuse_stranding_refit(run: RunDir) -> None:
-    """Refuse a refit that would make current plans stale (a training job reading one could not resume it)."""
-    plans = [s.split("/")[1] for s in PlanRecord.instances(run) if not run.stale_reason(s)]
-    if plans:
-        raise ClusterClipError(
-            f"{run.root}: `cluster --refit` relabels every document and makes plan(s) {', '.join(plans)} stale, "
-            "so the sampler refuses them; re-run with --force to refit anyway (a running plan then goes on with "
-            "`clusterclip plan RUN --continue PLAN --consumed N`, built on the new clusters)")
 
 
 def _build_clusters(run: RunDir, config: ClusterConfig, k: int, embed: EmbedRecord, progress: bool,

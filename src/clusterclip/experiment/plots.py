@@ -44,7 +44,7 @@ def write_plots(results: dict[str, Any], out_dir: Path) -> list[str]:
 def _online_weights(results: dict[str, Any], out_dir: Path) -> list[str]:
     """``online-<strategy>.png``: the cluster weights over the run of each online strategy's first proxy run
     (the report's chart, aggregated for large K)."""
-    from clusterclip.report.online import experiment_online_charts
+    from clusterclip.charts.online import experiment_online_charts
 
     return [draw(out_dir / file).path.name for file, draw in experiment_online_charts(results, prefix="online-")]
 

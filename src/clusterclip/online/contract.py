@@ -1,4 +1,4 @@
-"""The online mixer's files in a run directory, named once for the writer (:mod:`clusterclip.online.mixer`, which
+"""The online mixer's files in a run directory, named once for the writer (:mod:`clusterclip.torch.mixer`, which
 needs PyTorch) and the readers that must not import it (the report, ``clusterclip status --verify``).
 
 Beside a continuation's ``plan.json`` a mixer writes ``online.json`` (the controller state that chose its weights

@@ -6,7 +6,7 @@ returns) and the identity of the run both were built on (:class:`RunIdentity`).
 version's): an unknown or missing field, a value of the wrong type or out of range is one
 :class:`OnlineStateError` line naming the record and the field, never a ``KeyError``. What a state must agree
 with in the run directory (its chain, its root, the labels, K, the documents) is checked by the mixer when it
-loads one (:meth:`clusterclip.online.mixer.OnlineMixer.load_state_dict`). Needs no PyTorch.
+loads one (:meth:`clusterclip.torch.mixer.OnlineMixer.load_state_dict`). Needs no PyTorch.
 """
 
 from __future__ import annotations

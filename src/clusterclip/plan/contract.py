@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, ClassVar
 
+from clusterclip.errors import ClusterClipError
 from clusterclip.plan.clip import clip_note
 from clusterclip.plan.config import PLAN_FIELDS, PlanConfig
 from clusterclip.plan.files import (
@@ -155,3 +156,14 @@ class PlanRecord(StageRecord):
 def plan_records(run: RunDir) -> dict[str, PlanRecord]:
     """The record of every finished plan of ``run``, by name (a corrupt one raises, naming its rebuild)."""
     return {name: PlanRecord.require(run, plan_stage_name(name), verify=False) for name in list_plans(run)}
+
+
+def refuse_stranding_refit(run: RunDir) -> None:
+    """Refuse a ``cluster --refit`` that would make current plans stale (a training job reading one could not
+    resume it); asked by the command before it refits, unless ``--force`` (a continuation still builds after)."""
+    plans = [s.split("/")[1] for s in PlanRecord.instances(run) if not run.stale_reason(s)]
+    if plans:
+        raise ClusterClipError(
+            f"{run.root}: `cluster --refit` relabels every document and makes plan(s) {', '.join(plans)} stale, "
+            "so the sampler refuses them; re-run with --force to refit anyway (a running plan then goes on with "
+            "`clusterclip plan RUN --continue PLAN --consumed N`, built on the new clusters)")

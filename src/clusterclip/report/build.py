@@ -14,11 +14,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from clusterclip.charts.style import Chart
+from clusterclip.contract.report import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.contracts import finished_stages
 from clusterclip.corpus.contract import corpus_parts
 from clusterclip.progress import progress_bar
-from clusterclip.report.charts import Chart
-from clusterclip.report.contract import REPORT_DIR, REPORT_HTML, REPORT_STAGE
 from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.load import RunView, load_run
 from clusterclip.report.model import OWN_CHART, ChartSpec, page_model

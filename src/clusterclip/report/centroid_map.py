@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib import rc_context
 
-from clusterclip.report.charts import CATEGORICAL, OTHER_COLOUR, SMALL_COLOUR, STYLE, Chart, new_figure, save_chart
+from clusterclip.charts.style import CATEGORICAL, OTHER_COLOUR, SMALL_COLOUR, STYLE, Chart, new_figure, save_chart
 
 MAX_GROUPS = 12
 """Groups the map colours and names in its legend (those leading the most documents); the others share one grey."""

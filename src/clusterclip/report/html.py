@@ -15,7 +15,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from clusterclip.report.charts import Chart
+from clusterclip.charts.style import Chart
 from clusterclip.report.page_script import JS
 
 CSS = """

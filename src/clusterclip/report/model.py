@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.charts.online import experiment_online_charts
 from clusterclip.contracts import PIPELINE
 from clusterclip.plan.contract import PLAN_FIELDS, clip_note
 from clusterclip.report import charts
@@ -30,7 +31,7 @@ from clusterclip.report.experiment import experiment_curves, is_scalar, summary_
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number, top_share
-from clusterclip.report.online import OnlineSection, experiment_online_charts, online_section
+from clusterclip.report.online import OnlineSection, online_section
 from clusterclip.report.scale import RepeatScale, charted, repeat_scale, shown_path
 from clusterclip.report.strata import StrataPlan, plot_tiers, strata_plans
 

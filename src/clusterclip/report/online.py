@@ -5,39 +5,34 @@ state that chose its weights and the window of losses behind it). A *chain* is a
 continuations in order, each trained from its parent's switch position; this module rebuilds the chains from those
 records and reduces the weights to what a chart and a table can show at any K (:class:`WeightTrack`,
 :class:`OnlineUpdate`). ``online.json`` is read with the store's JSON reader, not through
-:mod:`clusterclip.online.mixer`, which imports torch: the report runs where torch is not installed.
+:mod:`clusterclip.torch.mixer`, which imports torch: the report runs where torch is not installed.
 
-:func:`experiment_online` does the same for the ``online`` record of ``clusterclip experiment``'s proxy runs.
+The same weights of ``clusterclip experiment``'s proxy runs are drawn by :mod:`clusterclip.charts.online`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from clusterclip.charts.online import Draw, WeightTrack, plot_online_weights, weight_track
 from clusterclip.errors import ClusterClipError
 from clusterclip.online.contract import MIXER_RECORD, ONLINE_RECORD, read_online
 from clusterclip.online.controller import Controller, uniform_steps
 from clusterclip.online.state import OnlineRecord
 from clusterclip.plan.contract import plan_path
-from clusterclip.report.charts import Chart
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number
-from clusterclip.report.online_chart import WeightTrack, plot_online_weights, weight_track
 from clusterclip.store import RunDir
 
 TOP_MOVES = 3
 """Clusters named per update as gaining and as losing most weight."""
 MAX_CHAINS = 8
-MAX_EXPERIMENT_RUNS = 6
-
-Draw = Callable[[Path], Chart]
 
 
 @dataclass(frozen=True)
@@ -83,15 +78,6 @@ class OnlineSection:
     chains: tuple[OnlineChain, ...]
     notes: tuple[str, ...]
     charts: tuple[tuple[str, Draw], ...]
-
-
-def _numbers(v: object, k: int | None) -> np.ndarray | None:
-    """``v`` as floats (null: NaN) when it is a list of ``k`` numbers (any length for None), else None."""
-    if not isinstance(v, list) or not v or (k is not None and len(v) != k):
-        return None
-    if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v):
-        return None
-    return np.array([math.nan if x is None else x for x in v], np.float64)
 
 
 def _checked(rec: OnlineRecord, obj: dict[str, Any]) -> dict[str, Any]:
@@ -239,56 +225,3 @@ def online_section(run: RunView) -> OnlineSection | None:
     draws = [(c.chart, partial(plot_online_weights, c.track, title=f"Online weights: {c.root} -> {c.leaf}",
                                xlabel="training position (draws)")) for c in chains]
     return OnlineSection(tuple(chains), tuple(notes), tuple(draws))
-
-
-def experiment_online(results: object) -> dict[str, tuple[WeightTrack, str]]:
-    """The weights over the run of each online strategy's first proxy run (first split, first seed) in an
-    experiment's ``results.json``: ``{strategy: (track, rule)}``. Runs without a well-formed ``online`` record
-    are left out (the report does not own that format)."""
-    if not isinstance(results, dict) or not isinstance(runs := results.get("runs"), dict):
-        return {}
-    chosen: dict[str, dict[str, Any]] = {}
-    for key, run in runs.items():
-        if not isinstance(run, dict) or not isinstance(run.get("online"), dict) or "/split-" in str(key):
-            continue
-        name = str(run.get("strategy") or str(key).split("/")[0])
-        seed = run.get("seed") if isinstance(run.get("seed"), int) else math.inf
-        if name not in chosen or seed < chosen[name]["seed"]:
-            chosen[name] = {"seed": seed, "online": run["online"]}
-    steps = results["data"].get("steps") if isinstance(results.get("data"), dict) else None
-    tracks = {}
-    for name in sorted(chosen)[:MAX_EXPERIMENT_RUNS]:
-        track = _experiment_track(chosen[name]["online"], steps)
-        if track is not None:
-            tracks[name] = (track, str(chosen[name]["online"].get("rule", "–")))
-    return tracks
-
-
-def _experiment_track(online: Mapping[str, Any], steps: object) -> WeightTrack | None:
-    """The weights of one proxy run (uniform until its first update) against training steps."""
-    updates = online.get("updates")
-    if not isinstance(updates, list) or not updates or not all(isinstance(u, dict) for u in updates):
-        return None
-    rows = [_numbers(u.get("weights"), None) for u in updates]
-    k = len(rows[0]) if rows[0] is not None else 0
-    at = [u.get("step") for u in updates]
-    if not k or any(r is None or r.size != k or not np.isfinite(r).all() for r in rows) \
-            or not all(isinstance(s, int) and not isinstance(s, bool) for s in at):
-        return None
-    every = online.get("every_steps") if isinstance(online.get("every_steps"), int) else 1
-    last = at[-1]
-    end = steps if isinstance(steps, int) and steps > last else last + max(every, 1)
-    return weight_track(np.vstack([np.full(k, 1.0 / k), *rows]), [0, *at], end)
-
-
-def experiment_online_charts(results: object, prefix: str) -> list[tuple[str, Draw]]:
-    """A weights chart per online strategy of :func:`experiment_online`, named ``<prefix><strategy>.png``."""
-    out: list[tuple[str, Draw]] = []
-    taken: set[str] = set()
-    for i, (name, (track, rule)) in enumerate(experiment_online(results).items()):
-        slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-.") or "strategy"
-        slug = f"{slug}-{i}" if slug in taken else slug
-        taken.add(slug)
-        out.append((f"{prefix}{slug}.png", partial(plot_online_weights, track, xlabel="training step",
-                                                   title=f"Online weights ({rule}): {name}, first split and seed")))
-    return out

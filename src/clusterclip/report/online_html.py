@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from clusterclip.charts.style import Chart
 from clusterclip.report import html as h
-from clusterclip.report.charts import Chart
 from clusterclip.report.online import OnlineChain, OnlineSection, OnlineUpdate
 
 ONLINE_ROWS = 25

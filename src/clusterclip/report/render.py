@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 
 from clusterclip import __version__
+from clusterclip.charts.style import Chart
 from clusterclip.report import html as h
-from clusterclip.report.charts import Chart
 from clusterclip.report.clusters import ClusterRow, ClusterTable, GroundTruth
 from clusterclip.report.dedup import render_dedup
 from clusterclip.report.model import (

@@ -23,8 +23,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.mixer import OnlineMixer
 from clusterclip.torch.hf_online import OnlineMixing
+from clusterclip.torch.mixer import OnlineMixer
 from clusterclip.torch.sampler import ClusterClipSampler
 
 __all__ = ["PLAN_STATE_FILE", "PlanTrainer", "PlanTrainerError"]
@@ -55,7 +55,7 @@ class PlanTrainer(Trainer):
     (``train(resume_from_checkpoint=...)``) continues at the checkpoint's plan position with any number of
     processes or batch size.
 
-    ``online``: an :class:`~clusterclip.online.mixer.OnlineMixer` on the run (``plan``/``plan_name`` default to
+    ``online``: an :class:`~clusterclip.torch.mixer.OnlineMixer` on the run (``plan``/``plan_name`` default to
     its run and root plan, or must name them): every step's per-sample causal-LM losses (``labels`` in the batch)
     go to the mixer with their documents' clusters, and at each update training continues on the continuation
     from the position reached; checkpoints hold the mixer's state and resume in the plan they reached

@@ -5,8 +5,8 @@ which follow from the plan positions the batch holds: the Trainer trains the glo
 ``per-device batch x processes x accumulation``, and micro-batch ``m`` of process ``r`` holds the ``b`` positions
 after ``(m x processes + r) x b`` (accelerate deals the batches out round robin; a batch of another size, as
 ``split_batches`` makes, is refused), so the dataset needs no index column. At every step end the step's losses
-go to :meth:`~clusterclip.online.mixer.OnlineMixer.report` (one all-reduce, one controller round per optimizer
-step, as in ODM) and :meth:`~clusterclip.online.mixer.OnlineMixer.maybe_switch` runs at the position trained; on
+go to :meth:`~clusterclip.torch.mixer.OnlineMixer.report` (one all-reduce, one controller round per optimizer
+step, as in ODM) and :meth:`~clusterclip.torch.mixer.OnlineMixer.maybe_switch` runs at the position trained; on
 a switch the trainer's plan sampler becomes the continuation's and the epoch ends, so the train ``DataLoader``
 (which iterates :class:`CurrentPlan`) starts its next iteration on the new plan at that position, whatever it
 had fetched ahead. Checkpoints hold the mixer's state beside the sampler's (``PlanTrainer.plan_state``).
@@ -24,7 +24,7 @@ from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.mixer import OnlineMixer
+from clusterclip.torch.mixer import OnlineMixer
 from clusterclip.torch.sampler import ClusterClipSampler
 
 __all__ = ["IGNORE_INDEX", "CurrentPlan", "OnlineMixing", "sample_losses"]
@@ -60,7 +60,7 @@ class CurrentPlan(Sampler[int]):
 
 
 class OnlineMixing(TrainerCallback):
-    """``PlanTrainer``'s side of an :class:`~clusterclip.online.mixer.OnlineMixer` (added by ``online=``):
+    """``PlanTrainer``'s side of an :class:`~clusterclip.torch.mixer.OnlineMixer` (added by ``online=``):
     :meth:`keep` stores each micro-batch's losses and clusters, :meth:`on_step_end` reports them and switches
     plans, :meth:`restore` puts a checkpoint's mixer state back and points the trainer at its plan."""
 

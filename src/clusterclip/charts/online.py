@@ -7,21 +7,29 @@ relative to uniform (``K w``: 1 is uniform) of the clusters whose weight moved m
 band of the 10-90 % quantiles of all clusters and their median, with dots for the share each cluster actually got
 until the next update. Whatever K, the chart draws a bounded number of artists: the data arrives reduced
 (:class:`WeightTrack`).
+
+The report draws it per chain of continuations (:mod:`clusterclip.report.online`); :func:`experiment_online`
+reduces the ``online`` record of ``clusterclip experiment``'s proxy runs to the same track, for the report's
+experiment section and the experiment's own charts alike.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from clusterclip.report.charts import OTHER_COLOUR, STYLE, Chart, cluster_colour, new_figure, save_chart
+from clusterclip.charts.style import OTHER_COLOUR, STYLE, Chart, cluster_colour, new_figure, save_chart
 
 TOP_CHANGERS = 8
 """Clusters drawn on their own: those whose weight moved most over the run."""
@@ -34,6 +42,9 @@ RANK_GROUPS = (0.01, 0.1, 0.5)
 RANK_COLOURS = ("#1f4e79", "#4e79a7", "#a0cbe8", OTHER_COLOUR)
 LOG_SPAN = 20.0
 """Relative weights spanning more than this factor are drawn on a log scale."""
+MAX_EXPERIMENT_RUNS = 6
+
+Draw = Callable[[Path], Chart]
 
 
 @dataclass(frozen=True)
@@ -148,3 +159,65 @@ def _relative(ax: Axes, track: WeightTrack, x: np.ndarray, colours: list[str]) -
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("weight x K (1 = uniform)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
+def float_list(v: object, k: int | None) -> np.ndarray | None:
+    """``v`` as floats (null: NaN) when it is a list of ``k`` numbers (any length for None), else None."""
+    if not isinstance(v, list) or not v or (k is not None and len(v) != k):
+        return None
+    if not all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v):
+        return None
+    return np.array([math.nan if x is None else x for x in v], np.float64)
+
+
+def experiment_online(results: object) -> dict[str, tuple[WeightTrack, str]]:
+    """The weights over the run of each online strategy's first proxy run (first split, first seed) in an
+    experiment's ``results.json``: ``{strategy: (track, rule)}``. Runs without a well-formed ``online`` record
+    are left out (the report does not own that format)."""
+    if not isinstance(results, dict) or not isinstance(runs := results.get("runs"), dict):
+        return {}
+    chosen: dict[str, dict[str, Any]] = {}
+    for key, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("online"), dict) or "/split-" in str(key):
+            continue
+        name = str(run.get("strategy") or str(key).split("/")[0])
+        seed = run.get("seed") if isinstance(run.get("seed"), int) else math.inf
+        if name not in chosen or seed < chosen[name]["seed"]:
+            chosen[name] = {"seed": seed, "online": run["online"]}
+    steps = results["data"].get("steps") if isinstance(results.get("data"), dict) else None
+    tracks = {}
+    for name in sorted(chosen)[:MAX_EXPERIMENT_RUNS]:
+        track = _experiment_track(chosen[name]["online"], steps)
+        if track is not None:
+            tracks[name] = (track, str(chosen[name]["online"].get("rule", "–")))
+    return tracks
+
+
+def _experiment_track(online: Mapping[str, Any], steps: object) -> WeightTrack | None:
+    """The weights of one proxy run (uniform until its first update) against training steps."""
+    updates = online.get("updates")
+    if not isinstance(updates, list) or not updates or not all(isinstance(u, dict) for u in updates):
+        return None
+    rows = [float_list(u.get("weights"), None) for u in updates]
+    k = len(rows[0]) if rows[0] is not None else 0
+    at = [u.get("step") for u in updates]
+    if not k or any(r is None or r.size != k or not np.isfinite(r).all() for r in rows) \
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in at):
+        return None
+    every = online.get("every_steps") if isinstance(online.get("every_steps"), int) else 1
+    last = at[-1]
+    end = steps if isinstance(steps, int) and steps > last else last + max(every, 1)
+    return weight_track(np.vstack([np.full(k, 1.0 / k), *rows]), [0, *at], end)
+
+
+def experiment_online_charts(results: object, prefix: str) -> list[tuple[str, Draw]]:
+    """A weights chart per online strategy of :func:`experiment_online`, named ``<prefix><strategy>.png``."""
+    out: list[tuple[str, Draw]] = []
+    taken: set[str] = set()
+    for i, (name, (track, rule)) in enumerate(experiment_online(results).items()):
+        slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-.") or "strategy"
+        slug = f"{slug}-{i}" if slug in taken else slug
+        taken.add(slug)
+        out.append((f"{prefix}{slug}.png", partial(plot_online_weights, track, xlabel="training step",
+                                                   title=f"Online weights ({rule}): {name}, first split and seed")))
+    return out
