@@ -21,17 +21,9 @@ import platform
 import time
 
 import numpy as np
+from bench_plan import zipf_labels
 
 from clusterclip.plan import PlanConfig, build_plan
-
-
-def zipf_labels(n: int, k: int, seed: int = 0) -> np.ndarray:
-    w = 1.0 / np.arange(1, k + 1)
-    sizes = np.maximum(1, np.floor(w / w.sum() * n)).astype(np.int64)
-    sizes[0] += n - sizes.sum()
-    labels = np.repeat(np.arange(k, dtype=np.int32), sizes)
-    np.random.default_rng(seed).shuffle(labels)
-    return labels
 
 
 def main() -> None:

@@ -140,14 +140,14 @@ def place(slots_out: np.ndarray, run: list[Chunk], slots: Slots, inter: Interlea
 
 
 def cluster_key_order(local: np.ndarray, key: np.ndarray, stratum: np.ndarray) -> np.ndarray:
-    """The order of draws by (``local`` cluster index, ``key`` in [0, 1), ``stratum``), for draws given grouped by
-    cluster and, inside a cluster, by stratum with increasing keys (as :func:`place` builds them).
+    """The order of draws by (``local`` cluster index, ``key`` in [0, 1), ``stratum``), as ``np.lexsort`` gives it.
 
     One stable sort of ``local + key``: rounding the sum is monotone in the key, so it never inverts two draws, but
-    it can make two different keys equal; such ties (rare: keys closer than the sum's last bit) are sorted again
-    by the exact key and stratum. Ties of the exact key keep the input order, the lower stratum first."""
-    order = np.argsort(local + key, kind="stable")
-    merged = (local + key)[order]
+    it can make two different keys equal; such ties (rare: keys closer than the sum's last bit, or equal keys of
+    two strata) are sorted again by the exact cluster, key and stratum."""
+    merged = local + key
+    order = np.argsort(merged, kind="stable")
+    merged = merged[order]
     tie = merged[1:] == merged[:-1]
     if tie.any():
         member = np.zeros(order.size, bool)

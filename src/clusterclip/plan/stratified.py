@@ -73,8 +73,8 @@ def strata_draws(corpus: Corpus, config: PlanConfig, strata: Strata, chunk_size:
 
 
 class StrataStream:
-    """Counts the emitted stream chunk by chunk: draws per document, the mixture of clusters and of tiers per
-    window, and each cluster's last position."""
+    """Counts the emitted stream run by run (consecutive chunks): draws per document, the mixture of clusters and
+    of tiers per window, and each cluster's last position."""
 
     def __init__(self, corpus: Corpus, strata: Strata, length: int, window: int, pseudo: bool) -> None:
         self.labels, self.unit_tier, self.window, self.pseudo = corpus.labels, strata.unit_tier, window, pseudo
