@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -13,19 +11,13 @@ from clusterclip.plan.axes import where_in_data
 from clusterclip.plan.contract import list_plans
 from clusterclip.plan.files import PLAN_TIERS, plan_path
 from clusterclip.store import RunDir, load_npy
+from tests.test_strata_consumers import topic_corpus
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("seen")
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(60)]
-    with open(tmp / "c.jsonl", "w") as fh:
-        for i in range(240):
-            topic = i % 4
-            text = " ".join(rng.choice(words[topic * 15:(topic + 1) * 15], 30))
-            fh.write(json.dumps({"id": f"d{i}", "text": text, "quality": float(rng.random()),
-                                 "source": ["web", "books", "code"][i % 3]}) + "\n")
+    topic_corpus(tmp / "c.jsonl", docs=240, width=15, length=30, seed=0, sources=("web", "books", "code"))
     out = tmp / "run"
     assert main(["embed", str(tmp / "c.jsonl"), "--out", str(out), "--embedder", "hashing", "--id-field", "id",
                  "--keep-fields", "quality,source", "-q"]) == 0

@@ -14,16 +14,25 @@ from clusterclip.plan.contract import list_plans
 from clusterclip.store import RunDir, load_npy
 
 
+def topic_corpus(path, docs: int, width: int, length: int, seed: int, sources: tuple[str, ...] = ()) -> None:
+    """A JSONL corpus of four topics (``width`` words each, ``length`` words a document), each document with a
+    random ``quality`` and, given ``sources``, a ``source`` in turn."""
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(4 * width)]
+    with open(path, "w") as fh:
+        for i in range(docs):
+            topic = i % 4
+            row = {"id": f"d{i}", "text": " ".join(rng.choice(words[topic * width:(topic + 1) * width], length)),
+                   "quality": float(rng.random())}
+            if sources:
+                row["source"] = sources[i % len(sources)]
+            fh.write(json.dumps(row) + "\n")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strata")
-    rng = np.random.default_rng(1)
-    words = [f"w{i}" for i in range(80)]
-    with open(tmp / "c.jsonl", "w") as fh:
-        for i in range(300):
-            topic = i % 4
-            fh.write(json.dumps({"id": f"d{i}", "text": " ".join(rng.choice(words[topic * 20:(topic + 1) * 20], 25)),
-                                 "quality": float(rng.random())}) + "\n")
+    topic_corpus(tmp / "c.jsonl", docs=300, width=20, length=25, seed=1)
     out = tmp / "run"
     assert main(["embed", str(tmp / "c.jsonl"), "--out", str(out), "--embedder", "hashing", "--id-field", "id",
                  "--keep-fields", "quality", "-q"]) == 0
