@@ -195,6 +195,30 @@ def test_invariants_on_random_strata(case, share):
     assert (counts <= cap).all()
     assert np.array_equal(plan.order, build_plan(labels, cfg, fields=fields, chunk_size=11).order)
     assert np.array_equal(plan.tiers, quality_tiers)
+    _check_statistics(plan, labels, counts, rate, cap, outer=labels if strategy != "random" else 0 * labels)
+
+
+def _check_statistics(plan, labels, counts, rate, cap, outer):
+    """The plan's per-cluster and per-stratum statistics against a count over its order."""
+    k = plan.per_cluster["size"].size
+    per, stratum = plan.per_cluster, plan.per_stratum
+    assert np.array_equal(per["draws"], np.bincount(labels, weights=counts, minlength=k))
+    assert np.array_equal(per["unique"], np.bincount(labels, weights=counts > 0, minlength=k))
+    top = np.zeros(k, np.int64)
+    np.maximum.at(top, labels, counts)
+    assert np.array_equal(per["max_repeat"], top)
+    last = np.full(k, -1)
+    order = np.asarray(plan.order)
+    last[labels[order]] = np.arange(order.size)
+    live = rate > 0
+    closed = np.bincount(labels, weights=live & (counts < cap), minlength=k) == 0
+    done = closed & (np.bincount(labels, weights=live, minlength=k) > 0) & (last >= 0)
+    assert np.array_equal(per["exhausted_at"], np.where(done, last, -1))
+    of = {(c, t): i for i, (c, t) in enumerate(zip(stratum["cluster"].tolist(), stratum["tier"].tolist(), strict=True))}
+    doc_stratum = np.array([of[c, t] for c, t in zip(outer.tolist(), plan.tiers.tolist(), strict=True)])
+    assert np.array_equal(stratum["draws"], np.bincount(doc_stratum, weights=counts, minlength=len(of)))
+    assert np.array_equal(stratum["unique"], np.bincount(doc_stratum, weights=counts > 0, minlength=len(of)))
+    assert np.array_equal(stratum["size"], np.bincount(doc_stratum, minlength=len(of)))
 
 
 def test_field_values_of_arrays_and_categories():

@@ -187,18 +187,17 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
         length = int(p.draws.sum())
         window = config.window if config.window is not None else default_window(length)
         stream = StrataStream(corpus, strata, length, window, not config.strategy_class.CLUSTERED)
-        slots = Slots(p.cluster_draws)
         inter = Interleave(strata.cluster, p.draws, p.quotas.u, p.cluster_draws.size)
         u_c = p.quotas.cluster_u
         with _output(out, length) as dest:
-            chunks = emit(p.cluster_scale, u_c, np.argsort(u_c, kind="stable"), p.cluster_draws, slots, dest,
+            chunks = emit(p.cluster_scale, u_c, np.argsort(u_c, kind="stable"), p.cluster_draws, Slots(), dest,
                           chunk_size)
             for run in coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
-                place(dest[run[0].pos:run[-1].pos + run[-1].count], run, slots, inter, p.passes)
-                stream.add(run, dest)
-                for chunk in run:
-                    digest.add(dest[chunk.pos:chunk.pos + chunk.count])
-                    blocks.add(dest[chunk.pos:chunk.pos + chunk.count])
+                span = dest[run[0].pos:run[-1].pos + run[-1].count]
+                stream.add(run, place(span, run, inter, p.passes), dest)
+                digest.add(span)
+                blocks.add(span)
+            stream.finish(dest)
     per, stratum, hist = strata_statistics(p, stream, not config.strategy_class.CLUSTERED)
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, corpus, as_quotas(p, config), per, hist, window, stream.mixture.shape[0],

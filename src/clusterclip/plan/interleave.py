@@ -5,14 +5,15 @@ Two levels:
 
 1. **Clusters.** The planner's own order (:func:`clusterclip.plan.order.emit`) over the clusters with their
    draws ``d_c`` (the sum of their strata's) and the cluster's scale: the rounds of equal-rate ClusterClip, the
-   timed merge otherwise. It runs over :class:`Slots`: "passes" whose ``k``-th draw of cluster ``c`` is the slot
-   ``offset_c + k``, so the emitted stream is the cluster of every position and its draw number in the cluster.
+   timed merge otherwise. It runs over :class:`Slots`, which hold no documents, so the emitted chunks say only
+   which cluster holds each position; a cluster's positions come in the order of its draws.
 2. **Strata inside a cluster.** Stratum ``s``'s ``i``-th draw has the key ``(i + u_s) / d_s`` (``u_s`` a seeded
    jitter): the cluster's ``k``-th draw is the draw of the ``k``-th smallest key of its strata (ties: the lower
-   stratum first), so each stratum's draws are spread evenly over the cluster's. For a run of chunks, how many
-   draws of each stratum come before a cluster's ``k``-th is found by a short search on the exact key counts
-   (:meth:`Interleave.before`, per stratum, not per draw); the run's draws, taken from the strata's passes, are
-   then put in (cluster, key) order by two stable sorts of the run.
+   stratum first), so each stratum's draws are spread evenly over the cluster's. The runs of chunks come in plan
+   order, so a run continues each cluster and each stratum where the last run stopped; where a cluster's draws in
+   the run end is found by a short search on the exact key counts (:meth:`Interleave.before`, per stratum, not per
+   draw). The run's draws, taken from the strata's passes, are sorted by (cluster, key) and written to the run's
+   positions in (cluster, position) order: one radix sort of the clusters and one sort of the keys per run.
 
 So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`` draws them (the oracle:
 :func:`clusterclip.plan.reference.reference_strata_order`), at the cost of sorting each run of draws once.
@@ -21,6 +22,7 @@ So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,24 +31,22 @@ from clusterclip.plan.passes import Passes, seg_arange
 
 
 class Slots:
-    """The clusters' draws as slots ``offset_c + k``, served like :class:`~clusterclip.plan.passes.Passes`."""
-
-    def __init__(self, draws: np.ndarray) -> None:
-        self.offset = np.cumsum(draws) - draws
+    """The clusters' order without documents: :func:`~clusterclip.plan.order.emit` run over it yields which cluster
+    holds each position (its chunks) and writes nothing, since :func:`place` fills every position."""
 
     def starts(self, cl: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return self.offset[cl] + a
+        return np.zeros(cl.size, np.int64)
 
     def gather_rounds(self, start: np.ndarray, out: np.ndarray) -> None:
-        out[...] = start[None, :] + np.arange(out.shape[0], dtype=np.int64)[:, None]
+        return None
 
     def take(self, index: np.ndarray) -> np.ndarray:
         return index
 
 
 class Interleave:
-    """The strata of each cluster (``cluster``: of each stratum; ``draws``; ``u``: jitter) as padded rows, and
-    the rank of any stratum draw among its cluster's draws."""
+    """The strata of each cluster (``cluster``: of each stratum; ``draws``; ``u``: jitter) as padded rows, the rank
+    of any stratum draw among its cluster's draws, and how far each stratum and cluster has been placed."""
 
     def __init__(self, cluster: np.ndarray, draws: np.ndarray, u: np.ndarray, k: int) -> None:
         self.cluster, self.draws, self.u = cluster.astype(np.int64), draws.astype(np.int64), u
@@ -60,6 +60,25 @@ class Interleave:
         self.rows = np.full((k, width), -1, np.int64)
         self.rows[self.cluster[order], column] = order
         self.width = width
+        self.placed = np.zeros(k, np.int64)
+        """Draws of each cluster placed so far (the runs come in plan order, each cluster's draws in rank order)."""
+        self.taken = np.zeros(draws.size, np.int64)
+        """Draws of each stratum placed so far."""
+
+    def advance(self, present: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The stratum draws of the next ``count`` draws of each cluster in ``present``: strata ``s`` and their draws
+        ``lo..hi-1`` (arrays), recorded as placed."""
+        s = self.rows[present].reshape(-1)
+        s = s[s >= 0]
+        cs = self.cluster[s]
+        end = self.placed[cs] + count[cs]
+        lo = self.taken[s]
+        hi = self.draws[s].copy()
+        inside = np.flatnonzero(end < self.cluster_draws[cs])  # a cluster that ends in the run takes all of it
+        hi[inside] = self.before(s[inside], end[inside])
+        self.taken[s] = hi
+        self.placed[present] += count[present]
+        return s, lo, hi
 
     def rank(self, s: np.ndarray, i: np.ndarray) -> np.ndarray:
         """The rank of draw ``i`` of stratum ``s`` (arrays) among its cluster's draws."""
@@ -106,25 +125,25 @@ def keys_below(t: np.ndarray, u: np.ndarray, d: np.ndarray) -> np.ndarray:
     return c
 
 
-def place(slots_out: np.ndarray, run: list[Chunk], slots: Slots, inter: Interleave, passes: Passes) -> None:
-    """Replace the slots of a run of chunks (``slots_out``, emitted over the clusters) by the documents they are:
-    each cluster's draws in the run, interleaved from its strata's passes."""
-    g = slots_out.copy()
-    k_outer = slots.offset.size
+@dataclass(frozen=True)
+class Placed:
+    """What :func:`place` put where: the cluster of each position of the run, and the run's draws in (cluster, rank)
+    order: their ``position`` in the run and their ``stratum``."""
+
+    clusters: np.ndarray
+    position: np.ndarray
+    stratum: np.ndarray
+
+
+def place(out: np.ndarray, run: list[Chunk], inter: Interleave, passes: Passes) -> Placed:
+    """Fill the positions of a run of chunks (``out``, emitted over the clusters) with the documents they are: each
+    cluster's draws in the run, interleaved from its strata's passes."""
     c = np.concatenate([ch.groups if ch.groups is not None else np.tile(ch.active, ch.count // ch.active.size)
                         for ch in run]).astype(np.int64)
-    k = g - slots.offset[c]
-    klo = np.full(k_outer, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(klo, c, k)
+    k_outer = inter.placed.size
+    position = stable_order(c, k_outer)  # a cluster's positions come in rank order, so this is (cluster, rank) order
     count = np.bincount(c, minlength=k_outer)
-    present = np.flatnonzero(count)
-    base = np.cumsum(count) - count
-    inv = np.empty(g.size, np.int64)
-    inv[base[c] + k - klo[c]] = np.arange(g.size)
-    s = inter.rows[present].reshape(-1)
-    s = s[s >= 0]
-    cs = inter.cluster[s]
-    ilo, ihi = inter.before(s, klo[cs]), inter.before(s, klo[cs] + count[cs])
+    s, ilo, ihi = inter.advance(np.flatnonzero(count), count)
     take = ihi > ilo
     s, ilo, ihi = s[take], ilo[take], ihi[take]
     need = ihi - ilo
@@ -132,21 +151,32 @@ def place(slots_out: np.ndarray, run: list[Chunk], slots: Slots, inter: Interlea
     docs = passes.take(np.repeat(passes.starts(s, ilo, ihi), need) + step)
     s_rep = np.repeat(s, need)
     key = (np.repeat(ilo, need) + step + inter.u[s_rep]) / inter.draws[s_rep]
-    # the run holds ranks klo..klo+count-1 of each cluster, so its draws sorted by (cluster, key, stratum) are its
-    # slots in (cluster, rank) order
-    local = np.zeros(k_outer, np.int64)
-    local[present] = np.arange(present.size)
-    slots_out[inv] = docs[cluster_key_order(local[inter.cluster[s_rep]], key, s_rep)]
+    # the run holds the next ranks of each cluster, so its draws sorted by (cluster, key, stratum) are its positions in
+    # (cluster, rank) order
+    order = cluster_key_order(inter.cluster[s_rep], key, s_rep)
+    out[position] = docs[order]
+    return Placed(c, position, s_rep[order])
 
 
-def cluster_key_order(local: np.ndarray, key: np.ndarray, stratum: np.ndarray) -> np.ndarray:
-    """The order of draws by (``local`` cluster index, ``key`` in [0, 1), ``stratum``), as ``np.lexsort`` gives it.
+def stable_order(values: np.ndarray, top: int) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` for integers in ``[0, top)``, by radix sorts of 16-bit digits (linear;
+    a comparison sort of a run's clusters cost several times more)."""
+    if top > 1 << 32:
+        return np.argsort(values, kind="stable")
+    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    if top > 1 << 16:
+        order = order[np.argsort((values[order] >> 16).astype(np.uint16), kind="stable")]
+    return order
 
-    One stable sort of ``local + key``: rounding the sum is monotone in the key, so it never inverts two draws, but
-    it can make two different keys equal; such ties (rare: keys closer than the sum's last bit, or equal keys of
-    two strata) are sorted again by the exact cluster, key and stratum."""
-    merged = local + key
-    order = np.argsort(merged, kind="stable")
+
+def cluster_key_order(cluster: np.ndarray, key: np.ndarray, stratum: np.ndarray) -> np.ndarray:
+    """The order of draws by (``cluster``, ``key`` in [0, 1), ``stratum``), as ``np.lexsort`` gives it.
+
+    One sort of ``cluster + key``: rounding the sum is monotone in the key, so it never inverts two draws, but it can
+    make two different keys equal; such ties (rare: keys closer than the sum's last bit, or equal keys of two strata)
+    are sorted again by the exact cluster, key, stratum and index, so the first sort need not be stable."""
+    merged = cluster + key
+    order = np.argsort(merged)
     merged = merged[order]
     tie = merged[1:] == merged[:-1]
     if tie.any():
@@ -156,7 +186,7 @@ def cluster_key_order(local: np.ndarray, key: np.ndarray, stratum: np.ndarray) -
         group = np.concatenate(([0], np.cumsum(~tie)))
         at = np.flatnonzero(member)
         sub = order[at]
-        order[at] = sub[np.lexsort((stratum[sub], key[sub], local[sub], group[at]))]
+        order[at] = sub[np.lexsort((sub, stratum[sub], key[sub], cluster[sub], group[at]))]
     return order
 
 

@@ -149,8 +149,9 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
                                   f"numeric field; use cluster,{axis.field}")
         v = values.values
         ok = ~np.isnan(v)
-        qs = np.quantile(v[ok], np.linspace(0, 1, axis.tiers + 1)) if ok.any() else np.zeros(axis.tiers + 1)
-        index = np.where(ok, np.searchsorted(qs[1:-1], np.where(ok, v, 0.0), side="right"), axis.tiers)
+        present = v if ok.all() else v[ok]
+        qs = np.quantile(present, np.linspace(0, 1, axis.tiers + 1)) if present.size else np.zeros(axis.tiers + 1)
+        index = np.where(ok, _tier_of(v, qs[1:-1]), axis.tiers)
         labels = [str(t) for t in range(axis.tiers)]
         edges = [float(x) for x in qs]
     else:
@@ -174,6 +175,17 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
     rate = np.array([weights.get(x, 1.0) for x in labels], np.float64)
     cap = np.array([min(caps.get(x, default_cap), default_cap) for x in labels], np.float64)
     return _AxisTiers(index.astype(np.int64), labels, rate, cap), edges
+
+
+def _tier_of(v: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(inner, v, side="right")`` (NaN: 0), by one comparison per edge when there are few (a binary
+    search per value is several times slower there)."""
+    if inner.size > 16:
+        return np.searchsorted(inner, np.where(np.isnan(v), -np.inf, v), side="right")
+    index = np.zeros(v.shape[0], np.int64)
+    for edge in inner.tolist():
+        index += v >= edge
+    return index
 
 
 def _within_tiers(clusters: np.ndarray, quality: np.ndarray, mix: float, default_cap: float) -> _AxisTiers:
