@@ -188,7 +188,8 @@ def test_invariants_on_random_strata(case, share):
                      tier_weights=",".join(map(str, weights)), tier_caps=",".join(map(str, caps)), max_repeat=3,
                      budget=budget, seed=seed % 7, order=order)
     fields = {"quality": quality}
-    plan = build_plan(labels, cfg, fields=fields)
+    tokens = np.random.default_rng(seed).integers(1, 50, labels.size) if seed % 2 else None  # counted, else closed form
+    plan = build_plan(labels, cfg, fields=fields, tokens=tokens)
     counts = np.bincount(np.asarray(plan.order), minlength=labels.size)
     assert np.asarray(plan.order).size == budget
     assert (counts[rate == 0] == 0).all()
@@ -196,6 +197,11 @@ def test_invariants_on_random_strata(case, share):
     assert np.array_equal(plan.order, build_plan(labels, cfg, fields=fields, chunk_size=11).order)
     assert np.array_equal(plan.tiers, quality_tiers)
     _check_statistics(plan, labels, counts, rate, cap, outer=labels if strategy != "random" else 0 * labels)
+    assert np.array_equal(plan.repeat_hist, np.bincount(counts))
+    assert plan.stats["docs_at_cap"] == int(((counts >= cap) & (cap > 0)).sum())
+    if tokens is not None:
+        k = plan.per_cluster["size"].size
+        assert np.array_equal(plan.per_cluster["tokens"], np.bincount(labels, weights=counts * tokens, minlength=k))
 
 
 def _check_statistics(plan, labels, counts, rate, cap, outer):

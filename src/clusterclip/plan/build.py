@@ -42,7 +42,8 @@ from clusterclip.plan.prior import PriorPasses, counted_stats, group_levels
 from clusterclip.plan.quotas import Corpus, Groups, Quotas, check_inputs, compute_quotas, sampling_groups
 from clusterclip.plan.stats import StreamStats, default_window, per_cluster, summary
 from clusterclip.plan.strata import Strata, build_strata
-from clusterclip.plan.stratified import StrataStream, as_quotas, strata_draws, strata_statistics, strata_summary
+from clusterclip.plan.strata_stats import counted, strata_statistics, strata_summary
+from clusterclip.plan.stratified import StrataStream, as_quotas, strata_draws
 
 DEFAULT_CHUNK = 1 << 20
 
@@ -194,15 +195,16 @@ def build_over_strata(corpus: Corpus, config: PlanConfig, strata: Strata, out: s
                           chunk_size)
             for run in coalesced(chunks, chunk_size):  # the rounds come in many small chunks: place them together
                 span = dest[run[0].pos:run[-1].pos + run[-1].count]
-                stream.add(run, place(span, run, inter, p.passes), dest)
+                stream.add(run, place(span, run, inter, p.passes, strata.tier), dest)
                 digest.add(span)
                 blocks.add(span)
-            stream.finish(dest)
-    per, stratum, hist = strata_statistics(p, stream, not config.strategy_class.CLUSTERED)
+            if counted(p, not config.strategy_class.CLUSTERED):
+                stream.finish(dest)
+    per, stratum, hist, at_cap = strata_statistics(p, stream, not config.strategy_class.CLUSTERED)
     order = dest if out is None else np.load(out, mmap_mode="r", allow_pickle=False)
     stats = summary(config, corpus, as_quotas(p, config), per, hist, window, stream.mixture.shape[0],
                     time.perf_counter() - t0)
-    stats["strata"] = strata_summary(p, per, stratum, stream.counts, config)
+    stats["strata"] = strata_summary(p, per, stratum, at_cap, config)
     stats.update({k: stats["strata"][k] for k in ("cap_binds", "exhausted_clusters")},
                  docs_at_cap=stats["strata"]["docs_at_tier_cap"])
     return Plan(order=order, stats=stats, per_cluster=per, mixture=stream.mixture, repeat_hist=hist, config=config,

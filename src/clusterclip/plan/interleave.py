@@ -22,12 +22,11 @@ So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
 from clusterclip.plan.order import Chunk
-from clusterclip.plan.passes import Passes, seg_arange
+from clusterclip.plan.passes import Passes
 
 
 class Slots:
@@ -125,37 +124,52 @@ def keys_below(t: np.ndarray, u: np.ndarray, d: np.ndarray) -> np.ndarray:
     return c
 
 
-@dataclass(frozen=True)
-class Placed:
-    """What :func:`place` put where: the cluster of each position of the run, and the run's draws in (cluster, rank)
-    order: their ``position`` in the run and their ``stratum``."""
-
-    clusters: np.ndarray
-    position: np.ndarray
-    stratum: np.ndarray
-
-
-def place(out: np.ndarray, run: list[Chunk], inter: Interleave, passes: Passes) -> Placed:
+def place(out: np.ndarray, run: list[Chunk], inter: Interleave, passes: Passes, tier: np.ndarray) -> np.ndarray:
     """Fill the positions of a run of chunks (``out``, emitted over the clusters) with the documents they are: each
-    cluster's draws in the run, interleaved from its strata's passes."""
-    c = np.concatenate([ch.groups if ch.groups is not None else np.tile(ch.active, ch.count // ch.active.size)
-                        for ch in run]).astype(np.int64)
-    k_outer = inter.placed.size
-    position = stable_order(c, k_outer)  # a cluster's positions come in rank order, so this is (cluster, rank) order
-    count = np.bincount(c, minlength=k_outer)
+    cluster's draws in the run, interleaved from its strata's passes. Returns the tier of each position (``tier``:
+    of each stratum)."""
+    count, position = run_layout(run, inter.placed.size)
     s, ilo, ihi = inter.advance(np.flatnonzero(count), count)
     take = ihi > ilo
     s, ilo, ihi = s[take], ilo[take], ihi[take]
     need = ihi - ilo
-    step = seg_arange(need)
-    docs = passes.take(np.repeat(passes.starts(s, ilo, ihi), need) + step)
-    s_rep = np.repeat(s, need)
-    key = (np.repeat(ilo, need) + step + inter.u[s_rep]) / inter.draws[s_rep]
+    total = int(need.sum())
+    first = np.cumsum(need) - need
+    step = np.arange(total, dtype=np.int64)
+    docs = passes.take(np.repeat(passes.starts(s, ilo, ihi) - first, need) + step)
+    draw = np.repeat(ilo - first, need)
+    draw += step
+    key = (draw + np.repeat(inter.u[s], need)) / np.repeat(inter.draws[s], need)
     # the run holds the next ranks of each cluster, so its draws sorted by (cluster, key, stratum) are its positions in
     # (cluster, rank) order
-    order = cluster_key_order(inter.cluster[s_rep], key, s_rep)
-    out[position] = docs[order]
-    return Placed(c, position, s_rep[order])
+    dest = step  # reused: where each draw goes
+    dest[cluster_key_order(np.repeat(inter.cluster[s], need), key, np.repeat(s, need))] = position
+    out[dest] = docs
+    tiers = np.empty(total, tier.dtype)
+    tiers[dest] = np.repeat(tier[s], need)
+    return tiers
+
+
+def run_layout(run: list[Chunk], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each cluster's draws in a run of chunks, and the run's positions (from its start) in (cluster, rank) order:
+    a cluster's positions come in the order of its draws. Rounds are laid out directly; a run with a timed chunk is
+    radix-sorted by cluster."""
+    pos0 = run[0].pos
+    if any(ch.groups is not None for ch in run):
+        c = np.concatenate([ch.groups if ch.groups is not None else np.tile(ch.active, ch.count // ch.active.size)
+                            for ch in run]).astype(np.int64, copy=False)
+        return np.bincount(c, minlength=k), stable_order(c, k)
+    count = np.zeros(k, np.int64)
+    for ch in run:
+        count[ch.active] += ch.count // ch.active.size
+    fill = np.cumsum(count) - count
+    position = np.empty(int(count.sum()), np.int64)
+    for ch in run:
+        m = ch.active.size
+        rounds = np.arange(ch.count // m, dtype=np.int64)
+        position[fill[ch.active][:, None] + rounds] = (ch.pos - pos0) + np.arange(m)[:, None] + m * rounds
+        fill[ch.active] += rounds.size
+    return count, position
 
 
 def stable_order(values: np.ndarray, top: int) -> np.ndarray:
@@ -174,9 +188,9 @@ def cluster_key_order(cluster: np.ndarray, key: np.ndarray, stratum: np.ndarray)
 
     One sort of ``cluster + key``: rounding the sum is monotone in the key, so it never inverts two draws, but it can
     make two different keys equal; such ties (rare: keys closer than the sum's last bit, or equal keys of two strata)
-    are sorted again by the exact cluster, key, stratum and index, so the first sort need not be stable."""
+    are sorted again by the exact cluster, key, stratum and index."""
     merged = cluster + key
-    order = np.argsort(merged)
+    order = np.argsort(merged, kind="stable")  # timsort: the draws come as runs sorted per stratum
     merged = merged[order]
     tie = merged[1:] == merged[:-1]
     if tie.any():

@@ -72,6 +72,9 @@ class Passes:
         self.scratch0 = int(self.block_len.sum())
         self.buf = np.empty(self.scratch0 + max(int(scratch), 0), dtype=np.int64)
         self.block = np.full(k, -1, dtype=np.int64)
+        self._lists = (self.sizes.tolist(), self.block_passes.tolist(), self.offsets.tolist())
+        """Per-cluster sizes, passes per block and member offsets as Python ints: a block's bookkeeping then costs
+        no NumPy scalar (small groups, such as strata, make tens of thousands of blocks)."""
         self.threads = min(4, os.cpu_count() or 1)
         self._pool: Any = None
         self._rngs = [np.random.Generator(np.random.PCG64(0)) for _ in range(self.threads)]
@@ -105,15 +108,17 @@ class Passes:
 
     def make_block(self, rng: np.random.Generator, c: int, b: int, out: np.ndarray) -> None:
         """Write block ``b`` of cluster ``c`` (``P_c`` permutations of its documents) into ``out``."""
-        n, p = int(self.sizes[c]), int(self.block_passes[c])
+        sizes, block_passes, offsets = self._lists
+        n, p, o = sizes[c], block_passes[c], offsets[c]
         h = _mix64(self._ckey[c] ^ b)
         rng.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": (h << 64) | _mix64(h ^ _SALT_PCG),
                                    "inc": _PCG_INC}, "has_uint32": 0, "uinteger": 0}
-        rows = out.reshape(p, n)
-        rows[...] = self.members[self.offsets[c]:self.offsets[c] + n]
         if p == 1:
+            out[...] = self.members[o:o + n]
             rng.shuffle(out)
         else:
+            rows = out.reshape(p, n)
+            rows[...] = self.members[o:o + n]
             rng.permuted(rows, axis=1, out=rows)
 
     def take(self, index: np.ndarray) -> np.ndarray:
@@ -158,7 +163,8 @@ class Passes:
                 self.buf = grown
             start[sp] = offs
         jobs = list(zip(cl[todo].tolist(), a[todo].tolist(), b[todo].tolist(), start[todo].tolist(),
-                        span[todo].tolist(), strict=True))
+                        span[todo].tolist(), lb[todo].tolist(), self.seg[cl[todo]].tolist(),
+                        self.block[cl[todo]].tolist(), strict=True))
         work = (np.minimum(last[todo] - first[todo] + 1, 2) * lb[todo]).cumsum()
         parts = 1
         if self.threads > 1 and int(work[-1]) >= 1 << 16 and len(jobs) > 1:
@@ -166,27 +172,26 @@ class Passes:
         cuts = np.searchsorted(work, np.arange(1, parts) * (int(work[-1]) / parts)).tolist()
         groups = [jobs[i:j] for i, j in zip([0, *cuts], [*cuts, len(jobs)], strict=True)]
         self._map(self._run_jobs, [g for g in groups if g])
+        self.block[cl[todo]] = last[todo]
         return start
 
-    def _run_jobs(self, i: int, jobs: list[tuple[int, int, int, int, bool]]) -> None:
+    def _run_jobs(self, i: int, jobs: list[tuple[int, int, int, int, bool, int, int, int]]) -> None:
+        """Load the blocks of ``jobs`` (cluster, draws ``a..b-1``, scratch offset, spans blocks, block length, slot
+        offset, block held), copying a request that spans blocks into the scratch."""
         rng = self._rngs[i]
         buf = self.buf
-        for c, a, b, dst, span in jobs:
-            lb, s = int(self.block_len[c]), int(self.seg[c])
+        for c, a, b, dst, span, lb, s, cur in jobs:
             slot = buf[s:s + lb]
             first = a // lb
             if not span:
                 self.make_block(rng, c, first, slot)
-                self.block[c] = first
                 continue
-            cur = int(self.block[c])
             for blk in range(first, (b - 1) // lb + 1):
                 if blk != cur:
                     self.make_block(rng, c, blk, slot)
                 lo, hi = max(a, blk * lb), min(b, (blk + 1) * lb)
                 buf[dst:dst + hi - lo] = slot[lo - blk * lb:hi - blk * lb]
                 dst += hi - lo
-            self.block[c] = (b - 1) // lb
 
     def gather_rounds(self, start: np.ndarray, out: np.ndarray) -> None:
         """``out[r, j] = buf[start[j] + r]``: rounds of draws straight into the (int64) output rows.

@@ -44,17 +44,18 @@ class StreamStats:
         """Count the draws of ``chunk`` (whose document indices are in ``out``)."""
         if self._labels is not None:
             clusters = self._labels[out[chunk.pos:chunk.pos + chunk.count]].astype(np.int64)
-            self._add_sequence(chunk.pos, clusters)
+            self.add_sequence(chunk.pos, clusters)
             if self._target is not None:
                 self._track_exhaustion(chunk.pos, clusters)
             return
         if chunk.groups is not None:
-            self._add_sequence(chunk.pos, chunk.groups)
+            self.add_sequence(chunk.pos, chunk.groups)
         else:
             self._add_rounds(chunk.pos, chunk.active, chunk.count // chunk.active.size)
         self.exhausted_at[chunk.last] = chunk.last_pos
 
-    def _add_sequence(self, pos: int, clusters: np.ndarray) -> None:
+    def add_sequence(self, pos: int, clusters: np.ndarray) -> None:
+        """Count draws of ``clusters`` (one per draw, in order) from plan position ``pos``."""
         if clusters.size == 0:
             return
         w0 = pos // self.window
@@ -67,6 +68,9 @@ class StreamStats:
         """Rounds of ``active`` (one draw each, in this order) starting at plan position ``pos``."""
         m = active.size
         end = pos + rounds * m
+        if pos // self.window == (end - 1) // self.window:  # most chunks lie inside one window
+            self.mixture[pos // self.window, active] += rounds
+            return
         j = np.arange(m, dtype=np.int64)
         for w in range(pos // self.window, (end - 1) // self.window + 1):
             lo, hi = max(w * self.window, pos), min((w + 1) * self.window, end)
@@ -108,7 +112,7 @@ def per_cluster(corpus: Corpus, groups: Groups, quotas: Quotas, draws: np.ndarra
                      if groups.pseudo else groups.unit_sizes)
         tok_partial = np.bincount(corpus.labels[partial], weights=corpus.tokens[partial], minlength=corpus.k)
         per["tokens"] = full * tok_sizes + tok_partial.astype(np.int64)
-    return per, _repeat_hist(full_g, rem_g, groups.sizes)
+    return per, repeat_hist(full_g, rem_g, groups.sizes)
 
 
 def _partial_passes(passes: Passes, full: np.ndarray, rem: np.ndarray) -> np.ndarray:
@@ -124,7 +128,8 @@ def _capped(exhausted_at: np.ndarray, d: np.ndarray, sizes: np.ndarray, cap: int
     return np.where((d >= cap * sizes) & (sizes > 0), exhausted_at, -1)
 
 
-def _repeat_hist(full: np.ndarray, rem: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def repeat_hist(full: np.ndarray, rem: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Documents drawn ``r`` times, for groups of ``sizes`` documents drawn ``full`` passes and ``rem`` more."""
     top = int((full + (rem > 0)).max()) if full.size else 0
     hist = np.bincount(full, weights=sizes - rem, minlength=top + 1)[: top + 1].astype(np.int64)
     hist += np.bincount(full + 1, weights=rem, minlength=top + 2)[: top + 1].astype(np.int64)
