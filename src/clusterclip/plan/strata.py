@@ -151,7 +151,9 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
         ok = ~np.isnan(v)
         present = v if ok.all() else v[ok]
         qs = np.quantile(present, np.linspace(0, 1, axis.tiers + 1)) if present.size else np.zeros(axis.tiers + 1)
-        index = np.where(ok, _tier_of(v, qs[1:-1]), axis.tiers)
+        index = _tier_of(v, qs[1:-1])
+        if present is not v:
+            index[~ok] = axis.tiers
         labels = [str(t) for t in range(axis.tiers)]
         edges = [float(x) for x in qs]
     else:
@@ -174,7 +176,7 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
                                   f"has no such tier (tiers: {known})")
     rate = np.array([weights.get(x, 1.0) for x in labels], np.float64)
     cap = np.array([min(caps.get(x, default_cap), default_cap) for x in labels], np.float64)
-    return _AxisTiers(index.astype(np.int64), labels, rate, cap), edges
+    return _AxisTiers(index.astype(np.int64, copy=False), labels, rate, cap), edges
 
 
 def _tier_of(v: np.ndarray, inner: np.ndarray) -> np.ndarray:
@@ -182,10 +184,10 @@ def _tier_of(v: np.ndarray, inner: np.ndarray) -> np.ndarray:
     search per value is several times slower there)."""
     if inner.size > 16:
         return np.searchsorted(inner, np.where(np.isnan(v), -np.inf, v), side="right")
-    index = np.zeros(v.shape[0], np.int64)
+    index = np.zeros(v.shape[0], np.int8)
     for edge in inner.tolist():
         index += v >= edge
-    return index
+    return index.astype(np.int64)
 
 
 def _within_tiers(clusters: np.ndarray, quality: np.ndarray, mix: float, default_cap: float) -> _AxisTiers:
@@ -221,9 +223,8 @@ def _rehydrate_tiers(sizes: np.ndarray, config: PlanConfig, cap: int | None) -> 
 def _combine(clusters: np.ndarray, axes: list[_AxisTiers], edges: dict[str, list[float]],
              default_cap: float) -> Strata:
     """Units' tiers (one label per axis) and strata (cluster x tier), numbered compactly."""
-    n = clusters.shape[0]
-    code = np.zeros(n, np.int64)
-    for axis in axes:
+    code = axes[0].index if axes else np.zeros(clusters.shape[0], np.int64)
+    for axis in axes[1:]:
         code = code * len(axis.labels) + axis.index
     present, unit_tier = _compact(code)
     rate = np.ones(present.size)
@@ -240,7 +241,8 @@ def _combine(clusters: np.ndarray, axes: list[_AxisTiers], edges: dict[str, list
     labels = tuple("/".join(p) for p in parts) if axes else ("all",)
     t = max(present.size, 1)
     keys, unit = _compact(clusters * t + unit_tier)
-    return Strata(unit.astype(np.int64), keys // t, keys % t, labels, rate, cap, unit_tier.astype(np.int64), edges)
+    return Strata(unit.astype(np.int64, copy=False), keys // t, keys % t, labels, rate, cap,
+                  unit_tier.astype(np.int64, copy=False), edges)
 
 
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -250,6 +252,8 @@ def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if top > 4 * values.size + 1024:
         return np.unique(values, return_inverse=True)
     present = np.flatnonzero(np.bincount(values, minlength=top))
+    if present.size == top:  # every value occurs: already compact
+        return present, values
     index = np.zeros(top, np.int64)
     index[present] = np.arange(present.size)
     return present.astype(np.int64), index[values]
