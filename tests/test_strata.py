@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from clusterclip.errors import InfeasiblePlanError
 from clusterclip.plan import PlanConfig, PlanConfigError, build_plan
-from clusterclip.plan.interleave import cluster_key_order
+from clusterclip.plan.interleave import cluster_key_order, run_layout, stable_order
+from clusterclip.plan.order import Chunk
 from clusterclip.plan.reference import reference_strata_order
 from clusterclip.plan.strata import WITHIN_BINS, build_strata, field_values
 
@@ -260,3 +261,26 @@ def test_the_run_order_is_the_exact_cluster_key_stratum_order_even_where_the_sum
             stratum += [3 * c + s] * d
     local, key, stratum = np.array(local), np.array(key), np.array(stratum)
     assert np.array_equal(cluster_key_order(local, key, stratum), np.lexsort((stratum, key, local)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([7, 2**16, 2**16 + 9, 2**21]))
+def test_stable_order_is_the_stable_argsort_at_every_width(seed, top):
+    values = np.random.default_rng(seed).integers(0, top, 5_000)
+    assert np.array_equal(stable_order(values, top), np.argsort(values, kind="stable"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_layout_of_rounds_is_the_radix_layout_of_their_clusters(seed):
+    rng = np.random.default_rng(seed)
+    k, run, pos = 40, [], 100
+    for _ in range(int(rng.integers(1, 6))):
+        active = rng.permutation(k)[: int(rng.integers(1, k))]
+        rounds = int(rng.integers(1, 5))
+        run.append(Chunk(pos, rounds * active.size, None, active, np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        pos += rounds * active.size
+    clusters = np.concatenate([np.tile(ch.active, ch.count // ch.active.size) for ch in run])
+    count, position = run_layout(run, k)
+    assert np.array_equal(count, np.bincount(clusters, minlength=k))
+    assert np.array_equal(position, np.argsort(clusters, kind="stable"))

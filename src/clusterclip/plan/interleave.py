@@ -13,7 +13,8 @@ Two levels:
    order, so a run continues each cluster and each stratum where the last run stopped; where a cluster's draws in
    the run end is found by a short search on the exact key counts (:meth:`Interleave.before`, per stratum, not per
    draw). The run's draws, taken from the strata's passes, are sorted by (cluster, key) and written to the run's
-   positions in (cluster, position) order: one radix sort of the clusters and one sort of the keys per run.
+   positions in (cluster, position) order (:func:`run_layout`: laid out from the rounds, or radix-sorted by
+   cluster where a chunk is timed): one sort of the keys per run, which come as runs already sorted per stratum.
 
 So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`` draws them (the oracle:
 :func:`clusterclip.plan.reference.reference_strata_order`), at the cost of sorting each run of draws once.
