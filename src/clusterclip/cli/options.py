@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from clusterclip.cluster.config import ClusterConfig
+from clusterclip.contract.plan import PLAN_FIELDS
 from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
 from clusterclip.embed.config import EmbedConfig
 from clusterclip.engines import EngineConfig
@@ -21,7 +22,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan.chain import INHERITED
-from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig
+from clusterclip.plan.config import DEFAULT_ORDER, STRATEGIES, PlanConfig
 from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
 from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
