@@ -139,7 +139,7 @@ def add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
 
 
 def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
-    """The plan options (every setting of :data:`~clusterclip.plan.config.PLAN_FIELDS`, then ``--weights``, the
+    """The plan options (every setting of :data:`~clusterclip.contract.plan.PLAN_FIELDS`, then ``--weights``, the
     file behind the ``weights`` setting); ``multi`` plans several strategies: ``--strategies``, a comma-separated
     list (``--strategy``, its former spelling, still works), in place of ``--strategy``."""
     g = p.add_argument_group("sampling plan")

@@ -44,6 +44,10 @@ STRATA_COLUMNS = ("cluster", "tier", "size", "quota", "draws", "unique", "tokens
 """The columns of ``strata.npy`` (``tokens`` is -1 in a run without token counts)."""
 PLAN_TIER_MIXTURE = "tier_mixture.npy"
 """A plan over strata: int64 ``[windows, tiers]``, the draws of each tier in each mixture window."""
+PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
+               "duplicates", "rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
+"""The settings of the plan's ``config`` that are command-line options, in the order help and commands show them
+(:class:`clusterclip.plan.config.PlanConfig` declares them)."""
 
 
 def plan_path(name: str, fname: str | None = None) -> str:
@@ -55,10 +59,7 @@ def plan_path(name: str, fname: str | None = None) -> str:
 def plan_stage_name(name: str) -> str:
     """The stage name of plan ``name``: its record is ``plans/<name>/plan.json``."""
     return plan_path(name, PLAN_RECORD.removesuffix(".json"))
-PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
-               "duplicates", "rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
-"""The settings of the plan's ``config`` that are command-line options, in the order help and commands show them
-(:class:`clusterclip.plan.config.PlanConfig` declares them)."""
+
 
 PLAN_FORMAT = 2
 """Version of the plan bytes: 2 draws ``random`` as passes of one pseudo-cluster (1: its own epochs).
@@ -71,7 +72,8 @@ class PlanRecord(StageRecord):
     content hash of its order (what sampler states and exports carry), ``stats`` what the planner measured,
     ``blocks`` how ``blocks.npy`` checks ``plan.npy``. A continuation also records the plan it ``continues``
     (name, identity, position) and its ``ancestors``, root first. Plans of earlier formats lack ``identity``
-    (derived from ``plan.npy``'s SHA-256, :meth:`order_identity`) or ``blocks`` (verified whole once)."""
+    (derived from ``plan.npy``'s SHA-256, :meth:`order_identity`) or ``blocks`` (verified whole once). The settings
+    typed: ``PlanConfig.from_json(record.config)`` (the planner's, above this floor)."""
 
     NAME: ClassVar[str] = PLANS_DIR
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "plan", RUN, "--strategy", "STRATEGY", "OPTIONS...")
