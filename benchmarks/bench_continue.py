@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.plan import PlanConfig, build_plan, identity
-from clusterclip.plan.contract import identity_of
+from clusterclip.contract import plan_identity as identity
+from clusterclip.contract.plan_identity import identity_of
+from clusterclip.plan import PlanConfig, build_plan
 from clusterclip.plan.prior import prior_counts
 
 

@@ -29,8 +29,8 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from clusterclip.cluster.config import DEFAULT_POINTS_PER_CENTROID
 from clusterclip.cluster.kmeans import SEED_POINTS_PER_CENTROID, assign, fit_centroids, greedy_kmeans_pp, sample_rows
-from clusterclip.corpus.contract import read_column
-from clusterclip.embed.contract import load_embeddings
+from clusterclip.contract.corpus import read_column
+from clusterclip.contract.embed import load_embeddings
 from clusterclip.store import RunDir
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_npy

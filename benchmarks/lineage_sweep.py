@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tamper_sweep as tamper
 
-from clusterclip.contracts import audit
+from clusterclip.contract.stages import audit
 
 OPS = ("add", "add-dup-file", "add-overlap", "refit", "plan", "continue", "kill-add-finish", "kill-add-abort",
        "rerun-subset", "rerun-all")
@@ -99,9 +99,9 @@ def _die(*args: object, **kwargs: object) -> None:
 
 
 def _plan(run: Any, model: Model, rng: np.random.Generator, cont: bool) -> None:
+    from clusterclip.contract.plan import list_plans
     from clusterclip.errors import ClusterClipError
     from clusterclip.plan import PlanConfig
-    from clusterclip.plan.contract import list_plans
     from clusterclip.plan.stage import continuation, plan_stage
 
     cfg = PlanConfig(strategy="clusterclip", max_repeat=CAP, seed=int(rng.integers(0, 3)))
@@ -141,8 +141,8 @@ def _rerun(run: Any, model: Model, subset: bool) -> None:
 
 def check(run: Any, model: Model) -> None:
     """No document lost or doubled; every plan's cap holds over its chain; the run verifies."""
-    from clusterclip.corpus.contract import read_column
-    from clusterclip.plan.contract import list_plans
+    from clusterclip.contract.corpus import read_column
+    from clusterclip.contract.plan import list_plans
 
     texts = read_column(run, "text")
     assert len(texts) == len(set(texts)), "a document was doubled"

@@ -8,7 +8,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from clusterclip.contracts import contract_of
+from clusterclip.contract.stages import contract_of
 from clusterclip.store import RunDir
 
 EMPTY = {int: 0, float: 0.0, str: "", bool: False, list: [], dict: {}}

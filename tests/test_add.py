@@ -16,20 +16,20 @@ from clusterclip.add.drift import drift_report, leave_one_out, lower_percentile
 from clusterclip.add.workflow import AddConfig, add_documents
 from clusterclip.cli.main import main
 from clusterclip.cluster.config import ClusterConfig
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
 from clusterclip.cluster.stage import cluster_stage
-from clusterclip.contracts import audit
+from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.contract.corpus import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
+from clusterclip.contract.embed import EMBED_STAGE, load_embeddings
+from clusterclip.contract.plan import PLAN_ORDER, plan_path, plan_stage_name
+from clusterclip.contract.stages import audit
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EMBED_STAGE, load_embeddings
 from clusterclip.embed.registry import get_embedder
 from clusterclip.embed.stage import embed_stage
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import PLAN_ORDER, plan_path, plan_stage_name
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A

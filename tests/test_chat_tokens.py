@@ -9,8 +9,8 @@ import logging
 import numpy as np
 import pytest
 
+from clusterclip.contract.corpus import load_tokens
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import load_tokens
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.plan import PlanConfig
 from clusterclip.store import RunDir

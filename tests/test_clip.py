@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusterclip.contract.plan_notes import clip_note
 from clusterclip.plan import PlanConfig, build_plan
-from clusterclip.plan.clip import clip_note
 
 
 def _labels(sizes: list[int]) -> np.ndarray:
@@ -62,9 +62,9 @@ def test_epochs_is_a_budget_in_passes_over_the_corpus():
 
 def test_the_default_run_makes_a_plan_where_the_clip_acts_and_the_report_shows_it(tmp_path):
     from clusterclip.cluster.config import ClusterConfig
+    from clusterclip.contract.plan import PLAN_ORDER, plan_path
     from clusterclip.embed.config import EmbedConfig
     from clusterclip.pipeline import run_pipeline
-    from clusterclip.plan.contract import PLAN_ORDER, plan_path
     from clusterclip.report import build_report
     from tests.test_cli import make_corpus
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 
@@ -15,19 +16,21 @@ from clusterclip.cli import main as cli
 from clusterclip.cli import options as cli_options
 from clusterclip.cli.options import plan_configs
 from clusterclip.cluster.config import ClusterConfig
-from clusterclip.cluster.contract import ClusterRecord
 from clusterclip.cluster.stage import cluster_stage
-from clusterclip.contracts import GROWN, PIPELINE, STAGES, contract_of, finished_stages
+from clusterclip.contract.cluster import ClusterRecord
+from clusterclip.contract.corpus import CorpusRecord, read_column
+from clusterclip.contract.embed import EmbedRecord, load_embeddings
+from clusterclip.contract.plan import PlanRecord
+from clusterclip.contract.stages import GROWN, PIPELINE, SINGLE, STAGES, contract_of, finished_stages, upstream_first
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CorpusRecord, read_column
 from clusterclip.corpus.format_base import RowFormat
 from clusterclip.corpus.formats import FORMATS
 from clusterclip.corpus.inputs import format_of
 from clusterclip.corpus.stage import corpus_stage
+from clusterclip.dedup.stage import dedup_stage
 from clusterclip.embed import registry
 from clusterclip.embed.base import EmbedderBase
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EmbedRecord, load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.stage import embed_stage
 from clusterclip.errors import BadRecordError, ClusterClipError
@@ -35,12 +38,11 @@ from clusterclip.pipeline import DEFAULT_EPOCHS
 from clusterclip.plan import strategies
 from clusterclip.plan.build import build_plan
 from clusterclip.plan.config import PlanConfig, PlanConfigError
-from clusterclip.plan.contract import PlanRecord
 from clusterclip.plan.stage import plan_stage
 from clusterclip.plan.strategies import Strategy
 from clusterclip.stage_table import TABLE
 from clusterclip.store import RunDir
-from clusterclip.store.record import RecordError
+from clusterclip.store.record import RecordError, StageRecord
 from clusterclip.summary import format_summary, summarize
 from tests.test_cli import make_corpus
 
@@ -58,11 +60,51 @@ def small_run(tmp_path_factory):
     return run
 
 
-def test_the_table_follows_the_contracts_in_order():
-    assert tuple(entry.contract for entry in TABLE) == STAGES
-    assert set(PIPELINE) <= set(STAGES) and set(GROWN) <= set(STAGES)
-    assert [e.name for e in TABLE if e.grow is not None][: len(GROWN)] == [c.NAME for c in GROWN]
+def test_the_stages_are_ordered_by_their_declared_upstream_alone():
+    names = [c.NAME for c in STAGES]
+    assert names == ["corpus", "embed", "cluster", "dedup", "plans", "report"]
+    for i, contract in enumerate(STAGES):
+        assert set(contract.UPSTREAM) <= set(names[:i]), contract.NAME
+    assert upstream_first(reversed(STAGES)) == STAGES
+    assert upstream_first([STAGES[4], STAGES[1], STAGES[5], STAGES[0], STAGES[3], STAGES[2]]) == STAGES
     assert contract_of("plans/x/plan") is PlanRecord and contract_of("corpus") is CorpusRecord
+
+
+def test_every_list_of_stages_is_derived_from_the_declaration():
+    assert [c.NAME for c in PIPELINE] == ["corpus", "embed", "cluster", "plans"]
+    assert [c.NAME for c in GROWN] == ["corpus", "embed", "cluster"]
+    assert [c.NAME for c in SINGLE] == ["corpus", "embed", "cluster", "dedup"]
+    assert tuple(entry.contract for entry in TABLE) == STAGES
+    assert [e.name for e in TABLE if e.grow is not None] == ["corpus", "embed", "cluster", "dedup"]
+
+
+def _record(name: str, upstream: tuple[str, ...]) -> type[StageRecord]:
+    return type(f"Toy{name}", (StageRecord,), {"NAME": name, "UPSTREAM": upstream})
+
+
+def test_a_new_stage_is_placed_by_its_upstream_and_a_wrong_declaration_is_refused():
+    toy = _record("toy", ("cluster",))
+    assert [c.NAME for c in upstream_first((toy, *STAGES))][:4] == ["corpus", "embed", "cluster", "toy"]
+    with pytest.raises(ValueError, match=r"upstream stage\(s\) cluster that are not declared"):
+        upstream_first((toy, CorpusRecord))
+    with pytest.raises(ValueError, match="declared twice"):
+        upstream_first((*STAGES, CorpusRecord))
+    with pytest.raises(ValueError, match="a cycle"):
+        upstream_first((_record("a", ("b",)), _record("b", ("a",))))
+
+
+def test_the_declared_upstream_holds_every_stage_a_build_records(small_run, tmp_path):
+    shutil.copytree(small_run.root, tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    with run.lock():
+        dedup_stage(run)
+        plan_stage(run, PlanConfig(duplicates="group-cap"))
+    seen = set()
+    for stage in finished_stages(run):
+        recorded = {s.split("/")[0] for s in json.loads(run.record_path(stage).read_text())["upstream"]}
+        assert recorded <= set(contract_of(stage).UPSTREAM), (stage, recorded)
+        seen |= recorded
+    assert seen == {"corpus", "embed", "cluster", "dedup"}
 
 
 @pytest.mark.parametrize("contract", [CorpusRecord, EmbedRecord, ClusterRecord, PlanRecord])
@@ -165,9 +207,8 @@ def test_the_trainer_side_and_the_planner_settings_import_light():
     heavy = ("corpus.", "embed.", "dedup.", "engines", "cluster.stage", "cluster.kmeans", "export.stage",
              "export.stream", ".stage")
     sampler = _loaded("import clusterclip.torch")
-    assert not [m for m in sampler if any(h in m.removeprefix("clusterclip.") for h in heavy)
-                and not m.endswith(".contract")], sampler
-    assert len(sampler) <= 31, sampler
+    assert not [m for m in sampler if any(h in m.removeprefix("clusterclip.") for h in heavy)], sampler
+    assert len(sampler) <= 24, sampler  # 31 before the contracts moved below the stages (no planner settings now)
     settings = _loaded("from clusterclip.plan import PlanConfig")
     assert set(settings) == {"clusterclip", "clusterclip.errors", "clusterclip.plan", "clusterclip.plan.config",
                              "clusterclip.plan.strata_spec", "clusterclip.plan.strategies",

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
+from clusterclip.contract.corpus import read_column
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import read_column
 from clusterclip.corpus.default_corpus import stdlib_documents
 from clusterclip.corpus.inputs import expand_inputs
 from clusterclip.corpus.reading import iter_documents

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterclip.contracts import audit
+from clusterclip.contract.stages import audit
 from clusterclip.store import FAULT_ENV, TMP_PREFIX, RunDir
 from tests.test_cli import make_corpus
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import iter_corpus, read_column
+from clusterclip.contract.corpus import iter_corpus, read_column
+from clusterclip.contract.dedup import load_groups
 from clusterclip.dedup.config import DedupConfig
-from clusterclip.dedup.contract import load_groups
 from clusterclip.dedup.groups import derive_groups
 from clusterclip.dedup.lexical import lsh_pairs, shingle_hashes, signatures
 from clusterclip.dedup.semantic import (

@@ -14,10 +14,10 @@ from hypothesis import strategies as hs
 
 import clusterclip.dedup.stage as dedup_stage_module
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.corpus import read_column
+from clusterclip.contract.dedup import load_groups
 from clusterclip.dedup.checked import PairwiseWork, derive_checked_groups, signature_jaccard
 from clusterclip.dedup.config import DedupConfig
-from clusterclip.dedup.contract import load_groups
 from clusterclip.dedup.groups import derive_groups
 from clusterclip.dedup.lexical import Hashing, hash_texts, shingle_hashes, signatures
 from clusterclip.dedup.semantic import NONE_SIMILARITY

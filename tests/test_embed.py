@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from clusterclip.contract.embed import gather_embeddings, iter_embeddings, load_confidence, load_embeddings
 from clusterclip.embed.base import Embedder
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import gather_embeddings, iter_embeddings, load_confidence, load_embeddings
 from clusterclip.embed.distill import static_cache_dir
 from clusterclip.embed.hashing import HashingEmbedder
 from clusterclip.embed.load import run_embedder

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
+from clusterclip.contract.corpus import CorpusRecord, corpus_parts, iter_corpus
+from clusterclip.contract.corpus_texts import Parts, sample_texts
+from clusterclip.contract.embed import EmbedRecord, load_embeddings
+from clusterclip.contract.record_kinds import part_of
+from clusterclip.contract.record_kinds.chat import Chat
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CorpusRecord, Parts, corpus_parts, iter_corpus, sample_texts
-from clusterclip.corpus.kinds import part_of
-from clusterclip.corpus.kinds.chat import Chat
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EmbedRecord, load_embeddings
 from clusterclip.embed.registry import get_embedder
 from clusterclip.embed.stage import embed_stage
 from clusterclip.errors import ClusterClipError

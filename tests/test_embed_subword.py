@@ -18,9 +18,9 @@ from scipy import sparse
 pytest.importorskip("sklearn")
 
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.corpus import read_column
+from clusterclip.contract.embed import EMBED_STAGE, load_confidence, load_embeddings
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EMBED_STAGE, load_confidence, load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.lsa import LsaEmbedder
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS, get_embedder

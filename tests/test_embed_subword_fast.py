@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("sklearn")
 
+from clusterclip.contract.embed import load_embeddings
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.lsa import LsaEmbedder
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS, encode_texts, get_embedder

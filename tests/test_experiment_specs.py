@@ -15,8 +15,8 @@ pytest.importorskip("tokenizers")
 
 from clusterclip.cli.main import build_parser
 from clusterclip.cli.options import experiment_config
-from clusterclip.cluster.contract import CENTROIDS, LABELS
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.cluster import CENTROIDS, LABELS
+from clusterclip.contract.corpus import read_column
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import ExperimentConfig, quick_config
 from clusterclip.experiment.data import encode_docs, load_tokenizer
@@ -119,7 +119,7 @@ def test_a_chosen_mixture_trained_by_the_experiment_is_its_plan(tmp_path: Path) 
     cap over those clusters for the split's budget, so its batches are that plan's (same order, same identity)."""
     import shutil
 
-    from clusterclip.experiment.contract import TUNE_DIR
+    from clusterclip.contract.experiment import TUNE_DIR
     from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
     from clusterclip.experiment.tune.weights import weight_spec
 
@@ -210,7 +210,7 @@ def test_a_stratified_plan_trained_by_the_experiment_is_its_plan_over_the_inputs
     """``clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2]`` with ``--quality-scorer heuristic``: the
     input's documents are scored, each training document keeps its score (by id), and the split's plan is the
     stratified plan of those scores over the split's clusters (same order), not the plain ClusterClip's."""
-    from clusterclip.corpus.contract import load_fields
+    from clusterclip.contract.corpus import load_fields
 
     corpus, out = _toy_corpus(tmp_path / "toy.jsonl"), tmp_path / "run"
     item = "clusterclip:strata=[cluster,quality:4],tier_weights=[0,1,1,2],max_repeat=5,name=tiers"

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.dedup.contract import dedup_inputs
+from clusterclip.contract.dedup import dedup_inputs
+from clusterclip.contract.export import check_export, read_export
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import blend as export_blend
-from clusterclip.export.contract import check_export, read_export
 from clusterclip.export.stage import ExportConfig, export_plan
 from clusterclip.export.writers import megatron as megatron_writer
 from clusterclip.plan import PlanConfig

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from clusterclip.contract.export import ExportMismatchError, check_export, read_export
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import ExportMismatchError, check_export, read_export
 from clusterclip.export.stage import export_plan
 from clusterclip.plan import PlanConfig
 from clusterclip.plan.stage import plan_stage

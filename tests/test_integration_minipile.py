@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import normalized_mutual_info_score
 
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.corpus import read_column
 from clusterclip.pipeline import run_pipeline
 from clusterclip.plan import PlanConfig
 from clusterclip.store import RunDir, load_npy

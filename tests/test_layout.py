@@ -1,6 +1,6 @@
 """The package stays readable and layered (docs/architecture.md): no import cycles, no import from a lower floor
 to a higher one, small modules, short functions, a storage floor that imports no stage, stages that read each
-other only through contracts, and contracts that import only the floor.
+other only through the contract package, and a contract package that imports only the floor.
 
 Imports are read from the source (module level, inside functions and under ``TYPE_CHECKING`` alike, every
 name of a ``from X import a, b``), so an import placed inside a function to dodge a cycle still counts as the
@@ -24,26 +24,19 @@ STORE = "clusterclip.store"
 FLOOR = {"clusterclip.errors", STORE}
 """What the storage floor may import from the package: the error types and itself."""
 CONTRACT_FLOOR = {"clusterclip", "clusterclip.errors", "clusterclip.settings", STORE}
-"""What a contract may import beyond its own stage's modules: the floor, the error types and the settings."""
+"""What the contract package may import beyond itself: the floor, the error types and the settings."""
 STAGES = ("corpus", "embed", "cluster", "dedup", "plan", "export", "report")
-"""The stage packages: each reads the others only through their ``contract`` module."""
+"""The stage packages: each reads the others only through the contract package."""
 CONTRACT_PACKAGE = "clusterclip.contract"
-"""The stages' contracts that already moved below every stage (``clusterclip.contract.<stage>``)."""
+"""Every stage's contract (``clusterclip.contract.<stage>``), below every stage."""
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("clusterclip", "errors", "progress"),
     ("mixture", "settings", "store"),
     ("charts", "contract", "ray_session", "stages"),
-    ("engines",),
-    ("corpus",),
-    ("embed",),
-    ("cluster",),
-    ("dedup",),
-    ("plan",),
-    ("contracts", "export", "online"),
-    ("torch",),
-    ("experiment",),
-    ("report",),
-    ("stage_table",),
+    ("engines", "plan"),
+    ("cluster", "corpus", "dedup", "embed", "export", "online"),
+    ("report", "torch"),
+    ("experiment", "stage_table"),
     ("add",),
     ("summary",),
     ("pipeline",),
@@ -178,51 +171,40 @@ def _in_floor(module: str) -> bool:
 
 def test_the_layering_reader_follows_every_name_of_an_import(tmp_path):
     path = tmp_path / "probe.py"
-    path.write_text("from clusterclip.plan.contract import PLANS_DIR\n"
+    path.write_text("from clusterclip.contract.plan import PLANS_DIR\n"
                     "from clusterclip import errors, settings\n"
-                    "from clusterclip.cluster import contract, stage\n")
+                    "from clusterclip.contract import cluster\n"
+                    "from clusterclip.cluster import config, stage\n")
     assert set(_imported("clusterclip.probe", path)) == {
-        "clusterclip.plan.contract", "clusterclip.errors", "clusterclip.settings", "clusterclip.cluster.contract",
-        "clusterclip.cluster.stage"}
+        "clusterclip.contract.plan", "clusterclip.errors", "clusterclip.settings", "clusterclip.contract.cluster",
+        "clusterclip.cluster.config", "clusterclip.cluster.stage"}
 
 
-def test_stages_import_each_other_only_through_contracts():
+def test_stages_import_each_other_only_through_the_contract_package():
     for module, imports in _graph().items():
         own = _stage(module)
         if own is None:
             continue
-        crossing = {m for m in imports if _stage(m) not in (None, own) and m != f"clusterclip.{_stage(m)}.contract"}
-        assert not crossing, f"{module} imports {sorted(crossing)}: another stage's build, not its contract"
+        crossing = {m for m in imports if _stage(m) not in (None, own)}
+        assert not crossing, f"{module} imports {sorted(crossing)}: another stage, not its contract"
 
 
-def test_contracts_import_only_the_floor_and_their_own_stage():
+def test_the_contract_package_imports_only_the_floor():
     graph = _graph()
-    contracts = {m for m in MODULES if m.endswith(".contract") or m.startswith(CONTRACT_PACKAGE + ".")}
-    assert all({f"clusterclip.{s}.contract", f"{CONTRACT_PACKAGE}.{s}"} & contracts for s in STAGES)
+    contracts = {m for m in MODULES if m == CONTRACT_PACKAGE or m.startswith(CONTRACT_PACKAGE + ".")}
+    assert {f"{CONTRACT_PACKAGE}.{s}" for s in STAGES} <= contracts
     for contract in contracts:
-        own = contract.rpartition(".")[0]
-        beyond = {m for m in _closure(graph, {contract})
-                  if not _in_floor(m) and m != own and not m.startswith(own + ".")}
+        beyond = {m for m in _closure(graph, {contract}) if not _in_floor(m)}
         assert not beyond, f"{contract} reaches {sorted(beyond)}"
-        builds = {m for m in _closure(graph, {contract}) if m.startswith(own + ".") and m.endswith(".stage")}
-        assert not builds, f"{contract} reaches its stage's build {sorted(builds)}"
-
-
-def test_the_table_of_contracts_imports_contracts_only():
-    reached = _closure(_graph(), {"clusterclip.contracts"}) - {"clusterclip.contracts"}
-    assert all(_in_floor(m) or _stage(m) for m in reached), sorted(reached)
-    assert not {m for m in reached if _stage(m) and m.endswith(".stage")}
 
 
 @pytest.mark.parametrize(("user", "never"), [("plan", "dedup"), ("plan", "embed"), ("export", "dedup"),
                                              ("report", "export")])
 def test_the_nevers_of_the_architecture_hold(user, never):
-    """No module of ``user`` reaches a module of ``never`` other than its contract, however indirectly."""
-    graph = _graph()
-    reached = _closure(graph, {m for m in MODULES if _stage(m) == user})
-    builds = sorted(m for m in reached if _stage(m) == never and not m.endswith(".contract")
-                    and m not in _closure(graph, {f"clusterclip.{never}.contract"}))
-    assert not builds, f"{user} reaches {builds}"
+    """No module of ``user`` reaches a module of ``never``, however indirectly (their contracts are in the
+    contract package)."""
+    reached = _closure(_graph(), {m for m in MODULES if _stage(m) == user})
+    assert not sorted(m for m in reached if _stage(m) == never), f"{user} reaches {never}"
 
 
 def _unit(module: str) -> str:
@@ -286,3 +268,21 @@ def test_modules_and_functions_are_short():
 def test_plan_modules_stay_under_300_lines():
     for path in sorted((PACKAGE / "plan").glob("*.py")):
         assert len(path.read_text().splitlines()) <= 300, path.name
+
+
+RAW_PLAN_READ = re.compile(r"(load_json|json\.loads?|read_text|open)\(.*(PLAN_RECORD|plan\.json)"
+                           r"|(PLAN_RECORD|plan\.json)\W.*\.(read_text|read_bytes|open)\(")
+"""A line that opens or parses a plan's ``plan.json`` itself instead of reading it as its ``PlanRecord``."""
+
+
+def _raw_plan_reads(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if RAW_PLAN_READ.search(line)]
+
+
+def test_plan_records_are_read_typed_outside_the_contract_package():
+    assert _raw_plan_reads('rec = json.loads((folder / "plan.json").read_text())\nx = load_json(p / PLAN_RECORD)')
+    assert _raw_plan_reads("raw = (folder / PLAN_RECORD).read_text()")
+    assert not _raw_plan_reads("rec = read_record(order.parent / PLAN_RECORD)\nok = (p / PLAN_RECORD).is_file()")
+    found = {m: hits for m, path in MODULES.items() if not m.startswith(CONTRACT_PACKAGE + ".")
+             and (hits := _raw_plan_reads(path.read_text()))}
+    assert not found, f"plan.json read raw (read it with contract.plan_locate.read_record or PlanRecord): {found}"

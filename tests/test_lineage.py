@@ -14,15 +14,15 @@ import pytest
 
 from clusterclip.add.lineage import abort_add
 from clusterclip.cli.main import main
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.corpus import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
+from clusterclip.contract.plan import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.contract.report import ReportRecord
-from clusterclip.contracts import audit
+from clusterclip.contract.stages import audit
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_STAGE, TOKENS, read_column
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path, plan_stage_name
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.report import build_report
 from clusterclip.store import RunDir, load_npy

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusterclip.contract.embed import EMBED_STAGE, load_embeddings
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EMBED_STAGE, load_embeddings
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.lsa import LsaEmbedder
 from clusterclip.embed.registry import encode_texts

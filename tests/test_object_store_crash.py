@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterclip.contracts import audit
+from clusterclip.contract.stages import audit
 from clusterclip.store import FAULT_ENV, RunDir
 from clusterclip.store.replica import MARK
 

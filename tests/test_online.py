@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.plan import PLAN_ORDER, PlanRecord, list_plans, plan_path, plan_stage_name
 from clusterclip.online import Controller, ControllerError
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import PLAN_ORDER, PlanRecord, list_plans, plan_path, plan_stage_name
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy, save_npy
 from tests.records import write_record

@@ -22,10 +22,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 datasets = pytest.importorskip("datasets")
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.plan import list_plans
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import list_plans
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_npy
 from clusterclip.torch.hf_online import IGNORE_INDEX, sample_losses

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.online import MIXER_RECORD, ONLINE_RECORD
+from clusterclip.contract.plan import plan_path
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import MIXER_RECORD, ONLINE_RECORD
 from clusterclip.online.state import MixerState, OnlineRecord
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import plan_path
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_npy
 from tests.records import write_record

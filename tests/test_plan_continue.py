@@ -11,10 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusterclip.cli.main import main
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.plan import PLAN_ORDER, plan_path, plan_stage_name
+from clusterclip.contract.plan_identity import identity_of
+from clusterclip.contract.plan_notes import clip_note
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, build_plan, reference_order
-from clusterclip.plan.contract import PLAN_ORDER, clip_note, identity_of, plan_path, plan_stage_name
 from clusterclip.plan.prior import prior_counts
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.store import RunDir, save_json, save_npy

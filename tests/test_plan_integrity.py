@@ -12,20 +12,12 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.plan import PLAN_BLOCKS, PLAN_ORDER, PLAN_RECORD, PLANS_DIR, plan_path
+from clusterclip.contract.plan_locate import PlanIntegrityError
+from clusterclip.contract.plan_reader import BLOCK_ENTRIES, block_checksums, open_plan
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig, PlanConfigError, build_plan, load_weights
-from clusterclip.plan.contract import (
-    BLOCK_ENTRIES,
-    PLAN_BLOCKS,
-    PLAN_ORDER,
-    PLAN_RECORD,
-    PLANS_DIR,
-    PlanIntegrityError,
-    block_checksums,
-    open_plan,
-    plan_path,
-)
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, file_digest, save_json, save_npy
 from tests.records import write_record
@@ -117,7 +109,7 @@ def test_sampler_refuses_a_modified_block_naming_it_and_the_rebuild_command(big,
 
 def test_blocks_are_verified_lazily_once_each(big, tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")  # noqa: F841
-    from clusterclip.plan import integrity
+    from clusterclip.contract import plan_reader as integrity
     from clusterclip.torch import ClusterClipSampler
 
     run, cfg = _copy(big, tmp_path)
@@ -412,3 +404,25 @@ def test_enospc_while_reserving_removes_the_temp_file(tmp_path, monkeypatch):
     with pytest.raises(build.PlanSpaceError, match="no space left for a plan of 500 draws"):
         build_plan(np.zeros(50, np.int64), PlanConfig(strategy="uniform", budget=500), out=out)
     assert not (tmp_path / "p").exists()
+
+
+def test_the_trainer_reads_plan_json_as_its_typed_record(tmp_path):
+    """``plan.json`` is read through :class:`PlanRecord` (its fields checked), not as a raw dict: the reader's
+    record is the typed record, and a record this clusterclip does not write is one line naming the rebuild."""
+    from clusterclip.contract.plan import PlanRecord
+    from clusterclip.contract.plan_locate import read_record
+
+    cfg = PlanConfig(strategy="uniform", budget=50)
+    run = _run(tmp_path, cfg)
+    order = run.path(plan_path(cfg.name(), PLAN_ORDER))
+    rec = read_record(order)
+    assert isinstance(rec, PlanRecord) and rec.name == cfg.name() and rec.stats["length"] == 50
+    assert open_plan(order).record == rec
+    path = order.parent / PLAN_RECORD
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "surprise": 1}))
+    with pytest.raises(PlanIntegrityError, match=r"plan\.json: unknown field\(s\) surprise.*rebuild the plan"):
+        open_plan(order)
+    path.write_text(json.dumps({**raw, "stats": "many"}))
+    with pytest.raises(PlanIntegrityError, match="field 'stats' is str"):
+        read_record(order)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import corpus_parts
+from clusterclip.contract.corpus import corpus_parts
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.embed.base import EmbedderBase, confidence_of
 from clusterclip.embed.stage import encode_shards

@@ -10,7 +10,7 @@ import string
 import numpy as np
 
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import load_fields
+from clusterclip.contract.corpus import load_fields
 from clusterclip.corpus.quality import heuristic_score, heuristic_scores
 from clusterclip.store import RunDir
 

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from clusterclip.cli.main import main
+from clusterclip.contract.corpus import CorpusRecord, iter_corpus
+from clusterclip.contract.record_kinds import part_of
+from clusterclip.contract.record_kinds.chat import Chat
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CorpusRecord, iter_corpus
-from clusterclip.corpus.kinds import part_of
-from clusterclip.corpus.kinds.chat import Chat
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.settings import SettingsError
 from clusterclip.store import RunDir

@@ -18,12 +18,10 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
-from clusterclip.contract.report import REPORT_DIR, REPORT_HTML, REPORT_STAGE
-from clusterclip.contracts import audit, finished_stages
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_part
-from clusterclip.embed.contract import EMBED_STAGE
-from clusterclip.plan.contract import (
+from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, corpus_part
+from clusterclip.contract.embed import EMBED_STAGE
+from clusterclip.contract.plan import (
     PLAN_DRAWS,
     PLAN_EXHAUSTED_AT,
     PLAN_MAX_REPEAT,
@@ -34,6 +32,8 @@ from clusterclip.plan.contract import (
     plan_path,
     plan_stage_name,
 )
+from clusterclip.contract.report import REPORT_DIR, REPORT_HTML, REPORT_STAGE
+from clusterclip.contract.stages import audit, finished_stages
 from clusterclip.report import build_report
 from clusterclip.store import LinkInRunDirError, RunDir, StaleArtifactError, load_npy, save_npy
 from clusterclip.store import layout as A

@@ -307,7 +307,7 @@ def test_example_indices_are_closest_to_centroid():
 def test_example_indices_in_chunks_equal_one_sort_of_the_whole_corpus(labels, per_cluster, chunk, with_scores, rnd):
     """Ties (scores from a few values), unlabelled (-1) and out-of-range (4 >= K) documents: chunked, the
     choice is the one a lexsort of every document makes; the per-cluster sums agree with ``np.bincount``."""
-    from clusterclip.cluster.contract import cluster_totals
+    from clusterclip.contract.cluster import cluster_totals
 
     lab = np.array(labels, np.int32)
     scores = np.array([rnd.choice([0.2, 0.5, 0.9]) for _ in labels], np.float32) if with_scores else None

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from clusterclip.charts.online import WeightTrack, experiment_online
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.plan import plan_path
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.contract import plan_path
 from clusterclip.plan.stage import plan_stage
 from clusterclip.report import build_report
 from clusterclip.report.load import load_run

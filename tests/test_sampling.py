@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as hs
 
+from clusterclip.contract.plan import list_plans
 from clusterclip.errors import ClusterClipError, InfeasiblePlanError
 from clusterclip.plan import PlanConfig, PlanConfigError, build_plan, load_weights, water_fill
-from clusterclip.plan.contract import list_plans
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, artifact_checksums, load_json, load_npy, save_npy
 from tests.records import write_record

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.corpus.contract import load_fields
+from clusterclip.contract.corpus import load_fields
+from clusterclip.contract.plan import PLAN_TIERS, list_plans, plan_path
 from clusterclip.plan.axes import where_in_data
-from clusterclip.plan.contract import list_plans
-from clusterclip.plan.files import PLAN_TIERS, plan_path
 from clusterclip.store import RunDir, load_npy
 from tests.test_strata_consumers import topic_corpus
 

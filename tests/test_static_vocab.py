@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusterclip.contracts import audit
-from clusterclip.corpus.contract import corpus_parts, sample_texts
+from clusterclip.contract.corpus import corpus_parts
+from clusterclip.contract.corpus_texts import sample_texts
+from clusterclip.contract.embed import EMBED_STAGE, load_embeddings
+from clusterclip.contract.stages import audit
 from clusterclip.embed import static_vocab
 from clusterclip.embed.base import minilm_path
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EMBED_STAGE, load_embeddings
 from clusterclip.embed.distill import static_cache_dir, vocabulary_hash
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.registry import encode_texts
@@ -174,8 +175,8 @@ def test_ray_engine_writes_the_same_artifacts(tmp_path: Path, cache: Path) -> No
 
 def test_add_embeds_new_documents_with_the_stored_model(tmp_path: Path, cache: Path) -> None:
     from clusterclip.cluster.stage import cluster_stage
+    from clusterclip.contract.corpus import read_column
     from clusterclip.corpus.config import CorpusConfig
-    from clusterclip.corpus.contract import read_column
     from clusterclip.corpus.stage import corpus_stage
     from tests.test_add import CLUSTER, add, new_file
     from tests.test_cli import make_corpus

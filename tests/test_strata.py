@@ -235,7 +235,7 @@ def test_field_values_of_arrays_and_categories():
 
 
 def test_the_summary_says_when_plans_differ_in_tokens():
-    from clusterclip.plan.clip import tokens_note
+    from clusterclip.contract.plan_notes import tokens_note
 
     plans = {"clusterclip-R4-docs": {"tokens": 135_680}, "random-Rinf-docs": {"tokens": 585_002}}
     note = tokens_note(plans)

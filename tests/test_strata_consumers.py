@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from clusterclip.cli.main import main
-from clusterclip.plan.contract import list_plans
+from clusterclip.contract.plan import list_plans
 from clusterclip.store import RunDir, load_npy
 
 

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, Dataset
 
+from clusterclip.contract.plan_locate import PlanIntegrityError
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan import PlanConfig
-from clusterclip.plan.integrity import PlanIntegrityError
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, save_json, save_npy
 from clusterclip.torch import ClusterClipSampler, load_plan, reorder_dataset

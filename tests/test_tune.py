@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from clusterclip.contract.plan import PLAN_ORDER, plan_path
 from clusterclip.experiment.stats import (
     MIN_PAIRS,
     bootstrap_means,
@@ -29,7 +30,6 @@ from clusterclip.experiment.stats import (
     paired_interval,
     verdict,
 )
-from clusterclip.plan.contract import PLAN_ORDER, plan_path
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tokenizers")

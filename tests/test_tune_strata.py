@@ -17,11 +17,11 @@ from clusterclip.cli import main as cli
 from clusterclip.cli.main import build_parser
 from clusterclip.cli.options import experiment_config
 from clusterclip.cli.tune import tune_configs
-from clusterclip.corpus.contract import CorpusRecord, load_fields
+from clusterclip.contract.corpus import CorpusRecord, load_fields
+from clusterclip.contract.plan import PLAN_ORDER, plan_path
 from clusterclip.experiment.config import quick_config
 from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.search_stage import run_tune, tune_argv
-from clusterclip.plan.contract import PLAN_ORDER, plan_path
 from clusterclip.store import RunDir, load_npy
 from tests.test_tune import FakeRunner
 

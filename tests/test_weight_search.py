@@ -294,8 +294,8 @@ def test_chosen_weights_become_an_ordinary_weights_plan_with_its_file(tmp_path: 
             return ["clusterclip", "plan", stage.RUN, "--strategy", "weights", "--weights", "WEIGHTS_FILE"]
 
     monkeypatch.setattr(stage, "plan_argv", plan_argv)
-    from clusterclip.cluster.contract import CENTROIDS
-    from clusterclip.experiment.contract import TUNE_DIR
+    from clusterclip.contract.cluster import CENTROIDS
+    from clusterclip.contract.experiment import TUNE_DIR
     from clusterclip.experiment.tune.chosen_plan import write_chosen_plan
     from clusterclip.experiment.tune.weights import weight_spec
     from clusterclip.store import load_npy
@@ -360,7 +360,7 @@ def test_groups_carry_over_splits_whose_embedders_were_fitted_apart(tmp_path: Pa
     split's documents embedded by the reference split's embedder put its clusters (here: the true topics,
     plus one empty cluster) next to the reference's same topics."""
     pytest.importorskip("sklearn")
-    from clusterclip.embed.contract import load_embeddings
+    from clusterclip.contract.embed import load_embeddings
     from clusterclip.embed.stage import embed_stage
     from clusterclip.experiment.tune.runners import centroids_in
     from tests.test_embed import _make_run

@@ -14,11 +14,11 @@ from typing import Any
 
 from clusterclip.cluster.config import ClusterConfig
 from clusterclip.cluster.stage import cluster_stage
-from clusterclip.contracts import record_paths
+from clusterclip.contract.embed import EmbedRecord
+from clusterclip.contract.stages import record_paths
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.stage import corpus_command, corpus_stage
 from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import EmbedRecord
 from clusterclip.embed.stage import embed_stage
 from clusterclip.engines import EngineConfig
 from clusterclip.plan.config import PlanConfig

@@ -1,5 +1,5 @@
 """The run summary: what ``clusterclip run`` prints and ``clusterclip status`` shows, from the records of every
-stage of the table (:mod:`clusterclip.contracts`), never failing on a damaged run directory."""
+stage of the table (:mod:`clusterclip.contract.stages`), never failing on a damaged run directory."""
 
 from __future__ import annotations
 
@@ -10,22 +10,14 @@ import numpy as np
 
 from clusterclip.add.drift import duplicates_note
 from clusterclip.add.lineage import pending_note
-from clusterclip.cluster.contract import CLUSTER_STAGE, SIZES, ClusterRecord
-from clusterclip.contracts import finished_stages
-from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord
-from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
-from clusterclip.embed.contract import EmbedRecord
+from clusterclip.contract.cluster import CLUSTER_STAGE, SIZES, ClusterRecord
+from clusterclip.contract.corpus import CORPUS_STAGE, CorpusRecord
+from clusterclip.contract.dedup import DEDUP_STAGE, DedupRecord
+from clusterclip.contract.embed import EmbedRecord
+from clusterclip.contract.plan import PLAN_RECORD, PlanRecord, list_plans, orphan_plans, plan_path, plan_stage_name
+from clusterclip.contract.plan_notes import clip_note, strata_note, tokens_note
+from clusterclip.contract.stages import finished_stages
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan.clip import strata_note, tokens_note
-from clusterclip.plan.contract import (
-    PLAN_RECORD,
-    PlanRecord,
-    clip_note,
-    list_plans,
-    orphan_plans,
-    plan_path,
-    plan_stage_name,
-)
 from clusterclip.store import RunDir, load_npy
 from clusterclip.store import layout as A
 from clusterclip.store.lock import held_elsewhere

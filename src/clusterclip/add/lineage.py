@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.cluster.contract import LABELS, SCORES, SIZES
-from clusterclip.contracts import GROWN
-from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord, open_part
+from clusterclip.contract.cluster import LABELS, SCORES, SIZES
+from clusterclip.contract.corpus import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.contract.corpus_texts import open_part
+from clusterclip.contract.embed import CONFIDENCE_GLOB, EMBED_DIR, EMBED_SHARD_GLOB
+from clusterclip.contract.stages import GROWN
 from clusterclip.corpus.fields import restore_fields
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.dedup.grow import JOURNAL_KEY as DEDUP_JOURNAL_KEY
 from clusterclip.dedup.grow import restore_groups
-from clusterclip.embed.contract import CONFIDENCE_GLOB, EMBED_DIR, EMBED_SHARD_GLOB
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags
 from clusterclip.store import RUN, RunDir, load_json, save_json, save_npy

@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 
 from clusterclip.add.drift import duplicates_note
 from clusterclip.add.lineage import text_hashes
-from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CorpusRecord, corpus_part, open_part
+from clusterclip.contract.corpus import CORPUS_DIR, CORPUS_PART_GLOB, CorpusRecord, corpus_part
+from clusterclip.contract.corpus_texts import open_part
 from clusterclip.corpus.grow import NewDocs
 from clusterclip.corpus.inputs import WorkUnit
 from clusterclip.corpus.limits import PART_ROWS

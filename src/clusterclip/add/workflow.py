@@ -14,17 +14,17 @@ import numpy as np
 from clusterclip.add.drift import Coverage, Neighbourhood, drift_report, neighbourhood, reference_rows
 from clusterclip.add.lineage import READ_FIELDS, add_command, base_records, check_duplicate_inputs, run_text_hashes
 from clusterclip.add.new_docs import read_new_documents
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SCORES, SIZES
 from clusterclip.cluster.grow import grow_clusters
-from clusterclip.contracts import GROWN
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS, SCORES, SIZES
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.contract.dedup import DEDUP_STAGE, DedupRecord
+from clusterclip.contract.embed import EMBED_STAGE, EmbedRecord, gather_embeddings
+from clusterclip.contract.stages import GROWN
 from clusterclip.corpus.fields import build_fields
 from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint, work_units
 from clusterclip.corpus.records import ReadOptions
-from clusterclip.dedup.contract import DEDUP_STAGE, DedupRecord
 from clusterclip.dedup.grow import JOURNAL_KEY as DEDUP_JOURNAL_KEY
 from clusterclip.dedup.grow import extendable
-from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, gather_embeddings
 from clusterclip.embed.grow import embed_new
 from clusterclip.engines import check_engine
 from clusterclip.errors import ClusterClipError

@@ -9,8 +9,8 @@ from clusterclip.add.drift import format_drift
 from clusterclip.add.lineage import abort_add
 from clusterclip.add.workflow import READ_FIELDS, AddConfig, add_documents
 from clusterclip.cli.options import add_common, add_engine, command
-from clusterclip.contracts import record_paths
-from clusterclip.corpus.contract import CorpusRecord
+from clusterclip.contract.corpus import CorpusRecord
+from clusterclip.contract.stages import record_paths
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import add_arguments, from_args

@@ -7,7 +7,7 @@ from typing import Any
 
 from clusterclip.cli.options import add_cluster, add_common, cluster_config, command, engine_config
 from clusterclip.cluster.stage import cluster_stage
-from clusterclip.plan.contract import refuse_stranding_refit
+from clusterclip.contract.plan import refuse_stranding_refit
 from clusterclip.stages import writing
 from clusterclip.store import RunDir
 

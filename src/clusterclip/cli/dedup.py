@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip.cli.options import add_common, add_engine, command, engine_config
-from clusterclip.corpus.contract import CorpusIndex
+from clusterclip.contract.corpus import CorpusIndex
+from clusterclip.contract.dedup import DedupRecord
 from clusterclip.dedup.config import DedupConfig
-from clusterclip.dedup.contract import DedupRecord
 from clusterclip.dedup.stage import dedup_stage
 from clusterclip.settings import add_arguments, from_args
 from clusterclip.stages import writing

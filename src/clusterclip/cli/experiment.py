@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from clusterclip.cli.options import Renamed, add_presets, add_verbosity, command, experiment_config, settings_error
+from clusterclip.contract.experiment import EXPERIMENT_RESULTS
 from clusterclip.experiment.config import (
     DATA_FIELDS,
     MEASURING_FIELDS,
@@ -19,7 +20,6 @@ from clusterclip.experiment.config import (
     ModelConfig,
     TrainConfig,
 )
-from clusterclip.experiment.contract import EXPERIMENT_RESULTS
 from clusterclip.settings import SettingsError, add_arguments
 
 HELP = "train a small GPT per sampling strategy and compare held-out losses"

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from clusterclip.cluster.config import ClusterConfig
+from clusterclip.contract.plan import PLAN_FIELDS
 from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
 from clusterclip.embed.config import EmbedConfig
 from clusterclip.engines import EngineConfig
@@ -21,7 +22,7 @@ from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.config import PRESETS, ExperimentConfig, ModelConfig, TrainConfig, preset_config
 from clusterclip.pipeline import DEFAULT_EPOCHS, DEFAULT_STRATEGIES
 from clusterclip.plan.chain import INHERITED
-from clusterclip.plan.config import DEFAULT_ORDER, PLAN_FIELDS, STRATEGIES, PlanConfig
+from clusterclip.plan.config import DEFAULT_ORDER, STRATEGIES, PlanConfig
 from clusterclip.plan.strategies import STRATEGIES as STRATEGY_CLASSES
 from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError, add_arguments, error_message, flag_of, from_args
@@ -138,7 +139,7 @@ def add_cluster(p: argparse.ArgumentParser, standalone: bool = False) -> None:
 
 
 def add_plan(p: argparse.ArgumentParser, multi: bool) -> None:
-    """The plan options (every setting of :data:`~clusterclip.plan.config.PLAN_FIELDS`, then ``--weights``, the
+    """The plan options (every setting of :data:`~clusterclip.contract.plan.PLAN_FIELDS`, then ``--weights``, the
     file behind the ``weights`` setting); ``multi`` plans several strategies: ``--strategies``, a comma-separated
     list (``--strategy``, its former spelling, still works), in place of ``--strategy``."""
     g = p.add_argument_group("sampling plan")

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from clusterclip.cli.options import add_common, add_plan, command, explicit_plan_settings, plan_configs
-from clusterclip.contracts import record_paths
+from clusterclip.contract.plan_notes import clip_note
+from clusterclip.contract.stages import record_paths
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan.chain import overrides_note
-from clusterclip.plan.contract import clip_note
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.stages import writing
 from clusterclip.store import RunDir

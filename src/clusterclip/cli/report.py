@@ -7,9 +7,9 @@ import sys
 from typing import Any
 
 from clusterclip.cli.options import add_common, command
-from clusterclip.cluster.contract import CLUSTER_STAGE
+from clusterclip.contract.cluster import CLUSTER_STAGE
 from clusterclip.contract.report import ReportRecord
-from clusterclip.contracts import record_paths
+from clusterclip.contract.stages import record_paths
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A

@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 from clusterclip.cli.options import command
-from clusterclip.contracts import audit as stage_audit
-from clusterclip.contracts import record_paths
+from clusterclip.contract.online import online_audit
+from clusterclip.contract.plan import list_plans, plan_path
+from clusterclip.contract.plan_reader import PlanReader
+from clusterclip.contract.stages import audit as stage_audit
+from clusterclip.contract.stages import record_paths
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import online_audit
 from clusterclip.plan.axes import where_in_data
-from clusterclip.plan.contract import list_plans, plan_path
-from clusterclip.plan.integrity import PlanReader
 from clusterclip.plan.seen import format_seen
 from clusterclip.store import RunDir
 from clusterclip.store.lineage import check_record_files
@@ -83,4 +83,4 @@ def _at_step(a: argparse.Namespace) -> int:
 
 def _default_axes(run_dir: str, plan: str | None) -> list[str]:
     reader = PlanReader.open(run_dir, plan)
-    return ["cluster", "tier"] if (reader.record or {}).get("stats", {}).get("strata") else ["cluster"]
+    return ["cluster", "tier"] if reader.record is not None and reader.record.stats.get("strata") else ["cluster"]

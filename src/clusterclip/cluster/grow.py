@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, GROWN_ARRAYS, LABELS, SCORES, SIZES, ClusterRecord
 from clusterclip.cluster.kmeans import ASSIGN_BATCH, assign
-from clusterclip.embed.contract import EMBED_STAGE
+from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, GROWN_ARRAYS, LABELS, SCORES, SIZES, ClusterRecord
+from clusterclip.contract.embed import EMBED_STAGE
 from clusterclip.stages import grow_stage
 from clusterclip.stages.growth import Growth
 from clusterclip.store import RunDir, load_npy, save_npy

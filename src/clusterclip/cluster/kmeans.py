@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.cluster.config import DEFAULT_POINTS_PER_CENTROID
-from clusterclip.cluster.contract import cluster_totals
+from clusterclip.contract.cluster import cluster_totals
 from clusterclip.errors import ClusterClipError
 
 log = logging.getLogger(__name__)

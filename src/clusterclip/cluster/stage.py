@@ -1,6 +1,6 @@
 """The cluster stage: fit centroids on a seeded sample of the run's embeddings, assign every document.
 
-Writes the arrays of :mod:`clusterclip.cluster.contract` and the ``cluster.json`` record. Documents appended
+Writes the arrays of :mod:`clusterclip.contract.cluster` and the ``cluster.json`` record. Documents appended
 by ``clusterclip add`` are assigned to the frozen centroids by :mod:`clusterclip.cluster.grow`.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import asdict
 import numpy as np
 
 from clusterclip.cluster.config import ClusterConfig
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord
 from clusterclip.cluster.kmeans import ASSIGN_BATCH, assign, compact_labels, fit_centroids, sample_rows
-from clusterclip.corpus.contract import CORPUS_STAGE, check_inputs_unchanged
-from clusterclip.embed.contract import EMBED_STAGE, EmbedRecord, gather_embeddings, iter_embeddings
+from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord
+from clusterclip.contract.corpus import CORPUS_STAGE, check_inputs_unchanged
+from clusterclip.contract.embed import EMBED_STAGE, EmbedRecord, gather_embeddings, iter_embeddings
 from clusterclip.engines import check_engine, ray_assign
 from clusterclip.progress import progress_bar
 from clusterclip.settings import command_flags
@@ -39,7 +39,7 @@ def cluster_stage(run: RunDir, config: ClusterConfig | None = None, force: bool 
     After ``clusterclip add`` the record keeps the centroids fitted on the first ``fit_count`` documents
     (the default k stays the one derived from them, so the stage stays fresh); ``refit`` fits new centroids
     over all documents (the default k from their count), which makes every plan stale (``clusterclip cluster``
-    first asks :func:`clusterclip.plan.contract.refuse_stranding_refit`, where the plans' staleness is read)."""
+    first asks :func:`clusterclip.contract.plan.refuse_stranding_refit`, where the plans' staleness is read)."""
     config = config or ClusterConfig()
     check_engine(engine)
     embed = EmbedRecord.require(run, verify=False)

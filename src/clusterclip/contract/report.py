@@ -20,4 +20,5 @@ class ReportRecord(StageRecord):
     page says of the plans it left out or shows in part (``plan_notes``: a stale plan, a damaged record)."""
 
     NAME: ClassVar[str] = REPORT_STAGE
+    UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus", "embed", "cluster", "dedup", "plans")
     plan_notes: list[str] | None = None

@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip.corpus.contract import FIELD_COLUMN, field_files, open_part
+from clusterclip.contract.corpus import FIELD_COLUMN, field_files
+from clusterclip.contract.corpus_texts import open_part
 from clusterclip.corpus.records import field_spec
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, load_json, save_json, save_npy

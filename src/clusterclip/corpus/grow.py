@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord, field_files
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord, field_files
 from clusterclip.corpus.records import ReadStats
 from clusterclip.stages import grow_stage
 from clusterclip.stages.growth import Growth

@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip.contract.corpus import corpus_schema
+from clusterclip.contract.corpus_texts import RECORD_COLUMN
 from clusterclip.corpus import limits
-from clusterclip.corpus.contract import RECORD_COLUMN, corpus_schema
 from clusterclip.corpus.id_spill import IdSpill
 from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.records import DocBatch, ReadStats

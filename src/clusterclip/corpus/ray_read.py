@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clusterclip.contract.corpus import CORPUS_ID_SPILL, corpus_part, corpus_staging_part
 from clusterclip.corpus import limits
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CORPUS_ID_SPILL, corpus_part, corpus_staging_part
 from clusterclip.corpus.format_base import WorkUnit
 from clusterclip.corpus.id_spill import UNIT_SHIFT, IdSpill
 from clusterclip.corpus.inputs import number_lines, work_units

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from clusterclip.contract.record_kinds import KINDS, RECORD_KINDS, KindError, kind_of, template_fields, text_of
 from clusterclip.corpus import limits
-from clusterclip.corpus.kinds import KINDS, RECORD_KINDS, KindError, kind_of, template_fields, text_of
 from clusterclip.errors import BadRecordError, ClusterClipError
 from clusterclip.settings import Settings, is_text, option, optional, setting
 

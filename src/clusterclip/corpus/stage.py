@@ -14,9 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from clusterclip.corpus import limits
-from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
-from clusterclip.corpus.contract import (
+from clusterclip.contract.corpus import (
     CORPUS_DIR,
     CORPUS_ID_SPILL,
     CORPUS_PART_GLOB,
@@ -27,6 +25,8 @@ from clusterclip.corpus.contract import (
     CorpusRecord,
     corpus_part,
 )
+from clusterclip.corpus import limits
+from clusterclip.corpus.config import CORPUS_FIELDS, CorpusConfig
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
 from clusterclip.corpus.fields import build_fields

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.record_kinds import KINDS, Template
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.kinds import KINDS, Template
 from clusterclip.corpus.records import DocBatch
 from clusterclip.errors import ClusterClipError, first_line
 from clusterclip.settings import SettingsError

@@ -49,7 +49,7 @@ Cosine = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 @dataclass(frozen=True)
 class PairwiseWork:
-    """The stored work groups are derived from (``dedup/*.npy``; see :mod:`clusterclip.dedup.contract`): the
+    """The stored work groups are derived from (``dedup/*.npy``; see :mod:`clusterclip.contract.dedup`): the
     semantic ``neighbour`` and ``similarity`` of each document, the lexical candidate ``pairs`` [P, 2] and their
     shingle Jaccard estimates (``pair_jaccard``), the token counts (``tokens``: the kept rule), and per document
     its ``word_signatures``, its distinct ``shingle_count`` and its normalised ``text_key``."""

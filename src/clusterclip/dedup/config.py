@@ -1,4 +1,4 @@
-"""Settings of the dedup stage (its files and record are in :mod:`clusterclip.dedup.contract`)."""
+"""Settings of the dedup stage (its files and record are in :mod:`clusterclip.contract.dedup`)."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.contract.corpus import CORPUS_STAGE
+from clusterclip.contract.dedup import DEDUP_STAGE, INDEX_ARTIFACTS, DedupRecord, inputs_of
 from clusterclip.dedup.config import DedupConfig
-from clusterclip.dedup.contract import DEDUP_STAGE, INDEX_ARTIFACTS, DedupRecord, inputs_of
 from clusterclip.dedup.stage import build_artifacts, dedup_stage
 from clusterclip.stages.growth import Growth
 from clusterclip.store import RunDir, artifact_checksums, save_json

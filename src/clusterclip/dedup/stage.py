@@ -19,11 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, corpus_parts, iter_corpus, open_part, read_column
-from clusterclip.dedup.checked import CheckedGroups, PairwiseWork, derive_checked_groups
-from clusterclip.dedup.config import DedupConfig
-from clusterclip.dedup.contract import (
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, corpus_parts, iter_corpus, read_column
+from clusterclip.contract.corpus_texts import open_part
+from clusterclip.contract.dedup import (
     DEDUP_DIR,
     DEDUP_STAGE,
     GROUP,
@@ -41,10 +40,12 @@ from clusterclip.dedup.contract import (
     DedupRecord,
     dedup_inputs,
 )
+from clusterclip.contract.embed import EMBED_STAGE, gather_embeddings
+from clusterclip.dedup.checked import CheckedGroups, PairwiseWork, derive_checked_groups
+from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.groups import detector_names
 from clusterclip.dedup.lexical import Hashing, TextHashes, hash_texts, lsh_pairs
 from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
-from clusterclip.embed.contract import EMBED_STAGE, gather_embeddings
 from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
 from clusterclip.settings import command_flags

@@ -20,7 +20,7 @@ from clusterclip.settings import SettingsError, at_least
 from clusterclip.store import file_digest, load_json, load_npy, save_json, save_npy
 
 if TYPE_CHECKING:
-    from clusterclip.embed.contract import EmbedRecord
+    from clusterclip.contract.embed import EmbedRecord
     from clusterclip.store import RunDir
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -170,7 +170,7 @@ class EmbedderBase:
         of ``coverage`` (the share of the document's text the embedder saw: for a fitted vocabulary, its words in
         it; for a model, what truncation kept; 1 for a model-free embedder) and ``norm`` (the vector's norm before
         normalising: for ``lsa``, the share of the document's TF-IDF row that the fitted directions hold).
-        See :data:`clusterclip.embed.contract.CONFIDENCE_COLUMNS` and ``docs/embedders.md``. ``on_rows`` is called
+        See :data:`clusterclip.contract.embed.CONFIDENCE_COLUMNS` and ``docs/embedders.md``. ``on_rows`` is called
         with the row count of each encoder batch as it is done (a caller's progress bar)."""
         texts = list(texts)
         show = self.progress if progress is None else progress

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clusterclip.corpus.contract import PARTS
+from clusterclip.contract.record_kinds import PARTS
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, DEFAULT_SHARD_SIZE, EMBEDDERS, default_batch_sizes
 from clusterclip.settings import Settings, at_least, is_text, optional, setting
 

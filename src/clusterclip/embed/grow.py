@@ -6,12 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord, Parts
-from clusterclip.embed.contract import (
-    EMBED_STAGE,
-    EmbedRecord,
-    shards_confidence,
-)
+from clusterclip.contract.corpus import CORPUS_STAGE, CorpusRecord
+from clusterclip.contract.corpus_texts import Parts
+from clusterclip.contract.embed import EMBED_STAGE, EmbedRecord, shards_confidence
 from clusterclip.embed.load import run_embedder
 from clusterclip.embed.stage import encode_shards, write_shard
 from clusterclip.errors import ClusterClipError

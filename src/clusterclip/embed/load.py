@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from clusterclip.contract.embed import EmbedRecord
 from clusterclip.embed.base import Embedder
-from clusterclip.embed.contract import EmbedRecord
 from clusterclip.embed.registry import embedder_class
 from clusterclip.store import RunDir
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.embed import model_dir
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
-from clusterclip.embed.contract import model_dir
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_steps
 

@@ -11,7 +11,7 @@ from clusterclip.embed.base import MINILM_ID, EmbedderBase, digest, hf_progress,
 from clusterclip.progress import progress_note
 
 if TYPE_CHECKING:
-    from clusterclip.embed.contract import EmbedRecord
+    from clusterclip.contract.embed import EmbedRecord
     from clusterclip.store import RunDir
 
 

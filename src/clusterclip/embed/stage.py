@@ -10,18 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.corpus.contract import (
-    CORPUS_STAGE,
-    CorpusRecord,
-    Parts,
-    TextReader,
-    corpus_parts,
-    count_rows,
-    sample_texts,
-)
-from clusterclip.embed.base import Embedder, FittedEmbedder, confidence_of
-from clusterclip.embed.config import EmbedConfig
-from clusterclip.embed.contract import (
+from clusterclip.contract.corpus import CORPUS_STAGE, CorpusRecord, corpus_parts, count_rows
+from clusterclip.contract.corpus_texts import Parts, TextReader, sample_texts
+from clusterclip.contract.embed import (
     CONFIDENCE_COLUMNS,
     CONFIDENCE_GLOB,
     EMBED_DIR,
@@ -33,6 +24,8 @@ from clusterclip.embed.contract import (
     embed_shard,
     shards_confidence,
 )
+from clusterclip.embed.base import Embedder, FittedEmbedder, confidence_of
+from clusterclip.embed.config import EmbedConfig
 from clusterclip.embed.registry import fitted_embedders, get_embedder
 from clusterclip.errors import ClusterClipError, disk_full_at
 from clusterclip.progress import progress_bar

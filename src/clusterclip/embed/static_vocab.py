@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.embed import model_dir
 from clusterclip.embed.base import MINILM_ID, EmbedderBase, FittedEmbedder, digest, minilm_path
-from clusterclip.embed.contract import model_dir
 from clusterclip.embed.distill import (
     STATIC_RECIPE,
     distill_static_model,

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from clusterclip.contract.embed import model_dir
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
 from clusterclip.embed.block_svd import block_svd
-from clusterclip.embed.contract import model_dir
 from clusterclip.embed.subword_tokens import (
     WORD_PATTERN,
     CodePoints,

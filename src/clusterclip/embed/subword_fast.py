@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from clusterclip.contract.embed import model_dir
 from clusterclip.embed.base import EmbedderBase
-from clusterclip.embed.contract import model_dir
 from clusterclip.embed.subword import SubwordEmbedder, _coverage
 from clusterclip.embed.subword_tokens import CodePoints, TokenBatch, inverse, row_norms, scale_rows, sublinear
 from clusterclip.errors import ClusterClipError

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster.contract import CENTROIDS, load_labels
-from clusterclip.corpus.contract import CORPUS_STAGE, CorpusRecord, load_fields, read_column
+from clusterclip.contract.cluster import CENTROIDS, load_labels
+from clusterclip.contract.corpus import CORPUS_STAGE, CorpusRecord, load_fields, read_column
 from clusterclip.errors import ClusterClipError
 from clusterclip.plan.strata import FieldValues, field_values
 from clusterclip.store import RunDir, load_npy

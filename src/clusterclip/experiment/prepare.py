@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from clusterclip.cluster.config import ClusterConfig
-from clusterclip.cluster.contract import CENTROIDS, load_labels
 from clusterclip.cluster.kmeans import assign, fit_centroids
 from clusterclip.cluster.stage import cluster_stage
+from clusterclip.contract.cluster import CENTROIDS, load_labels
+from clusterclip.contract.corpus import CorpusRecord, read_column
+from clusterclip.contract.record_kinds import text_of
 from clusterclip.corpus.config import CorpusConfig
-from clusterclip.corpus.contract import CorpusRecord, read_column
-from clusterclip.corpus.kinds import text_of
 from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.corpus.stage import corpus_stage
 from clusterclip.dedup.config import DedupConfig

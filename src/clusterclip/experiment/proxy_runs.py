@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
+from clusterclip.contract.experiment import EXPERIMENT_STAGE
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
-from clusterclip.experiment.contract import EXPERIMENT_STAGE
 from clusterclip.experiment.model import GPT
 from clusterclip.experiment.prepare import input_fingerprint
 from clusterclip.experiment.results import RESULTS_VERSION, reusable_results, write_results

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.corpus.kinds import kind_of
+from clusterclip.contract.record_kinds import kind_of
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.data import EOS, TokenizedDocs, cut_words
 

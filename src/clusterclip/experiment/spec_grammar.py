@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clusterclip.cluster.contract import CLUSTER_STAGE
-from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.contract.cluster import CLUSTER_STAGE
+from clusterclip.contract.corpus import CORPUS_STAGE
+from clusterclip.contract.plan import PLAN_RECORD
+from clusterclip.contract.plan_locate import read_record, resolve_plan_path
 from clusterclip.corpus.quality import QUALITY_FIELD
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.specs import (
@@ -47,7 +49,6 @@ from clusterclip.experiment.specs import (
 )
 from clusterclip.plan import strategies as registry
 from clusterclip.plan.config import PlanConfig
-from clusterclip.plan.contract import PLAN_RECORD, read_record, resolve_plan_path
 from clusterclip.plan.weights_file import load_weights
 from clusterclip.settings import SettingsError
 from clusterclip.store import RunDir, config_hash
@@ -273,7 +274,7 @@ def _source(item: Item) -> tuple[str, dict[str, Any], Path | None]:
     record = read_record(order.parent / PLAN_RECORD)
     if record is None:
         raise ClusterClipError(f"{order.parent}: no readable {PLAN_RECORD}")
-    pc = PlanConfig.from_json(record["config"])
+    pc = PlanConfig.from_json(record.config)
     fields = plan_fields()
     recorded = {k: getattr(pc, k) for k, f in fields.items() if getattr(pc, k) != f.default}
     if pc.effective_max_repeat is not None:

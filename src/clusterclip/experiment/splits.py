@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clusterclip.corpus.contract import CORPUS_STAGE
+from clusterclip.contract.corpus import CORPUS_STAGE
+from clusterclip.contract.experiment import EXPERIMENT_DIR, EXPERIMENT_RESULTS
 from clusterclip.experiment.config import ExperimentConfig
-from clusterclip.experiment.contract import EXPERIMENT_DIR, EXPERIMENT_RESULTS
 from clusterclip.experiment.prepare import prepare_data, tokenize
 from clusterclip.experiment.results import discard
 from clusterclip.experiment.steps import SplitData, set_up

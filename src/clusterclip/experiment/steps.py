@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from clusterclip.corpus.contract import read_column
-from clusterclip.dedup.contract import load_groups
+from clusterclip.contract.corpus import read_column
+from clusterclip.contract.dedup import load_groups
 from clusterclip.experiment.batches import PlanBatches
 from clusterclip.experiment.by_id import run_fields, run_labels
 from clusterclip.experiment.config import ExperimentConfig, ModelConfig, TrainConfig

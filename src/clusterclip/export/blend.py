@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip.dedup.contract import load_groups
+from clusterclip.contract.dedup import load_groups
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.publish import ExportFolder
 from clusterclip.export.stream import PlanStream, window_rows

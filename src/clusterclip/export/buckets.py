@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.contract import RowGroup, in_index_order, open_part, row_columns, with_records
+from clusterclip.contract.corpus import RowGroup, in_index_order, row_columns, with_records
+from clusterclip.contract.corpus_texts import open_part
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.chat import ChatEncoder, ChatSpec
 from clusterclip.export.records import RECORD, body_columns

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.corpus.contract import Parts
+from clusterclip.contract.corpus_texts import Parts
 from clusterclip.export.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.export import EXPORT_STAGE, ExportRecord, edited_message, file_sizes
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import EXPORT_STAGE, ExportRecord, edited_message, file_sizes
 from clusterclip.export.writers.megatron import MegatronWriter, megatron_imports
 from clusterclip.store.paths import kind, read_bytes
 from clusterclip.store.record import RecordError

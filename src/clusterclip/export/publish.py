@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 
+from clusterclip.contract.export import EXPORT_IDENTITY, EXPORT_MANIFEST, EXPORT_STAGING
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
-from clusterclip.export.contract import EXPORT_IDENTITY, EXPORT_MANIFEST, EXPORT_STAGING
 from clusterclip.store import TMP_PREFIX, atomic_write, load_json, save_json
 from clusterclip.store import layout as A
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from clusterclip.corpus.contract import CorpusRecord, iter_corpus
+from clusterclip.contract.corpus import CorpusRecord, iter_corpus
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.chat import ChatEncoder
 from clusterclip.export.tokenizer import Tokenizer

@@ -18,12 +18,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from clusterclip.contract.export import EXPORT_MANIFEST, content_hash, metadata, stream_identity
 from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
 from clusterclip.export.blend import write_blend_export
 from clusterclip.export.chat import LOSS_MASK
-from clusterclip.export.contract import EXPORT_MANIFEST, content_hash, metadata, stream_identity
 from clusterclip.export.publish import ExportFolder, check_space, write_error
 from clusterclip.export.stream import PlanStream
 from clusterclip.export.writers.registry import FORMATS, WRITERS
@@ -158,7 +158,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
         need = blend_bytes(src, src.corpus.n)
         write = partial(write_blend_export, src, memory_mb=cfg.memory_mb, shard_size=cfg.shard_size)
     else:
-        need = src.estimate_bytes(doubled=cfg.fmt == "hf", scratch=src.bucketed(cfg.memory_mb))
+        need = src.estimate_bytes(doubled=WRITERS[cfg.fmt].WRITES_TWICE, scratch=src.bucketed(cfg.memory_mb))
         write = partial(_write_stream, src, cfg, engine)
         if (too_large := src.batch_warning(cfg.memory_mb, cfg.shard_size)) is not None:
             log.warning("export: %s", too_large)

@@ -21,27 +21,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, load_labels
-from clusterclip.corpus.contract import (
-    CORPUS_STAGE,
-    TOKENS,
-    CorpusIndex,
-    CorpusRecord,
-)
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS, load_labels
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusIndex, CorpusRecord
+from clusterclip.contract.plan import PLAN_TIERS, PlanRecord, plan_path, plan_stage_name
+from clusterclip.contract.plan_locate import resolve_plan_path
+from clusterclip.contract.plan_reader import open_plan
 from clusterclip.engines import ordered_map
 from clusterclip.errors import ClusterClipError
 from clusterclip.export import buckets as B
 from clusterclip.export.chat import LOSS_MASK, ChatEncoder
 from clusterclip.export.records import RecordFields, body_columns, has_conversations
 from clusterclip.export.tokenizer import Tokenizer
-from clusterclip.plan.contract import (
-    PLAN_TIERS,
-    PlanRecord,
-    open_plan,
-    plan_path,
-    plan_stage_name,
-    resolve_plan_path,
-)
 from clusterclip.store import RunDir, StaleArtifactError, load_npy
 from clusterclip.store.paths import discard, is_remote
 
@@ -287,9 +277,9 @@ class PlanStream:
     def estimate_bytes(self, doubled: bool, scratch: bool = False) -> int:
         """A generous estimate of the bytes the export writes: the planned documents' text (the larger of
         the corpus's mean document per draw and the plan's token count at the corpus's bytes per token) plus
-        a row's fields; with a tokenizer, one token per two bytes of text; ``doubled`` (``hf``: its stream,
-        then the saved copy) twice that; ``scratch`` adds the buckets' copy of the planned text and the
-        plan's pairs."""
+        a row's fields; with a tokenizer, one token per two bytes of text; ``doubled`` (a writer that
+        ``WRITES_TWICE``, ``hf``: its stream, then the saved copy) twice that; ``scratch`` adds the buckets' copy
+        of the planned text and the plan's pairs."""
         corpus, run = self.corpus, self.run
         planned = self.record.stats.get("tokens")
         text = self.draws * corpus.text_bytes / max(corpus.n, 1)

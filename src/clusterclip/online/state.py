@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from clusterclip.cluster.contract import LABELS, SIZES, ClusterRecord
+from clusterclip.contract.cluster import LABELS, SIZES, ClusterRecord
+from clusterclip.contract.plan import PlanRecord, plan_stage_name
 from clusterclip.errors import ClusterClipError
 from clusterclip.online.controller import Controller
-from clusterclip.plan.contract import PlanRecord, plan_stage_name
 from clusterclip.settings import at_least, is_text
 from clusterclip.store import RunDir, load_npy
 

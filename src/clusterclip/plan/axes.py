@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster.contract import load_labels
-from clusterclip.corpus.contract import CorpusRecord, load_fields, read_column
+from clusterclip.contract.cluster import load_labels
+from clusterclip.contract.corpus import CorpusRecord, load_fields, read_column
+from clusterclip.contract.plan import PLAN_TIERS
+from clusterclip.contract.plan_reader import PlanReader
 from clusterclip.plan.config import PlanConfigError
-from clusterclip.plan.files import PLAN_TIERS
-from clusterclip.plan.integrity import PlanReader
 from clusterclip.plan.seen import Axis, seen_in
 from clusterclip.store import RunDir, load_npy
 
@@ -47,7 +47,7 @@ def run_axes(run_dir: str | os.PathLike[str], reader: PlanReader, by: Sequence[s
 
 
 def _tiers(reader: PlanReader) -> Axis:
-    strata = (reader.record or {}).get("stats", {}).get("strata")
+    strata = reader.record.stats.get("strata") if reader.record is not None else None
     if not strata or reader.path is None:
         raise PlanConfigError("by", "names `tier`, but the plan has no strata (plan it with --strata)")
     tiers = np.asarray(load_npy(reader.path.parent / PLAN_TIERS), np.int64)

@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract import plan_identity as identity
+from clusterclip.contract.plan_reader import BlockChecksums
 from clusterclip.errors import DISK_FULL_ERRNOS, ClusterClipError
-from clusterclip.plan import identity
 from clusterclip.plan.clip import clip_stats
 from clusterclip.plan.config import PlanConfig, PlanConfigError, is_int
-from clusterclip.plan.integrity import BlockChecksums
 from clusterclip.plan.interleave import Interleave, Slots, coalesced, place
 from clusterclip.plan.order import emit, virtual_scale
 from clusterclip.plan.passes import Passes, draws_for_tokens, passes_needed
@@ -56,8 +56,8 @@ class Plan:
     position of the draw that used up the cluster's capacity ``R * n_c``, -1 if never), quota (draws,
     or tokens in token mode), size and, when token counts were given, tokens. ``mixture[w, c]`` counts
     the draws of cluster c in window w (``stats["window"]`` draws each); ``repeat_hist[r]`` counts the
-    documents drawn r times. ``identity`` is the content hash of the order (``plan.identity``);
-    ``checksums`` the CRC-32 of each block of 2^20 entries (``plan.integrity``). A plan over strata also has
+    documents drawn r times. ``identity`` is the content hash of the order (``contract.plan_identity``);
+    ``checksums`` the CRC-32 of each block of 2^20 entries (``contract.plan_reader``). A plan over strata also has
     ``per_stratum`` arrays (length S: cluster, tier, size, quota, draws, unique, tokens), the ``tier_mixture``
     (draws of each tier per window) and ``tiers``, the tier of each document (``stats["strata"]`` names them).
     """

@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any
 
-from clusterclip.dedup.contract import DEDUP_STAGE
+from clusterclip.contract.dedup import DEDUP_STAGE
+from clusterclip.contract.plan import PlanRecord
 from clusterclip.plan.config import STRATA_FIELDS, PlanConfig
-from clusterclip.plan.contract import PlanRecord
 from clusterclip.store import RunDir, StaleArtifactError
 
 INHERITED = ("max_repeat", "duplicates", *STRATA_FIELDS)
@@ -79,7 +79,7 @@ def same_groups(run: RunDir, rec: PlanRecord) -> None:
     over other groups the chain's draws would no longer be counted against them. (A re-clustering is no reason:
     the cap counts documents, and a continuation on the new clusters is how a run follows a refit.)"""
     built_on = rec.upstream.get(DEDUP_STAGE)
-    if built_on is None or rec.plan_config().duplicates == "none":
+    if built_on is None or PlanConfig.from_json(rec.config).duplicates == "none":
         return
     now = run.require(DEDUP_STAGE, verify=False)
     if built_on != run.output_hash(DEDUP_STAGE) and built_on not in now.get("grown_from", []):  # add extends them

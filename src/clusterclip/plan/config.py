@@ -34,9 +34,6 @@ real corpus, and ``tau * log(n_c)`` must stay within the float range."""
 MAX_BUDGET = 1 << 53
 STRATA_FIELDS = ("rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
 """The settings of strata, quality-weighted draws and rehydration (recorded only when set)."""
-PLAN_FIELDS = ("strategy", "budget", "epochs", "budget_unit", "max_repeat", "tau", "order", "seed", "window",
-               "duplicates", "rehydrate_curve", "strata", "tier_weights", "tier_caps", "within", "quality_mix")
-"""The settings of :class:`PlanConfig` that are command-line options, in the order help and commands show them."""
 """Largest budget: quotas are water-filled in float64, exact for integers up to 2^53 (a plan of 2^53 draws
 would be 64 PiB; the plan stage also checks free space for the plan it is about to write). ``build_plan``
 accepts 0 (an empty order); the plan stage refuses it."""

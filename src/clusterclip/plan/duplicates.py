@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract import plan_identity as identity
+from clusterclip.contract.plan_reader import BlockChecksums
 from clusterclip.errors import InfeasiblePlanError
-from clusterclip.plan import identity
 from clusterclip.plan.build import DEFAULT_CHUNK, Plan, _output, build_over_strata, build_plan, unit_strata
 from clusterclip.plan.config import PlanConfig, PlanConfigError
-from clusterclip.plan.integrity import BlockChecksums
 from clusterclip.plan.quotas import check_inputs
 from clusterclip.plan.reference import reference_order
 from clusterclip.plan.strata import FieldValues, field_values

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.plan_reader import PlanReader
 from clusterclip.plan.config import PlanConfigError
-from clusterclip.plan.integrity import PlanReader
 
 MAX_PASSES = 64
 """Passes reported per group (a plan without a cap may repeat a document far more often)."""

@@ -1,7 +1,7 @@
 """The plan stage: build ``plans/<name>/`` in a run directory from its labels (and token counts).
 
 ``plan.npy`` is the order; beside it ``blocks.npy`` (a CRC-32 per block of 2^20 entries, verified by
-every reader: ``plan.integrity``), the per-cluster statistics, the mixture over training and the
+every reader: ``contract.plan_reader``), the per-cluster statistics, the mixture over training and the
 repetition histogram, and ``plan.json`` the record (options, statistics, checksums).
 """
 
@@ -13,21 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster.contract import CLUSTER_STAGE, LABELS, SIZES
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord, field_files, load_fields
-from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, load_groups
-from clusterclip.embed.contract import EMBED_STAGE
-from clusterclip.errors import disk_full_at
-from clusterclip.plan.build import Plan, build_plan
-from clusterclip.plan.chain import inherit, same_groups
-from clusterclip.plan.chain import overrides as chain_overrides
-from clusterclip.plan.config import MAX_BUDGET, PLAN_FIELDS, PlanConfig, PlanConfigError
-from clusterclip.plan.contract import (
-    BLOCK_ENTRIES,
-    CHECKSUM,
+from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS, SIZES
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord, field_files, load_fields
+from clusterclip.contract.dedup import DEDUP_STAGE, GROUP, KEPT, load_groups
+from clusterclip.contract.embed import EMBED_STAGE
+from clusterclip.contract.plan import (
     PLAN_BLOCKS,
     PLAN_DRAWS,
     PLAN_EXHAUSTED_AT,
+    PLAN_FIELDS,
     PLAN_FORMAT,
     PLAN_MAX_REPEAT,
     PLAN_MIXTURE,
@@ -44,8 +38,14 @@ from clusterclip.plan.contract import (
     list_plans,
     plan_path,
     plan_stage_name,
-    short,
 )
+from clusterclip.contract.plan_identity import short
+from clusterclip.contract.plan_reader import BLOCK_ENTRIES, CHECKSUM
+from clusterclip.errors import disk_full_at
+from clusterclip.plan.build import Plan, build_plan
+from clusterclip.plan.chain import inherit, same_groups
+from clusterclip.plan.chain import overrides as chain_overrides
+from clusterclip.plan.config import MAX_BUDGET, PlanConfig, PlanConfigError
 from clusterclip.plan.duplicates import GroupSide, grouped_plan
 from clusterclip.plan.prior import prior_counts
 from clusterclip.settings import command_flags
@@ -164,7 +164,7 @@ def _continuation_fields(run: RunDir, config: PlanConfig, continues: dict[str, A
     """A continuation's own record fields: its parent, its chain, and what the chain did to the cap (the most any
     document was drawn over the chain, those above the cap before the switch, the inherited settings it changed)."""
     over = 0 if config.max_repeat is None else int((prior > config.max_repeat).sum())
-    parent = PlanRecord.require(run, plan_stage_name(continues["name"]), verify=False).plan_config()
+    parent = PlanConfig.from_json(PlanRecord.require(run, plan_stage_name(continues["name"]), verify=False).config)
     changed = chain_overrides(parent, config)
     return dict(continues=continues, ancestors=_ancestors(run, continues),
                 stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max()),
@@ -282,5 +282,5 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int,
             raise PlanConfigError("consumed", f"is the whole of plan {parent!r} ({length:,} positions): nothing of it "
                                   "remains to continue; give --budget N for the draws of the continuation")
         config = dataclasses.replace(config, budget=length - consumed)
-    config = inherit(rec.plan_config(), config, explicit)[0]
+    config = inherit(PlanConfig.from_json(rec.config), config, explicit)[0]
     return config, {"name": parent, "identity": rec.order_identity(), "consumed": int(consumed)}

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clusterclip.charts.style import Chart
+from clusterclip.contract.corpus import corpus_parts
 from clusterclip.contract.report import REPORT_DIR, REPORT_HTML, REPORT_STAGE
-from clusterclip.contracts import finished_stages
-from clusterclip.corpus.contract import corpus_parts
+from clusterclip.contract.stages import finished_stages
 from clusterclip.progress import progress_bar
 from clusterclip.report.keywords import CorpusScan, scan_corpus
 from clusterclip.report.load import RunView, load_run

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clusterclip.cluster.contract import cluster_totals
+from clusterclip.contract.cluster import cluster_totals
 from clusterclip.report.keywords import CorpusScan
 from clusterclip.report.load import RunView
 from clusterclip.report.metrics import nmi_from_table, purity_from_table

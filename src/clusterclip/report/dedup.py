@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from clusterclip.cluster.contract import LABELS
-from clusterclip.corpus.contract import CorpusIndex
-from clusterclip.dedup.contract import DEDUP_STAGE, GROUP, KEPT, REMOVED, DedupRecord, dedup_inputs
+from clusterclip.contract.cluster import LABELS
+from clusterclip.contract.corpus import CorpusIndex
+from clusterclip.contract.dedup import DEDUP_STAGE, GROUP, KEPT, REMOVED, DedupRecord, dedup_inputs
 from clusterclip.errors import ClusterClipError
 from clusterclip.report import html as h
 from clusterclip.store import RunDir, load_npy

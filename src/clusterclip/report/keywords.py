@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.contract import open_part
+from clusterclip.contract.corpus_texts import open_part
 from clusterclip.progress import progress_bar
 
 _WORD = re.compile(r"[^\W\d_]{3,30}")

@@ -19,13 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster.contract import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord, cluster_totals
-from clusterclip.contracts import STAGES
-from clusterclip.corpus.contract import CORPUS_STAGE, TOKENS, CorpusRecord
-from clusterclip.embed.contract import EmbedRecord, cluster_coverage
-from clusterclip.errors import ClusterClipError
-from clusterclip.experiment.contract import EXPERIMENT_RESULTS, TUNE_RESULTS
-from clusterclip.plan.contract import (
+from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, LABELS, SCORES, SIZES, ClusterRecord, cluster_totals
+from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord
+from clusterclip.contract.embed import EmbedRecord, cluster_coverage
+from clusterclip.contract.experiment import EXPERIMENT_RESULTS, TUNE_RESULTS
+from clusterclip.contract.plan import (
     PLAN_DRAWS,
     PLAN_EXHAUSTED_AT,
     PLAN_MIXTURE,
@@ -37,11 +35,10 @@ from clusterclip.plan.contract import (
     plan_path,
     plan_stage_name,
 )
+from clusterclip.contract.stages import SINGLE
+from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, StaleArtifactError, load_json, load_npy
 from clusterclip.store.record import StageRecord
-
-SINGLE = tuple(c for c in STAGES if c is not PlanRecord and c.NAME != "report")
-"""The stages with one record per run directory whose records the page shows (plans are read one by one)."""
 
 
 @dataclass(frozen=True)
@@ -175,8 +172,8 @@ def _coverage(rd: RunDir, records: dict[str, StageRecord | None], labels: np.nda
 
 
 def check_recorded(rd: RunDir) -> dict[str, StageRecord | None]:
-    """The records of the stages with one record per run (:data:`SINGLE`), after verifying what the report
-    reads.
+    """The records of the stages with one record per run (:data:`~clusterclip.contract.stages.SINGLE`), after
+    verifying what the report reads.
 
     The corpus parts, ``tokens.npy`` and the cluster arrays are checked against the SHA-256 in their
     records (embeddings are not read, so not hashed), and the clustering must be current with the corpus

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from clusterclip.charts.online import experiment_online_charts
-from clusterclip.contracts import PIPELINE
-from clusterclip.plan.contract import PLAN_FIELDS, clip_note
+from clusterclip.contract.plan import PLAN_FIELDS
+from clusterclip.contract.plan_notes import clip_note
+from clusterclip.contract.stages import PIPELINE
 from clusterclip.report import charts
 from clusterclip.report.centroid_map import plot_centroid_map
 from clusterclip.report.clusters import ClusterTable, GroundTruth, cluster_table, ground_truth, majority_groups

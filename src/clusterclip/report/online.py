@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from clusterclip.charts.online import Draw, WeightTrack, plot_online_weights, weight_track
+from clusterclip.contract.online import MIXER_RECORD, ONLINE_RECORD, read_online
+from clusterclip.contract.plan import plan_path
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import MIXER_RECORD, ONLINE_RECORD, read_online
 from clusterclip.online.controller import Controller, uniform_steps
 from clusterclip.online.state import OnlineRecord
-from clusterclip.plan.contract import plan_path
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number
 from clusterclip.store import RunDir

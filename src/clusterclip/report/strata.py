@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.plan.contract import PLAN_TIER_MIXTURE, plan_path
+from clusterclip.contract.plan import PLAN_TIER_MIXTURE, plan_path
 from clusterclip.report import charts
 from clusterclip.report import html as h
 from clusterclip.store import load_npy

@@ -54,6 +54,15 @@ class StageRecord:
     FALLBACK: ClassVar[tuple[str, ...]] = ()
     """The command line that builds the stage, for messages when no record names its own (``{run}`` stands for
     the run directory); empty: ``clusterclip <stage> {run}``."""
+    UPSTREAM: ClassVar[tuple[str, ...]] = ()
+    """The stages this one is built from (their :attr:`NAME`; one it reads only with some settings counts): the
+    table of stages (:mod:`clusterclip.contract.stages`) is ordered by them, upstream first."""
+    IN_PIPELINE: ClassVar[bool] = False
+    """Built by ``clusterclip run``."""
+    GROWN: ClassVar[bool] = False
+    """Grown in place by ``clusterclip add`` (its record is kept in the add's journal, restored by ``--abort``)."""
+    MANY: ClassVar[bool] = False
+    """One stage per instance (a plan per folder, :meth:`instances`) rather than one per run directory."""
 
     stage: str
     format_version: int

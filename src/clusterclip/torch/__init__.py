@@ -18,7 +18,7 @@ except ModuleNotFoundError as exc:
     raise ModuleNotFoundError(f"clusterclip.torch needs PyTorch, not installed: {install_command('torch')}",
                               name="torch") from None
 
-from clusterclip.plan.contract import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
+from clusterclip.contract.plan_locate import PlanIntegrityError, PlanNotFoundError, resolve_plan_path
 from clusterclip.torch.collate import ExportRows, TokenCollator
 from clusterclip.torch.plans import PlanInfo, SamplerArgumentError, load_plan, plan_info, reorder_dataset
 from clusterclip.torch.sampler import ClusterClipSampler

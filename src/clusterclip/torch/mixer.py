@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from clusterclip.cluster.contract import LABELS
+from clusterclip.contract.cluster import LABELS
+from clusterclip.contract.online import ONLINE_RECORD, MixerRecord, mixer_stage_name, read_online
+from clusterclip.contract.plan import PlanRecord, list_plans, plan_path, plan_records, plan_stage_name
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import ONLINE_RECORD, MixerRecord, mixer_stage_name, read_online
 from clusterclip.online.controller import SETTINGS, Controller, continuation_config, uniform_steps
 from clusterclip.online.state import (
     STATE_FORMAT,
@@ -33,7 +34,6 @@ from clusterclip.online.state import (
     run_identity,
 )
 from clusterclip.plan.config import PlanConfig
-from clusterclip.plan.contract import PlanRecord, list_plans, plan_path, plan_records, plan_stage_name
 from clusterclip.plan.stage import continuation, plan_stage
 from clusterclip.settings import is_int
 from clusterclip.stages import Built, Job, Stage, run_stage
@@ -95,7 +95,7 @@ class OnlineMixer:
             raise ClusterClipError(f"{self.run.root}: not a run directory (no such folder)")
         root = PlanRecord.require(self.run, plan_stage_name(plan_name), verify=False, current=True)
         self.root, self.every, self.end = plan_name, int(every), root.length
-        self.config = root.plan_config()
+        self.config = PlanConfig.from_json(root.config)
         self.identity = run_identity(self.run)
         built_on = (root.blocks or {}).get("index_range", [0, self.identity.documents])[1]
         if built_on != self.identity.documents:

@@ -14,21 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.cluster.contract import LABELS
+from clusterclip.contract.cluster import LABELS
+from clusterclip.contract.plan import PLAN_RECORD, PLANS_DIR
+from clusterclip.contract.plan_identity import short
+from clusterclip.contract.plan_locate import PlanIntegrityError, read_record, resolve_plan_path
+from clusterclip.contract.plan_reader import PlanReader, open_plan
 from clusterclip.errors import ClusterClipError
-from clusterclip.plan.contract import (
-    PLAN_ORDER,
-    PLAN_RECORD,
-    PLANS_DIR,
-    PlanIntegrityError,
-    PlanReader,
-    open_plan,
-    plan_path,
-    read_record,
-    record_identity,
-    resolve_plan_path,
-    short,
-)
 from clusterclip.settings import is_int
 from clusterclip.store import RunDir
 from clusterclip.store.objects import is_url
@@ -55,7 +46,7 @@ def integer(name: str, value: Any, lo: int, hi: int | None = None) -> int:
 def load_plan(plan: Any, plan_name: str | None = None, n_docs: int | None = None) -> np.ndarray:
     """The plan as a verified 1-D int64 array: an array (or ``Plan``) as is, a path memory-mapped read-only.
 
-    Every block is checked (its checksum, indices in ``[0, n_docs)``; see ``clusterclip.plan.integrity``)
+    Every block is checked (its checksum, indices in ``[0, n_docs)``; see ``clusterclip.contract.plan_reader``)
     before the array is returned, so this reads a file plan once; the sampler instead verifies each block
     when it first reads it.
     """
@@ -151,7 +142,7 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
     """The name, identity and parent of a plan given as ``load_plan`` takes it (read from ``plan.json``).
 
     A path without a record, or an array, has no name and its identity is computed from the order
-    (``clusterclip.plan.identity_of``) when first needed.
+    (``clusterclip.contract.plan_identity.identity_of``) when first needed.
     """
     if hasattr(plan, "order") and not isinstance(plan, np.ndarray):
         return PlanInfo(plan.config.name(), plan.identity or None)
@@ -161,8 +152,7 @@ def plan_info(plan: Any, plan_name: str | None = None) -> PlanInfo:
     rec = read_record(path)
     if rec is None:
         return PlanInfo()
-    name = str(rec.get("name") or path.parent.name)
-    return PlanInfo(name, record_identity(rec, plan_path(name, PLAN_ORDER)), rec.get("continues"))
+    return PlanInfo(rec.name or path.parent.name, rec.order_identity(), rec.continues)
 
 
 def plan_file(plan: Any, plan_name: str | None) -> Path | None:

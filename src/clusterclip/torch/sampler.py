@@ -17,9 +17,10 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from clusterclip.contract.export import planned_stream
+from clusterclip.contract.plan_identity import identity_of
+from clusterclip.contract.plan_reader import PlanReader, open_plan
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import planned_stream
-from clusterclip.plan.contract import PlanReader, identity_of, open_plan
 from clusterclip.torch.plans import (
     PlanInfo,
     RowRange,
@@ -117,7 +118,7 @@ class ClusterClipSampler(Sampler[int]):
         so a state saved while reading the corpus through the plan resumes here and back; a state of another
         plan (or of a packed export of other settings) is refused by ``load_state_dict``. The folder's
         ``export.json`` is checked against the format's own metadata and the files' sizes, and a ``--blend``
-        export (no planned stream) is refused (``clusterclip.export.contract.planned_stream``)."""
+        export (no planned stream) is refused (``clusterclip.contract.export.planned_stream``)."""
         info = planned_stream(folder)
         rows = RowRange(info.rows, PlanInfo(info.plan, info.stream_identity))
         return cls(rows, rank=rank, world_size=world_size, drop_last=drop_last, endless=endless)

@@ -14,18 +14,18 @@ from typing import Any
 import numpy as np
 
 from clusterclip.cluster.config import ClusterConfig
-from clusterclip.cluster.contract import CENTROIDS, LABELS
-from clusterclip.corpus.contract import TOKENS
+from clusterclip.contract.cluster import CENTROIDS, LABELS
+from clusterclip.contract.corpus import TOKENS
+from clusterclip.contract.experiment import TUNE_DIR
+from clusterclip.contract.plan import PLANS_DIR, plan_stage_name
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
-from clusterclip.experiment.contract import TUNE_DIR
 from clusterclip.experiment.prepare import pipeline_stages, source_config
 from clusterclip.experiment.spec_grammar import PLAN, item_of
 from clusterclip.experiment.specs import plan_config
 from clusterclip.experiment.stats import MIN_PAIRS
 from clusterclip.experiment.tune.groups import ClusterView, assign, concrete_spec
 from clusterclip.experiment.tune.runners import centroids_in, split_root
-from clusterclip.plan.contract import PLANS_DIR, plan_stage_name
 from clusterclip.plan.stage import plan_stage
 from clusterclip.store import RunDir, load_npy, save_json
 

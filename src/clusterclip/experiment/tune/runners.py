@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from clusterclip.cluster.contract import CENTROIDS
-from clusterclip.corpus.contract import read_column
+from clusterclip.contract.cluster import CENTROIDS
+from clusterclip.contract.corpus import read_column
 from clusterclip.errors import ClusterClipError
 from clusterclip.experiment.by_id import run_fields
 from clusterclip.experiment.config import ExperimentConfig
@@ -125,7 +125,7 @@ def centroids_in(reference: RunDir, run: RunDir, labels: np.ndarray, k: int, bat
     """The (k, d) unit centroids of ``run``'s clusters (``labels``, corpus order) in ``reference``'s embedding
     space: ``run``'s documents embedded by ``reference``'s embedder, averaged per cluster, normalised. An empty
     cluster's row is zero."""
-    from clusterclip.corpus.contract import iter_corpus
+    from clusterclip.contract.corpus import iter_corpus
     from clusterclip.embed.load import run_embedder
 
     emb = run_embedder(reference)

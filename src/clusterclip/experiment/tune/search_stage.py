@@ -11,9 +11,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from clusterclip.contract.experiment import TUNE_DIR, TUNE_SEARCH_STAGE
 from clusterclip.experiment.commands import config_flags, settings_flags
 from clusterclip.experiment.config import PROXY_FIELDS, TUNE_DATA_FIELDS, ExperimentConfig
-from clusterclip.experiment.contract import TUNE_DIR, TUNE_SEARCH_STAGE
 from clusterclip.experiment.tune.budget import plan_budget
 from clusterclip.experiment.tune.chosen_plan import check_command, write_chosen_plan
 from clusterclip.experiment.tune.config import TuneConfig

@@ -73,8 +73,9 @@ class Writer(ABC):
     the export needs to know of it: its ``name`` (``--format``), a one-line ``SUMMARY`` for the help, whether it
     holds token ids only (``TOKENS_ONLY``: a tokenizer is required) and only the stream's first column
     (``FIRST_COLUMN_ONLY``: no id, index or cluster), whether ``--blend`` can write its sources
-    (``BLEND_SOURCES``), and how it keeps records (``RECORDS``, ``--keep-record``: ``json``, it gets each record's
-    JSON in a ``record`` column; ``typed``, its fields as typed columns; None: it does not).
+    (``BLEND_SOURCES``), how it keeps records (``RECORDS``, ``--keep-record``: ``json``, it gets each record's
+    JSON in a ``record`` column; ``typed``, its fields as typed columns; None: it does not), and whether it writes
+    its rows twice (``WRITES_TWICE``: the free space the export checks for is doubled).
     """
 
     name: ClassVar[str]
@@ -83,6 +84,7 @@ class Writer(ABC):
     FIRST_COLUMN_ONLY: ClassVar[bool] = False
     BLEND_SOURCES: ClassVar[bool] = False
     RECORDS: ClassVar[str | None] = None
+    WRITES_TWICE: ClassVar[bool] = False
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         self.folder = folder

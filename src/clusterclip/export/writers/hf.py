@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from clusterclip.contract.export import META_KEY
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import META_KEY
 from clusterclip.export.writers.base import Writer, add_json_key, create, missing
 from clusterclip.store import file_digest
 
@@ -23,6 +23,8 @@ class HfWriter(Writer):
     name = "hf"
     SUMMARY = "datasets.save_to_disk"
     RECORDS = "typed"
+    WRITES_TWICE = True
+    """The rows go to the Arrow stream, then ``save_to_disk`` writes its shards beside it."""
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         super().__init__(folder, token_dtype, meta)

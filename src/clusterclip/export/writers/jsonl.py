@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.export.contract import export_shard
+from clusterclip.contract.export import export_shard
 from clusterclip.export.records import RECORD, json_rows
 from clusterclip.export.writers.base import ShardWriter, create
 

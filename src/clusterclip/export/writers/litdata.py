@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from clusterclip.export.contract import META_KEY
+from clusterclip.contract.export import META_KEY
 from clusterclip.export.writers.base import Writer, add_json_key, missing, plain_rows
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from clusterclip.contract.export import META_KEY
 from clusterclip.errors import ClusterClipError
-from clusterclip.export.contract import META_KEY
 from clusterclip.export.writers.base import Writer, create, token_rows
 
 SIZE_LIMIT = 1 << 26

@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.export.contract import META_KEY, export_shard
+from clusterclip.contract.export import META_KEY, export_shard
 from clusterclip.export.writers.base import ShardWriter, create
 
 

@@ -41,14 +41,6 @@ def identity_of(order: Any) -> str:
     return h.hexdigest()
 
 
-def record_identity(record: dict[str, Any], order_file: str) -> str | None:
-    """The identity a plan record states, or (older records) one derived from ``plan.npy``'s SHA-256."""
-    if record.get("identity"):
-        return str(record["identity"])
-    sha = record.get("artifacts", {}).get(order_file, {}).get("sha256")
-    return f"{LEGACY_PREFIX}{sha}" if sha else None
-
-
 def short(identity: str | None) -> str:
     """The first 12 hex digits of an identity, for messages and folder names."""
     if not identity:

@@ -6,7 +6,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.corpus.kinds.base import KindError, RecordKind, Turn
+from clusterclip.contract.record_kinds.base import KindError, RecordKind, Turn
 
 
 def template_fields(template: str) -> list[str]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from clusterclip.corpus.kinds.base import PARTS, KindError, RecordKind, part_of, text_of
-from clusterclip.corpus.kinds.chat import Chat
-from clusterclip.corpus.kinds.instruction import Alpaca, OpenOrca
-from clusterclip.corpus.kinds.sharegpt import ShareGPT
-from clusterclip.corpus.kinds.template import Template, template_fields
+from clusterclip.contract.record_kinds.base import PARTS, KindError, RecordKind, part_of, text_of
+from clusterclip.contract.record_kinds.chat import Chat
+from clusterclip.contract.record_kinds.instruction import Alpaca, OpenOrca
+from clusterclip.contract.record_kinds.sharegpt import ShareGPT
+from clusterclip.contract.record_kinds.template import Template, template_fields
 
 KINDS: dict[str, type[RecordKind]] = {cls.name: cls for cls in (Chat, ShareGPT, Alpaca, OpenOrca, Template)}
 """Every conversation kind by name, in the order ``auto`` tries them (``template`` only when asked for)."""

@@ -32,18 +32,16 @@ from typing import Any
 
 import numpy as np
 
-from clusterclip.errors import one_line
-from clusterclip.plan.files import PLAN_BLOCKS, PLAN_ORDER, PLANS_DIR, plan_path, plan_stage_name
-from clusterclip.plan.locate import (
+from clusterclip.contract.plan import PLAN_BLOCKS, PLAN_ORDER, PLANS_DIR, PlanRecord, plan_path, plan_stage_name
+from clusterclip.contract.plan_locate import (
     PlanIntegrityError,
-    PlanNotFoundError,
     plan_command,
     read_record,
     resolve_plan_path,
 )
+from clusterclip.errors import one_line
 
-__all__ = ["BLOCK_ENTRIES", "CHECKSUM", "MAX_DOCS", "BlockChecksums", "PlanIntegrityError", "PlanNotFoundError",
-           "PlanReader", "block_checksums", "open_plan", "plan_command", "read_record", "resolve_plan_path"]
+__all__ = ["BLOCK_ENTRIES", "CHECKSUM", "MAX_DOCS", "BlockChecksums", "PlanReader", "block_checksums", "open_plan"]
 
 BLOCK_ENTRIES = 1 << 20
 """Plan entries per checksum block (8 MiB of int64)."""
@@ -99,7 +97,7 @@ class PlanReader:
 
     def __init__(self, array: np.ndarray, *, n_docs: int | None = None, checksums: np.ndarray | None = None,
                  sha256: str | None = None, rebuild: str | None = None, path: Path | None = None,
-                 record: Mapping[str, Any] | None = None,
+                 record: PlanRecord | None = None,
                  entries: int = BLOCK_ENTRIES) -> None:
         where = str(path) if path is not None else "plan array"
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
@@ -129,10 +127,10 @@ class PlanReader:
         rebuild = None
         meta: Mapping[str, Any] = {}
         if rec is not None:
-            name = str(rec.get("name") or path.parent.name)
-            _require_current(path, name, rec)
-            rebuild = plan_command(path.parent.parent.parent, rec)
-            meta = rec.get("artifacts", {}).get(plan_path(name, PLAN_ORDER)) or {}
+            name = rec.name or path.parent.name
+            _require_current(path, rec)
+            rebuild = plan_command(path.parent.parent.parent, name, rec)
+            meta = rec.artifacts.get(plan_path(name, PLAN_ORDER)) or {}
         fix = f"; rebuild it with `{rebuild}`" if rebuild else ""
         size = path.stat().st_size
         if meta.get("size") is not None and size != meta["size"]:
@@ -147,9 +145,9 @@ class PlanReader:
             raise PlanIntegrityError(f"{where}: a plan is a 1-D int64 array, got {arr.dtype} {arr.shape}{fix}")
         if rec is None:
             return cls(arr, path=path)
-        blocks = rec.get("blocks")
+        blocks = rec.blocks
         n_docs = _n_docs(rec)
-        if not isinstance(blocks, Mapping):
+        if blocks is None:
             return cls(arr, n_docs=n_docs, sha256=meta.get("sha256"), rebuild=rebuild, path=path,
                        record=rec)
         checksums = _load_checksums(path.parent, rec, blocks, -(-arr.shape[0] // int(blocks["entries"])), fix)
@@ -239,21 +237,19 @@ def _out_of_range(block: np.ndarray, bound: int) -> bool:
     return int(block.min()) < 0 or int(block.max()) >= bound
 
 
-def _n_docs(rec: Mapping[str, Any]) -> int | None:
-    blocks = rec.get("blocks")
-    if isinstance(blocks, Mapping) and isinstance(blocks.get("index_range"), list):
-        return int(blocks["index_range"][1])
-    n = (rec.get("stats") or {}).get("n_docs")
+def _n_docs(rec: PlanRecord) -> int | None:
+    if rec.blocks is not None and isinstance(rec.blocks.get("index_range"), list):
+        return int(rec.blocks["index_range"][1])
+    n = rec.stats.get("n_docs")
     return int(n) if n is not None else None
 
 
-def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, Any], count: int,
+def _load_checksums(folder: Path, rec: PlanRecord, blocks: Mapping[str, Any], count: int,
                     fix: str) -> np.ndarray:
     from clusterclip.store import file_digest
 
     path = folder / str(blocks.get("file", PLAN_BLOCKS))
-    name = str(rec.get("name") or folder.name)
-    meta = rec.get("artifacts", {}).get(plan_path(name, PLAN_BLOCKS)) or {}
+    meta = rec.artifacts.get(plan_path(rec.name or folder.name, PLAN_BLOCKS)) or {}
     if blocks.get("checksum") != CHECKSUM:
         raise PlanIntegrityError(f"{path}: unknown block checksum {blocks.get('checksum')!r} (expected {CHECKSUM})")
     try:
@@ -270,7 +266,7 @@ def _load_checksums(folder: Path, rec: Mapping[str, Any], blocks: Mapping[str, A
     return sums
 
 
-def _require_current(path: Path, name: str, rec: Mapping[str, Any]) -> None:
+def _require_current(path: Path, rec: PlanRecord) -> None:
     """Refuse a plan of a run directory whose clusters (or anything upstream) were rebuilt after it: its
     indices would point at documents of another clustering (the error names the rebuild commands). A plan
     folder without the records it was built from (copied out of its run) is not checked."""
@@ -278,8 +274,7 @@ def _require_current(path: Path, name: str, rec: Mapping[str, Any]) -> None:
     from clusterclip.store.layout import record
 
     root = path.parent.parent.parent
-    upstream = rec.get("upstream") if isinstance(rec.get("upstream"), Mapping) else {}
-    if path.parent.parent.name == PLANS_DIR and any((root / record(up)).exists() for up in upstream):
+    if path.parent.parent.name == PLANS_DIR and any((root / record(up)).exists() for up in rec.upstream):
         RunDir(root).require_current(plan_stage_name(path.parent.name))  # the folder's: a swapped record is refused
 
 

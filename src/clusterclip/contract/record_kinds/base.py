@@ -1,7 +1,7 @@
 """What every record kind shares: a conversation as ``(role, content)`` turns, its text, and its parts.
 
 A record kind says how a record of named fields becomes a document: plain text (one string field), or a
-conversation in one of the instruction/chat layouts (:mod:`clusterclip.corpus.kinds`). A kind only parses; the
+conversation in one of the instruction/chat layouts (:mod:`clusterclip.contract.record_kinds`). A kind only parses; the
 bad-record policy is :mod:`clusterclip.corpus.records`', which turns a :class:`KindError` into the one-line error
 naming the file and line (or skips and counts the record).
 """

@@ -5,7 +5,7 @@ The embed stage reads texts in document order (:class:`TextReader`) and a fitted
 its conversation record (the parts' ``record`` column) gives that part of its turns instead: the record is
 parsed again with the reader options the corpus stage recorded, so the part is what the reader saw. A document of
 plain text, or a conversation without that part (no system or user turn for ``prompt``), gives its whole text.
-Re-exported by :mod:`clusterclip.corpus.contract`, through which other stages read it.
+Other stages read it from here (the corpus contract, :mod:`clusterclip.contract.corpus`, names the parts).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.kinds import PARTS, kind_of, part_of
+from clusterclip.contract.record_kinds import PARTS, kind_of, part_of
 from clusterclip.errors import ClusterClipError
 from clusterclip.store.paths import source
 

@@ -21,12 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.corpus.kinds import PARTS as PARTS
-from clusterclip.corpus.texts import RECORD_COLUMN as RECORD_COLUMN
-from clusterclip.corpus.texts import Parts as Parts
-from clusterclip.corpus.texts import TextReader as TextReader
-from clusterclip.corpus.texts import open_part as open_part
-from clusterclip.corpus.texts import sample_texts as sample_texts
+from clusterclip.contract.corpus_texts import RECORD_COLUMN, open_part
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
 from clusterclip.store.paths import kind, size_time
@@ -127,6 +122,8 @@ class CorpusRecord(StageRecord):
 
     NAME: ClassVar[str] = CORPUS_STAGE
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "embed", "INPUT...", "--out", RUN)
+    IN_PIPELINE: ClassVar[bool] = True
+    GROWN: ClassVar[bool] = True
 
     count: int
     tokens: int

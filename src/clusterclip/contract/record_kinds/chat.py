@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.corpus.kinds.base import KindError, RecordKind, Turn, checked
+from clusterclip.contract.record_kinds.base import KindError, RecordKind, Turn, checked
 
 
 def _content(value: Any) -> Any:

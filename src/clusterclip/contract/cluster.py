@@ -31,6 +31,9 @@ class ClusterRecord(StageRecord):
     documents the frozen centroids were fitted on; after ``cluster --refit``, ``refits`` lists each refit."""
 
     NAME: ClassVar[str] = CLUSTER_STAGE
+    UPSTREAM: ClassVar[tuple[str, ...]] = ("embed",)
+    IN_PIPELINE: ClassVar[bool] = True
+    GROWN: ClassVar[bool] = True
 
     k: int
     k_requested: int

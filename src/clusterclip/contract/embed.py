@@ -55,6 +55,9 @@ class EmbedRecord(StageRecord):
 
     NAME: ClassVar[str] = EMBED_STAGE
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "embed", "INPUT...", "--out", RUN)
+    UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus",)
+    IN_PIPELINE: ClassVar[bool] = True
+    GROWN: ClassVar[bool] = True
 
     embedder: str
     model: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.corpus.kinds.base import KindError, RecordKind, Turn, checked
+from clusterclip.contract.record_kinds.base import KindError, RecordKind, Turn, checked
 
 ROLE_OF = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
            "bard": "assistant", "bing": "assistant", "system": "system"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterclip.corpus.kinds.base import RecordKind, Turn, checked, field_text
+from clusterclip.contract.record_kinds.base import RecordKind, Turn, checked, field_text
 
 
 class Alpaca(RecordKind):

@@ -68,6 +68,7 @@ class DedupRecord(StageRecord):
     members' mean cosine to the kept document)."""
 
     NAME: ClassVar[str] = DEDUP_STAGE
+    UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus", "embed", "cluster")
 
     index: dict[str, int]
     documents: int
