@@ -24,6 +24,8 @@ SKIP_SUFFIXES = (".html", ".png", ".lock")
 VOLATILE = frozenset({"finished_at", "seconds", "mtime_ns", "created_at", "started_at", "fit_seconds",
                       "pairwise_seconds"})
 """Record fields that differ between two runs of the same commands."""
+ROOT_PLAN = "clusterclip-R4-tokens-B2epochs-s0"
+"""The ClusterClip plan `clusterclip run` builds by default (two epochs of tokens), continued and exported."""
 FIXED_MTIME_NS = 1_700_000_000_000_000_000
 """The modification time given to the inputs, so that two runs fingerprint them alike."""
 
@@ -46,12 +48,11 @@ def main(out: str) -> None:
     clusterclip("plan", str(run), "--strategy", "clusterclip", "--order", "spread", "--max-repeat", "3")
     clusterclip("plan", str(run), "--strategy", "temperature", "--tau", "0.3", "--budget", "2000")
     clusterclip("plan", str(run), "--strategy", "clusterclip", "--budget", "300000", "--budget-unit", "tokens")
-    clusterclip("plan", str(run), "--continue", "clusterclip-R4-docs-Bepoch-s0", "--consumed", "400",
-                "--max-repeat", "2")
+    clusterclip("plan", str(run), "--continue", ROOT_PLAN, "--consumed", "400", "--max-repeat", "3")
     clusterclip("dedup", str(run))
     clusterclip("plan", str(run), "--strategy", "clusterclip", "--duplicates", "group-cap")
     for fmt in ("jsonl", "parquet", "hf"):
-        clusterclip("export", str(run), "--plan", "clusterclip-R4-docs-Bepoch-s0", "--format", fmt,
+        clusterclip("export", str(run), "--plan", ROOT_PLAN, "--format", fmt,
                     "--dest", str(root / f"export-{fmt}"))
     clusterclip("add", str(run), str(second))
     clusterclip("plan", str(run), "--strategy", "uniform", "--seed", "3")

@@ -64,7 +64,7 @@ def main() -> None:
         np.save(path, np.random.default_rng(0).integers(0, n, a.draws).astype(np.int64))
         res = {"ClusterClipSampler (memmap plan)": [], "DistributedSampler (shuffle)": []}
         for r in range(a.ranks):
-            ours = ClusterClipSampler(path, rank=r, world_size=a.ranks)
+            ours = ClusterClipSampler(path, rank=r, world_size=a.ranks, n_docs=n)
             base = DistributedSampler(Indices(a.draws), num_replicas=a.ranks, rank=r, shuffle=True, seed=0)
             res["ClusterClipSampler (memmap plan)"].append((rate_bare(ours), rate_loader(ours, n)))
             res["DistributedSampler (shuffle)"].append((rate_bare(base), rate_loader(base, a.draws)))

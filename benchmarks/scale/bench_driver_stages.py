@@ -37,6 +37,9 @@ import pyarrow.parquet as pq
 from clusterclip.corpus.limits import ROW_GROUP_ROWS
 from clusterclip.store import RunDir, atomic_path, save_npy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.records import write_record
+
 PART = 1_000_000
 
 
@@ -58,14 +61,14 @@ def build(root: Path, n: int, clusters: int, seed: int = 0) -> RunDir:
             pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)  # the corpus stage's layout
         rels.append(rel)
     save_npy(run.path("tokens.npy"), np.full(n, 3, np.int64))
-    run.write_record("corpus", {}, "synthetic", [*rels, "tokens.npy"], 0.0)
+    write_record(run, "corpus", {}, "synthetic", [*rels, "tokens.npy"], count=n, tokens=3 * n)
     sizes = 1.0 / np.arange(1, clusters + 1)
     labels = rng.choice(clusters, size=n, p=sizes / sizes.sum()).astype(np.int32)
     save_npy(run.path("labels.npy"), labels)
     save_npy(run.path("scores.npy"), rng.uniform(0.3, 0.9, n).astype(np.float32))
     save_npy(run.path("sizes.npy"), np.bincount(labels, minlength=clusters).astype(np.int64))
     del labels
-    run.write_record("cluster", {}, "synthetic", ["labels.npy", "scores.npy", "sizes.npy"], 0.0, k=clusters)
+    write_record(run, "cluster", {}, "synthetic", ["labels.npy", "scores.npy", "sizes.npy"], k=clusters)
     return run
 
 
