@@ -20,6 +20,7 @@ replaces this benchmark's section of benchmarks/RESULTS.md (appends it when abse
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from clusterclip.mixture.predictors import PREDICTORS, make_predictor
 from clusterclip.mixture.swarm import Swarm, read_regmix
 
 ROOT = Path(__file__).resolve().parents[2]
-HEADING = "## Mixture predictors on the RegMix swarm: `benchmarks/tune/bench_regmix.py`"
+HEADING = "### Mixture predictors on the RegMix swarm: `benchmarks/tune/bench_regmix.py`"
 
 
 def load(data: Path) -> tuple[Swarm, Swarm, Swarm]:
@@ -161,14 +162,15 @@ published number is put beside ours; compare with the paper's table directly.
 
 
 def write(path: Path, text: str) -> None:
-    """Replace this benchmark's section (from its heading to the next ``## `` heading) or append it."""
+    """Replace this benchmark's section (from its heading to the next heading of its level or above) or append
+    it."""
     old = path.read_text(encoding="utf-8")
     start = old.find(HEADING)
     if start < 0:
         path.write_text(old.rstrip("\n") + "\n\n" + text, encoding="utf-8")
         return
-    nxt = old.find("\n## ", start + len(HEADING))
-    rest = "" if nxt < 0 else old[nxt + 1:]
+    nxt = re.compile(r"\n#{2,3} ").search(old, start + len(HEADING))
+    rest = "" if nxt is None else old[nxt.start() + 1:]
     path.write_text(old[:start] + text + ("\n" + rest if rest else ""), encoding="utf-8")
 
 
