@@ -1,5 +1,5 @@
 """A real S3 endpoint on 127.0.0.1: moto's server mode (``moto[server]`` of the test extra) in a process of its own,
-for the object-storage tests (the session fixture of ``conftest.py``) and ``benchmarks/bench_object_store.py``."""
+for the object-storage tests (the session fixture of ``conftest.py``) and ``benchmarks/scale/bench_object_store.py``."""
 
 from __future__ import annotations
 

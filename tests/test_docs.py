@@ -294,3 +294,37 @@ def test_all_means_every_extra_and_the_readme_says_which_install_runs_what():
     assert "--no-deps litdata==" in next(line for line in rows if line.startswith("| `[export]`"))
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "-e '.[all,test]'" in makefile and "--no-deps litdata==" in makefile, "make test installs what [all] does"
+
+
+BENCHMARK = re.compile(r"benchmarks/[\w/]+\.py")
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+
+
+def test_every_benchmark_script_a_file_names_exists():
+    """The pages, RESULTS.md, the library, the tests and the benchmarks themselves name scripts that are there
+    (a script moved to another folder of ``benchmarks/`` leaves no stale command behind)."""
+    files = [*PAGES, RESULTS, *sorted(ROOT.glob("benchmarks/**/*.py")), *sorted(ROOT.glob("src/**/*.py")),
+             *sorted(ROOT.glob("tests/*.py"))]
+    named = {(path.relative_to(ROOT).as_posix(), script) for path in files
+             for script in BENCHMARK.findall(path.read_text(encoding="utf-8"))}
+    missing = sorted(f"{where} names {script}" for where, script in named if not (ROOT / script).is_file())
+    assert not missing, missing
+
+
+def test_each_results_topic_opens_with_its_current_figures():
+    """Every topic of RESULTS.md's contents is a section whose first subsection is "Current figures": a table of
+    question, figure, command and date, a date in every row."""
+    text = RESULTS.read_text(encoding="utf-8")
+    contents = text[:text.index("\n## ")]
+    topics = re.findall(r"^\d+\. \[([^\]]+)\]\(#", contents, re.M)
+    assert len(topics) >= 10, topics
+    for topic in topics:
+        start = text.index(f"\n## {topic}\n")
+        body = text[start + 1:]
+        first = re.search(r"^#{2,3} .*$", body[3:], re.M).group(0)
+        assert first == "### Current figures", f"{topic}: opens with {first!r}"
+        table = body[body.index("### Current figures"):].split("\n\n")[1].splitlines()
+        assert table[0] == "| question | current figure | command | date |", f"{topic}: {table[0]!r}"
+        for row in table[2:]:
+            cells = [c.strip() for c in row.strip("|").split(" | ")]
+            assert len(cells) == 4 and re.search(r"20\d\d-\d\d-\d\d", cells[3]), f"{topic}: {row}"

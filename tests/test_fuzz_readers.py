@@ -1,7 +1,7 @@
 """Fuzzed readers: whatever the bytes, a reader yields documents, or raises a clear ClusterClipError.
 
 No other exception, no hang, and with ``on_bad_record="skip"`` every bad record is counted. The same
-mutations at larger counts are run by ``benchmarks/fuzz_readers.py`` (results in RESULTS.md).
+mutations at larger counts are run by ``benchmarks/hostile/fuzz_readers.py`` (results in RESULTS.md).
 """
 
 from __future__ import annotations

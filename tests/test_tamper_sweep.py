@@ -1,4 +1,4 @@
-"""The tampering sweep of ``benchmarks/tamper_sweep.py``: every artifact of a small run directory truncated,
+"""The tampering sweep of ``benchmarks/hostile/tamper_sweep.py``: every artifact of a small run directory truncated,
 flipped, zeroed, deleted, replaced by a pickled object array and by a link out of the directory, against
 every command and the sampler. Each case must end in one clear error line or a correct result: never a
 silent wrong result, a traceback, or a write outside the run directory."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "hostile"))
 import tamper_sweep as tamper
 
 
@@ -43,8 +43,9 @@ def test_damage_is_caught_not_ignored(outcomes):
 
 
 def test_lineage_sweep_loses_or_doubles_no_document_and_holds_every_cap(tmp_path, capsys):
-    """Seeded sequences of run / add / refit / plan / continue / killed add / re-run (benchmarks/lineage_sweep.py):
-    every check passes after every step, and the sequences cover every operation."""
+    """Seeded sequences of run / add / refit / plan / continue / killed add / re-run
+    (benchmarks/hostile/lineage_sweep.py): every check passes after every step, and the sequences cover every
+    operation."""
     import lineage_sweep
 
     done = lineage_sweep.sweep(tmp_path)

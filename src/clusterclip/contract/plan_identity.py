@@ -2,7 +2,7 @@
 
 The identity is the SHA-256 of the order's little-endian int64 bytes (its first 32 hex digits), hashed
 chunk by chunk while ``build_plan`` writes them (no second read; about 5 % of the planning time,
-``benchmarks/bench_continue.py``). SHA-256 rather than BLAKE2b: it is hardware-accelerated on current
+``benchmarks/plan/bench_continue.py``). SHA-256 rather than BLAKE2b: it is hardware-accelerated on current
 x86 and ARM CPUs (2x faster here). Plans recorded before
 identities existed derive it from the SHA-256 of ``plan.npy`` that the stage runner recorded (prefix
 ``npy-sha256:``): a different string for the same order, but stable for that plan folder.

@@ -278,7 +278,7 @@ SKEWED: dict[str, Any] = dict(
 )
 """A regime where the clip matters: K=128 on 3,000 documents gives strongly skewed cluster sizes, so
 uniform repeats its smallest clusters about passes x (mean size / smallest size) times while the caps
-bind (``benchmarks/skewed_regime.py`` measures it)."""
+bind (``benchmarks/experiment/skewed_regime.py`` measures it)."""
 PRESETS: dict[str, dict[str, Any]] = {"default": {}, "quick": QUICK, "skewed": SKEWED}
 
 
