@@ -97,7 +97,7 @@ def batch_lines(texts: pa.Array) -> np.ndarray:
     """The distinct keys of the lines of each text of a batch, one array (what :func:`boilerplate_lines` counts)."""
     low = _lowered(texts)
     starts, doc = line_spans(low.data, low.offsets)
-    return document_lines(line_keys(starts, *_word_spans(low)), doc)
+    return document_lines(line_keys(starts, *_word_spans(low))[0], doc)
 
 
 def boilerplate_lines(batches: Iterable[pa.Array], share: float, min_documents: int) -> np.ndarray:
@@ -110,15 +110,18 @@ def boilerplate_lines(batches: Iterable[pa.Array], share: float, min_documents: 
     return frequent_lines(per, n, share, min_documents)
 
 
-def _stripped(low: _Lowered, boilerplate: np.ndarray | None) -> _Lowered:
-    """The batch without its ``boilerplate`` lines (itself when there are none)."""
+def _stripped(low: _Lowered, boilerplate: np.ndarray | None) -> tuple[_Lowered, np.ndarray, np.ndarray]:
+    """The batch without its ``boilerplate`` lines (itself when there are none), and the hashes of its words left
+    and the row of each."""
+    starts, hashes = _word_spans(low)
+    doc = np.searchsorted(low.offsets, starts, side="right") - 1
     if boilerplate is None or not boilerplate.size or not low.data.size:
-        return low
-    mask, offsets = keep_bytes(low.data, low.offsets, boilerplate, *_word_spans(low))
+        return low, hashes, doc
+    mask, offsets, words = keep_bytes(low.data, low.offsets, boilerplate, starts, hashes)
     if mask.all():
-        return low
+        return low, hashes, doc
     data = low.data[mask]
-    return _Lowered(data, offsets, _prefix(data))
+    return _Lowered(data, offsets, _prefix(data)), hashes[words], doc[words]
 
 
 def shingle_hashes(texts: pa.Array, shingle: int, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -234,8 +237,7 @@ def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0,
     parts, pos = [], first
     for texts in batches:
         whole = _lowered(texts)
-        low = _stripped(whole, boilerplate)
-        words, doc = _words(low)
+        low, words, doc = _stripped(whole, boilerplate)
         tokens, rows = _shingles(words, doc, low.n, hashing.shingle, pos)
         word_tokens, word_rows = _shingles(words, doc, low.n, 1, pos)
         norm = _normalised(low)

@@ -45,26 +45,29 @@ def line_spans(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.nd
     return starts, np.searchsorted(offsets, starts, side="right") - 1 if n else starts
 
 
-def line_keys(starts: np.ndarray, word_starts: np.ndarray, word_hashes: np.ndarray) -> np.ndarray:
+def line_keys(starts: np.ndarray, word_starts: np.ndarray, word_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """uint64 [L]: a key per line from its words in order (0 for a line without words), given the lines' first
-    bytes and the words' first bytes (ascending) and hashes."""
+    bytes and the words' first bytes (ascending) and hashes; and the line of each word."""
     keys = np.zeros(starts.size, np.uint64)
-    if not word_starts.size:
-        return keys
     line = np.searchsorted(starts, word_starts, side="right") - 1
+    if not word_starts.size:
+        return keys, line
     first = np.flatnonzero(np.concatenate(([True], line[1:] != line[:-1])))
     rank = np.arange(line.size) - np.repeat(first, np.diff(np.append(first, line.size)))
     with np.errstate(over="ignore"):
         parts = mix(word_hashes ^ mix(rank.astype(np.uint64) + _SALT))
         keys[line[first]] = mix(np.add.reduceat(parts, first) + np.uint64(1)) | np.uint64(1)
-    return keys
+    return keys, line
 
 
 def document_lines(keys: np.ndarray, line_doc: np.ndarray) -> np.ndarray:
     """The distinct non-zero line keys of each document, as one uint64 array (a key once per document)."""
     worded = keys != 0
-    pairs = np.unique(np.stack((line_doc[worded].astype(np.uint64), keys[worded]), axis=1), axis=0)
-    return pairs[:, 1] if pairs.size else np.zeros(0, np.uint64)
+    k, d = keys[worded], line_doc[worded]
+    order = np.lexsort((k, d))
+    k, d = k[order], d[order]
+    new = np.concatenate(([True], (k[1:] != k[:-1]) | (d[1:] != d[:-1]))) if k.size else np.zeros(0, bool)
+    return k[new]
 
 
 def frequent_lines(per_document: list[np.ndarray], documents: int, share: float, min_documents: int) -> np.ndarray:
@@ -76,13 +79,14 @@ def frequent_lines(per_document: list[np.ndarray], documents: int, share: float,
     return keys[counts >= max(int(np.ceil(share * documents)), min_documents)].astype(np.uint64)
 
 
-def keep_bytes(data: np.ndarray, offsets: np.ndarray, boilerplate: np.ndarray,
-               word_starts: np.ndarray, word_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bytes of the batch without its boilerplate lines (bool [data.size]) and the rows' new offsets, a
-    document whose every line with words is boilerplate kept whole."""
+def keep_bytes(data: np.ndarray, offsets: np.ndarray, boilerplate: np.ndarray, word_starts: np.ndarray,
+               word_hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What is left of a batch without its boilerplate lines, a document whose every line with words is
+    boilerplate kept whole: its bytes (bool [data.size]), the rows' new offsets and its words (bool, per word:
+    a word never spans lines, so the words left are the old words of the lines left, hashes unchanged)."""
     n = offsets.size - 1
     starts, doc = line_spans(data, offsets)
-    keys = line_keys(starts, word_starts, word_hashes)
+    keys, word_line = line_keys(starts, word_starts, word_hashes)
     drop = np.isin(keys, boilerplate) & (keys != 0)
     worded = np.bincount(doc, weights=keys != 0, minlength=n)
     dropped = np.bincount(doc, weights=drop, minlength=n)
@@ -90,4 +94,4 @@ def keep_bytes(data: np.ndarray, offsets: np.ndarray, boilerplate: np.ndarray,
     lengths = np.diff(np.append(starts, data.size))
     mask = np.repeat(~drop, lengths)
     kept = np.bincount(np.repeat(doc, lengths), weights=mask, minlength=n).astype(np.int64)
-    return mask, np.concatenate(([0], np.cumsum(kept)))
+    return mask, np.concatenate(([0], np.cumsum(kept))), ~drop[word_line]
