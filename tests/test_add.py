@@ -410,7 +410,8 @@ def test_drift_counts_a_document_no_existing_document_is_near(tmp_path):
     save_npy(labels, np.repeat(np.arange(2), 50).astype(np.int32))
     ref_sims = np.linspace(0.6, 0.9, 100).astype(np.float32)
     report = drift_report((scores, labels), 100, np.full(4, 0.9, np.float32), np.array([0, 1, 0, 1]),
-                          np.array([50, 50]), 0.1, None, (ref_sims, np.array([0.9, 0.8, 0.5, 0.55], np.float32)))
+                          np.array([50, 50]), 0.1, None,
+                          (ref_sims, np.array([0.9, 0.8, 0.5, 0.55], np.float32), np.zeros(100, np.int32)))
     assert report["below_cut"] == 0 and report["below_neighbour_cut"] == 2 and report["drift_share"] == 0.5
     assert report["neighbour_cut"] == pytest.approx(np.percentile(ref_sims, 5, method="lower"))
 

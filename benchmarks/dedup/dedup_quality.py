@@ -31,8 +31,8 @@ For each corpus and size N, with ``--seed``:
    exact Jaccard; tokens keep symbols, so two ASCII drawings with the same few letters are not duplicates).
    So a detector is not penalised for the
    corpus's own clear duplicates; looser natural near-duplicates (J < 0.8) it merges count as false positives,
-   and the column ``P copy`` (precision over predicted pairs that hold an injected copy) leaves all base-base
-   pairs out.
+   and the columns ``P copy``, ``R copy`` and ``F1 copy`` (over the predicted and the true pairs that hold an
+   injected copy) leave all base-base pairs out.
 4. **clusterclip**: ``clusterclip embed`` (default embedder), ``cluster`` (default K) and ``dedup`` (defaults,
    or ``--dedup-args``) through the CLI into a temporary run directory; ``dedup/group.npy`` is mapped back to the
    input order through the corpus ids; ``dedup/removed.parquet`` gives the removed documents (and the smallest
@@ -296,6 +296,8 @@ def score(group: np.ndarray, kept_of: np.ndarray, truth: np.ndarray, is_copy: np
     copy_pairs = pp - _pairs(group[~is_copy])
     tp_base = _pairs(group[~is_copy], truth[~is_copy])
     p_copy = (tp - tp_base) / copy_pairs if copy_pairs else 1.0
+    true_copy_pairs = tt - _pairs(truth[~is_copy])
+    r_copy = (tp - tp_base) / true_copy_pairs if true_copy_pairs else 1.0
     sizes = np.bincount(group)
     removed = kept_of != np.arange(group.size)
     wrong = removed & (truth[kept_of] != truth)
@@ -310,7 +312,8 @@ def score(group: np.ndarray, kept_of: np.ndarray, truth: np.ndarray, is_copy: np
             members = np.flatnonzero(group == g)
             a, b = rng.choice(members, 2, replace=False)
             jac.append(jaccard(shingles(texts[a], 5), shingles(texts[b], 5)))
-    return dict(precision=p, recall=r, f1=2 * p * r / (p + r) if p + r else 0.0, p_copy=p_copy,
+    return dict(precision=p, recall=r, f1=2 * p * r / (p + r) if p + r else 0.0, p_copy=p_copy, r_copy=r_copy,
+                f1_copy=2 * p_copy * r_copy / (p_copy + r_copy) if p_copy + r_copy else 0.0,
                 largest=int(sizes.max()), groups_over_10=int((sizes > 10).sum()),
                 top5_median_j5=float(np.median(jac)) if jac else None, removed=int(removed.sum()),
                 injected=int(is_copy.sum()), removable=int(group.size - np.unique(truth).size),
@@ -500,10 +503,11 @@ def run_one(spec: str, size: int, args: argparse.Namespace, work: Path) -> list[
     return rows
 
 
-COLUMNS = ("corpus", "size", "documents", "method", "precision", "recall", "f1", "p_copy", "largest",
-           "groups_over_10", "top5_median_j5", "removed", "injected", "removable", "wrong_drop", "lost", "seconds")
-HEADER = ("corpus", "base", "docs", "method", "P", "R", "F1", "P copy", "largest", "groups >10", "J5 med top-5",
-          "drop removes", "injected", "removable", "wrong drop", "lost", "s")
+COLUMNS = ("corpus", "size", "documents", "method", "precision", "recall", "f1", "p_copy", "r_copy", "f1_copy",
+           "largest", "groups_over_10", "top5_median_j5", "removed", "injected", "removable", "wrong_drop", "lost",
+           "seconds")
+HEADER = ("corpus", "base", "docs", "method", "P", "R", "F1", "P copy", "R copy", "F1 copy", "largest", "groups >10",
+          "J5 med top-5", "drop removes", "injected", "removable", "wrong drop", "lost", "s")
 
 
 def fmt(x: Any) -> str:

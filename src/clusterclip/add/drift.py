@@ -25,12 +25,16 @@ REFERENCE_SIZE = 4096
 """Existing documents sampled (seeded) as the neighbourhood reference of the drift check."""
 NEIGHBOURS = 10
 """A document's neighbourhood similarity is its mean cosine to this many most similar reference documents."""
+CLUSTER_REFERENCE = 20
+"""A cluster with at least this many reference documents has a neighbourhood cut of its own (smaller ones: the
+pooled cut), so ``floor(5 % * (m + 1))`` is at least 1 and the cut is a rank of the cluster's own values."""
 SHIFT_DRAWS = 200
 """Seeded multinomial draws that give the cluster shift a same-distribution add would show by chance."""
 Coverage = tuple[Callable[[], Iterator[np.ndarray]], np.ndarray]
 """The old documents' coverage (a function yielding its blocks, for two streamed passes) and the new ones'."""
-Neighbourhood = tuple[np.ndarray, np.ndarray]
-"""The reference documents' neighbourhood similarity among themselves (each left out) and the new documents'."""
+Neighbourhood = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""The reference documents' neighbourhood similarity among themselves (each left out), the new documents' and the
+reference documents' clusters."""
 
 
 def lower_percentile(path: Path, n: int, q: float) -> float:
@@ -112,6 +116,28 @@ def neighbourhood(x: np.ndarray, reference: np.ndarray, k: int = NEIGHBOURS, its
     return out
 
 
+def cluster_cuts(ref_sims: np.ndarray, ref_labels: np.ndarray, k: int, pooled: float) -> np.ndarray:
+    """float32 [k]: each cluster's neighbourhood cut, the ``floor(q (m + 1))``-th smallest of its ``m`` reference
+    documents' similarities (``q`` = :data:`DRIFT_PERCENTILE` %) when ``m >= CLUSTER_REFERENCE``, else ``pooled``.
+
+    A conformal cut per cluster (Mondrian conformal prediction): a new document as typical of its cluster as the
+    cluster's own documents falls below it with probability at most ``q``, whatever the cluster. One pooled cut
+    is not: clusters of short messages or code have sparse neighbourhoods and set it low, so a new domain that
+    joins a dense cluster (dictionary entries beside other dictionary entries) stays above it while it is far
+    below what that cluster's own documents show."""
+    cuts = np.full(k, pooled, np.float32)
+    labels = np.asarray(ref_labels, np.int64)
+    if not labels.size:
+        return cuts
+    sims = np.asarray(ref_sims, np.float32)[np.lexsort((ref_sims, labels))]
+    counts = np.bincount(labels, minlength=k)[:k]
+    first = np.cumsum(counts) - counts
+    rank = np.floor(DRIFT_PERCENTILE / 100.0 * (counts + 1)).astype(np.int64)
+    own = (counts >= CLUSTER_REFERENCE) & (rank >= 1)
+    cuts[own] = sims[first[own] + rank[own] - 1]
+    return cuts
+
+
 def drift_report(old: tuple[Path, Path], n_old: int, new_scores: np.ndarray, new_labels: np.ndarray,
                  old_sizes: np.ndarray, threshold: float, coverage: Coverage | None = None,
                  neighbours: Neighbourhood | None = None) -> dict[str, Any]:
@@ -122,10 +148,11 @@ def drift_report(old: tuple[Path, Path], n_old: int, new_scores: np.ndarray, new
     * its best cosine to any centroid is below the 5th percentile of the existing documents' cosines to their
       centroid without them (:func:`leave_one_out`, from ``scores.npy`` and ``labels.npy``), or
     * with ``neighbours``, its :func:`neighbourhood` similarity to a sample of the existing documents is below
-      the 5th percentile of theirs among themselves: a centroid averages a whole cluster, so with a fitted
-      embedder a new topic can sit as close to some centroid as the existing documents do while no existing
-      document is near it (minipile with two domains held out, ``lsa``: 1 % of them below the centroid cut,
-      about 30 % below the neighbourhood cut), or
+      the cut of the cluster it joins (:func:`cluster_cuts`: the 5th percentile of the cluster's sample
+      documents among all sample documents; the pooled 5th percentile for clusters with few of them): a
+      centroid averages a whole cluster, so with a fitted embedder a new topic can sit as close to some centroid
+      as the existing documents do while no existing document is near it (minipile with two domains held out,
+      ``lsa``: 1 % of them below the centroid cut, about 30 % below the neighbourhood cut), or
     * with ``coverage`` (the old documents' confidence shards and the new documents' coverage), the embedder
       saw less of it than :data:`COVERAGE_FLOOR` (or the existing documents' 1st percentile, if lower): a
       fitted vocabulary drops the words it never saw, so text in another language can look familiar by
@@ -135,12 +162,14 @@ def drift_report(old: tuple[Path, Path], n_old: int, new_scores: np.ndarray, new
     far = new_scores < cut
     report: dict[str, Any] = {"similarity_cut": round(cut, 6), "below_cut": int(np.count_nonzero(far))}
     if neighbours is not None:
-        ref_sims, new_sims = neighbours
+        ref_sims, new_sims, ref_labels = neighbours
         neighbour_cut = float(np.percentile(ref_sims, DRIFT_PERCENTILE, method="lower")) if len(ref_sims) else -1.0
-        isolated = np.asarray(new_sims) < neighbour_cut
+        cuts = cluster_cuts(ref_sims, ref_labels, len(old_sizes), neighbour_cut)
+        isolated = np.asarray(new_sims) < cuts[np.asarray(new_labels, np.int64)]
         far = far | isolated
+        own = np.bincount(np.asarray(ref_labels, np.int64), minlength=len(old_sizes)) >= CLUSTER_REFERENCE
         report.update(neighbour_cut=round(neighbour_cut, 6), below_neighbour_cut=int(np.count_nonzero(isolated)),
-                      reference_documents=len(ref_sims))
+                      reference_documents=len(ref_sims), clusters_with_own_cut=int(own.sum()))
     unseen = np.zeros_like(far)
     if coverage is not None:
         old, new = coverage
@@ -206,8 +235,10 @@ def format_drift(report: dict[str, Any], run: RunDir) -> str:
         f"drift: {report['drift_share']:.1%} of the new documents are new (threshold {report['drift_threshold']:.0%}): "
         f"less similar to every centroid than the 5th percentile of the existing ones (cosine "
         f"{report['similarity_cut']:.4f}: {report['below_cut']:,} documents)" + (
-            f", or with no existing document near them (neighbourhood {report['neighbour_cut']:.4f}: "
-            f"{report['below_neighbour_cut']:,})" if "neighbour_cut" in report else "") + (
+            f", or with no existing document near them (neighbourhood below their cluster's 5th percentile, "
+            f"{report.get('clusters_with_own_cut', 0):,} clusters with a cut of their own, the others "
+            f"{report['neighbour_cut']:.4f}: {report['below_neighbour_cut']:,})"
+            if "neighbour_cut" in report else "") + (
             f" or too little of them seen by the embedder (coverage below {report['coverage_cut']:.2f}: "
             f"{report['below_coverage_cut']:,})" if "coverage_cut" in report else ""),
         *([f"cluster shift: {report['cluster_shift']:.1%} of the new documents would have to move to match the "

@@ -168,10 +168,12 @@ def _coverage(run: RunDir, embed: EmbedRecord, shards: list[dict[str, Any]]) -> 
 
 def _neighbours(run: RunDir, n_old: int, shards: list[dict[str, Any]]) -> Neighbourhood:
     """The neighbourhood similarities of the drift check: a seeded sample of the existing documents among
-    themselves, and every new document to that sample (read shard by shard)."""
-    reference = gather_embeddings(run, reference_rows(n_old), verify=False)
+    themselves, every new document to that sample (read shard by shard), and the sample's clusters."""
+    rows = reference_rows(n_old)
+    reference = gather_embeddings(run, rows, verify=False)
     new = [neighbourhood(np.asarray(load_npy(run.path(s["file"]), mmap=True)), reference) for s in shards]
-    return neighbourhood(reference, reference, itself=True), np.concatenate(new) if new else np.zeros(0, np.float32)
+    return (neighbourhood(reference, reference, itself=True), np.concatenate(new) if new else np.zeros(0, np.float32),
+            np.asarray(load_npy(run.path(LABELS), mmap=True)[rows]))
 
 
 def _dedup_summary(record: DedupRecord | None, ran: bool) -> dict[str, Any] | None:

@@ -47,8 +47,11 @@ SHINGLE_COUNT = "dedup/shingle_count.npy"
 document, which joins only documents with the same ``TEXT_KEY``)."""
 TEXT_KEY = "dedup/text_key.npy"
 """uint64 [N]: a hash of each document's lower-cased text with whitespace runs collapsed (symbols kept)."""
+BOILERPLATE = "dedup/boilerplate.npy"
+"""uint64 [B], sorted: the keys of the boilerplate lines (:mod:`clusterclip.dedup.lines`) left out of every
+document's signatures, word set and shingle count (kept so that ``clusterclip add`` hashes new texts the same way)."""
 INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES, WORD_SIGNATURES,
-                   SHINGLE_COUNT, TEXT_KEY)
+                   SHINGLE_COUNT, TEXT_KEY, BOILERPLATE)
 """The pairwise work, reused when only the thresholds change."""
 READS = ("cluster", "embed", "corpus")
 """The stages whose outputs the groups are built from (their output hashes make its inputs hash)."""
@@ -70,7 +73,7 @@ class DedupRecord(StageRecord):
     NAME: ClassVar[str] = DEDUP_STAGE
     UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus", "embed", "cluster")
 
-    index: dict[str, int]
+    index: dict[str, int | float]
     documents: int
     groups: int
     removed: int

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from clusterclip.settings import Settings, SettingsError, at_least, between, setting, uint64
 
-INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm", "char_ngram", "char_words")
+INDEX_SETTINGS = ("num_perm", "bands", "shingle", "lexical_seed", "word_perm", "char_ngram", "char_words",
+                  "boilerplate")
 """Settings the pairwise work depends on (besides the inputs); the others only change the derivation of the
 groups from it, so changing them reuses the stored work."""
 
@@ -45,12 +46,17 @@ class DedupConfig(Settings):
     char_words: int = setting(10, check=at_least(0),
                               help="documents with fewer distinct word shingles than this get byte shingles "
                                    "(with --char-ngram)")
+    boilerplate: float = setting(0.005, check=between(0.0, 1.0, closed=True),
+                                 help="a line (its words) that at least this share of the documents (and at least 50 "
+                                      "of them; counted on a sample of 20,000) contain is boilerplate: left out of "
+                                      "what the near-copies are measured on, unless a document has nothing else "
+                                      "(0: off)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_perm % self.bands:
             raise SettingsError("bands", f"{self.bands} does not divide num_perm={self.num_perm}", type(self))
 
-    def index_settings(self) -> dict[str, int]:
+    def index_settings(self) -> dict[str, int | float]:
         """The settings the stored pairwise work depends on."""
-        return {name: int(getattr(self, name)) for name in INDEX_SETTINGS}
+        return {name: getattr(self, name) for name in INDEX_SETTINGS}

@@ -5,15 +5,17 @@ byte) straight on the Arrow string buffers; word and shingle hashes are polynomi
 prefix sums, so no Python code runs per document. ``rensa`` (Rust) turns the flat shingle hashes into
 MinHash signatures (``RMinHash.digest_matrix_from_flat_token_hashes``): one call per batch, no Python
 object per document, about an order of magnitude faster than ``datasketch``'s per-document ``MinHash``.
-Banding is NumPy: per band one sort of 64-bit keys of (cluster, band); every member of a bucket is paired
-with the bucket's first member, so pairs stay inside a cluster as the semantic ones do. Memory: the
-signatures, ``N * num_perm * 4`` bytes, plus one batch of text.
+Banding is NumPy: per band one sort of 64-bit keys of the band (and the cluster, when labels are given: the
+stage bands the whole corpus, since an edited copy can land in another cluster than its source); every member
+of a bucket is paired with the bucket's first member. Memory: the signatures, ``N * num_perm * 4`` bytes, plus
+one batch of text.
 
 :func:`hash_texts` is the stage's one pass over the texts: besides the shingle signatures it gives, from the
 same word hashes, what the derivation of groups checks edges with (:mod:`clusterclip.dedup.checked`): the
 MinHash signatures of each document's *set of words* (word 1-shingles), its number of distinct shingles and
 a key of its normalised text (lower-cased, ASCII whitespace runs collapsed to one space, trimmed; symbols
-kept), so that documents with almost no words can still be told apart.
+kept), so that documents with almost no words can still be told apart. All but the key are made of the text
+without its boilerplate lines (:func:`boilerplate_lines`, :mod:`clusterclip.dedup.lines`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from clusterclip.dedup.lines import document_lines, frequent_lines, keep_bytes, line_keys, line_spans, mix
+
 _P = np.uint64(0x100000001B3)
 _P_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
 _MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -33,18 +37,6 @@ _WORD = np.zeros(256, bool)
 _WORD[[*range(48, 58), *range(97, 123), *range(128, 256)]] = True
 _SPACE = np.zeros(256, bool)
 _SPACE[[9, 10, 11, 12, 13, 32]] = True
-
-
-def mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
-    x = x.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        x ^= x >> np.uint64(30)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(27)
-        x *= np.uint64(0x94D049BB133111EB)
-        x ^= x >> np.uint64(31)
-    return x
 
 
 @dataclass(frozen=True)
@@ -86,13 +78,50 @@ def _span_hashes(prefix: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np
 
 def _words(low: _Lowered) -> tuple[np.ndarray, np.ndarray]:
     """Hashes of the words of a batch, in order, and the row of each."""
+    starts, hashes = _word_spans(low)
+    return hashes, np.searchsorted(low.offsets, starts, side="right") - 1
+
+
+def _word_spans(low: _Lowered) -> tuple[np.ndarray, np.ndarray]:
+    """The first byte of each word of a batch, in order, and its hash."""
     data, offsets = low.data, low.offsets
     word = _WORD[data]
     at_start = np.zeros(data.size, bool)
     at_start[offsets[:-1][offsets[:-1] < data.size]] = True
     starts = np.flatnonzero(word & (at_start | ~np.concatenate(([False], word[:-1]))))
     ends = np.flatnonzero(word & (np.concatenate((at_start[1:], [True])) | ~np.concatenate((word[1:], [False])))) + 1
-    return _span_hashes(low.prefix, starts, ends), np.searchsorted(offsets, starts, side="right") - 1
+    return starts, _span_hashes(low.prefix, starts, ends)
+
+
+def batch_lines(texts: pa.Array) -> np.ndarray:
+    """The distinct keys of the lines of each text of a batch, one array (what :func:`boilerplate_lines` counts)."""
+    low = _lowered(texts)
+    starts, doc = line_spans(low.data, low.offsets)
+    return document_lines(line_keys(starts, *_word_spans(low))[0], doc)
+
+
+def boilerplate_lines(batches: Iterable[pa.Array], share: float, min_documents: int) -> np.ndarray:
+    """Sorted uint64 keys of the lines that at least ``share`` of the texts in ``batches`` (and at least
+    ``min_documents`` of them) contain: :mod:`clusterclip.dedup.lines`."""
+    per, n = [], 0
+    for texts in batches:
+        per.append(batch_lines(texts))
+        n += len(texts)
+    return frequent_lines(per, n, share, min_documents)
+
+
+def _stripped(low: _Lowered, boilerplate: np.ndarray | None) -> tuple[_Lowered, np.ndarray, np.ndarray]:
+    """The batch without its ``boilerplate`` lines (itself when there are none), and the hashes of its words left
+    and the row of each."""
+    starts, hashes = _word_spans(low)
+    doc = np.searchsorted(low.offsets, starts, side="right") - 1
+    if boilerplate is None or not boilerplate.size or not low.data.size:
+        return low, hashes, doc
+    mask, offsets, words = keep_bytes(low.data, low.offsets, boilerplate, starts, hashes)
+    if mask.all():
+        return low, hashes, doc
+    data = low.data[mask]
+    return _Lowered(data, offsets, _prefix(data)), hashes[words], doc[words]
 
 
 def shingle_hashes(texts: pa.Array, shingle: int, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -199,14 +228,16 @@ class TextHashes:
                             for f in ("signatures", "word_signatures", "shingle_count", "text_key")))
 
 
-def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0) -> TextHashes:
+def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0,
+               boilerplate: np.ndarray | None = None) -> TextHashes:
     """:class:`TextHashes` of the texts in ``batches`` (documents ``first``, ``first + 1``, ... of the corpus):
-    each batch is lower-cased and its words hashed once, for the shingle signatures, the word-set signatures,
-    the shingle counts and the text keys."""
+    each batch is lower-cased, its ``boilerplate`` lines (sorted keys, :func:`boilerplate_lines`) left out, and
+    its words hashed once, for the shingle signatures, the word-set signatures and the shingle counts; the text
+    keys are of the whole texts."""
     parts, pos = [], first
     for texts in batches:
-        low = _lowered(texts)
-        words, doc = _words(low)
+        whole = _lowered(texts)
+        low, words, doc = _stripped(whole, boilerplate)
         tokens, rows = _shingles(words, doc, low.n, hashing.shingle, pos)
         word_tokens, word_rows = _shingles(words, doc, low.n, 1, pos)
         norm = _normalised(low)
@@ -217,7 +248,7 @@ def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0) ->
             count[few] = _distinct(tokens, rows)[few]
         parts.append(TextHashes(_digest(tokens, rows, hashing.num_perm, hashing.seed),
                                 _digest(word_tokens, word_rows, hashing.word_perm, hashing.seed),
-                                count, _span_hashes(_prefix(norm[0]), norm[1], norm[2])))
+                                count, _text_keys(whole)))
         pos += low.n
     return TextHashes.concat(parts, hashing)
 

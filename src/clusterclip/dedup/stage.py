@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from functools import partial
 from typing import Any
@@ -23,6 +24,7 @@ from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS
 from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, corpus_parts, iter_corpus, read_column
 from clusterclip.contract.corpus_texts import open_part
 from clusterclip.contract.dedup import (
+    BOILERPLATE,
     DEDUP_DIR,
     DEDUP_STAGE,
     GROUP,
@@ -44,7 +46,7 @@ from clusterclip.contract.embed import EMBED_STAGE, gather_embeddings
 from clusterclip.dedup.checked import CheckedGroups, PairwiseWork, derive_checked_groups
 from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.groups import detector_names
-from clusterclip.dedup.lexical import Hashing, TextHashes, hash_texts, lsh_pairs
+from clusterclip.dedup.lexical import Hashing, TextHashes, boilerplate_lines, hash_texts, lsh_pairs
 from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
 from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
@@ -57,6 +59,10 @@ TEXT_BATCH = 2048
 RAY_TASK_DOCS = 50_000
 COSINE_BATCH = 65_536
 LARGEST_SHOWN = 3
+BOILERPLATE_SAMPLE = 20_000
+"""Documents (a seeded uniform sample; all when fewer) whose lines are counted to find the boilerplate lines."""
+BOILERPLATE_MIN_DOCUMENTS = 50
+"""A boilerplate line is in at least this many of the counted documents (besides the ``boilerplate`` share)."""
 
 
 def dedup_stage(run: RunDir, config: DedupConfig | None = None, force: bool = False,
@@ -133,41 +139,67 @@ def hashing_of(config: DedupConfig) -> Hashing:
 
 
 def _pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, tokens: np.ndarray, engine: str) -> None:
-    """Compute and save the semantic neighbours, the text hashes and the lexical candidate pairs."""
+    """Compute and save the semantic neighbours, the boilerplate lines, the text hashes and the lexical
+    candidate pairs."""
     runner = partial(_on_ray, str(run.root)) if engine == "ray" else None
     neighbour, similarity = earlier_neighbours(labels, tokens, lambda rows: fetch_rows(run, rows), runner=runner)
     save_npy(run.path(NEIGHBOUR), neighbour)
     save_npy(run.path(SIMILARITY), similarity)
+    boilerplate = _boilerplate(run, config, labels.size)
+    save_npy(run.path(BOILERPLATE), boilerplate)
     if engine == "ray":
-        hashes = _hashes_on_ray(run, config, labels.size)
+        hashes = _hashes_on_ray(run, config, labels.size, boilerplate)
     else:
-        hashes = hash_texts((b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH)), hashing_of(config))
-    _lexical(run, config, hashes, labels)
+        hashes = hash_texts((b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH)), hashing_of(config),
+                            boilerplate=boilerplate)
+    _lexical(run, config, hashes, labels.size)
 
 
-def _hashes_on_ray(run: RunDir, config: DedupConfig, n: int) -> TextHashes:
+def _boilerplate(run: RunDir, config: DedupConfig, n: int) -> np.ndarray:
+    """The boilerplate lines of the corpus, counted on a seeded sample of ``BOILERPLATE_SAMPLE`` documents (one
+    streamed pass over the texts; none when ``config.boilerplate`` is 0)."""
+    if config.boilerplate <= 0 or n == 0:
+        return np.zeros(0, np.uint64)
+    rng = np.random.default_rng(config.lexical_seed)
+    chosen = np.zeros(n, bool)
+    chosen[rng.choice(n, min(n, BOILERPLATE_SAMPLE), replace=False)] = True
+
+    def sample() -> Iterator[pa.Array]:
+        pos = 0
+        for batch in iter_corpus(run, ("text",), TEXT_BATCH):
+            rows = np.flatnonzero(chosen[pos:pos + batch.num_rows])
+            pos += batch.num_rows
+            if rows.size:
+                yield batch.column(0).take(pa.array(rows))
+
+    return boilerplate_lines(sample(), config.boilerplate, BOILERPLATE_MIN_DOCUMENTS)
+
+
+def _hashes_on_ray(run: RunDir, config: DedupConfig, n: int, boilerplate: np.ndarray) -> TextHashes:
     """The text hashes as one Ray task per corpus part (each reads its part's texts), in index order."""
     calls, first = [], 0
     for part in corpus_parts(run):
         rows = open_part(part).metadata.num_rows
-        calls.append((str(part), first, hashing_of(config)))
+        calls.append((str(part), first, hashing_of(config), boilerplate))
         first += rows
     if first != n:
         raise ClusterClipError(f"{run.root}: the corpus parts hold {first} documents, the labels {n}")
     return TextHashes.concat(ray_tasks(_part_hashes, calls), hashing_of(config))
 
 
-def _part_hashes(path: str, first: int, hashing: Hashing) -> TextHashes:
+def _part_hashes(path: str, first: int, hashing: Hashing, boilerplate: np.ndarray) -> TextHashes:
     """One Ray task: the text hashes of one corpus part's documents (the first is document ``first``)."""
     pf = open_part(path)
-    return hash_texts((b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"])), hashing, first)
+    return hash_texts((b.column(0) for b in pf.iter_batches(batch_size=TEXT_BATCH, columns=["text"])), hashing, first,
+                      boilerplate)
 
 
-def _lexical(run: RunDir, config: DedupConfig, hashes: TextHashes, labels: np.ndarray) -> None:
-    """Save the text hashes, and the LSH candidate pairs of the signatures with their Jaccard estimates."""
-    if hashes.text_key.size != labels.size:
-        raise ClusterClipError(f"{run.root}: the corpus holds {hashes.text_key.size} texts, the labels {labels.size}")
-    pairs, jac = lsh_pairs(hashes.signatures, config.bands, labels)
+def _lexical(run: RunDir, config: DedupConfig, hashes: TextHashes, n: int) -> None:
+    """Save the text hashes, and the LSH candidate pairs of the signatures with their Jaccard estimates, over
+    the whole corpus: a lexical near-copy is one whatever clusters the embedder put the two documents in."""
+    if hashes.text_key.size != n:
+        raise ClusterClipError(f"{run.root}: the corpus holds {hashes.text_key.size} texts, the labels {n}")
+    pairs, jac = lsh_pairs(hashes.signatures, config.bands)
     save_npy(run.path(SIGNATURES), hashes.signatures)
     save_npy(run.path(WORD_SIGNATURES), hashes.word_signatures)
     save_npy(run.path(SHINGLE_COUNT), hashes.shingle_count)
@@ -185,10 +217,10 @@ def _append_pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, first
                        for rel in (SIGNATURES, WORD_SIGNATURES, SHINGLE_COUNT, TEXT_KEY)))
     new_nb, new_sim = appended_neighbours(labels, first, lambda rows: fetch_rows(run, rows))
     texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH, first=first))
-    new = hash_texts(texts, hashing_of(config), first)
+    new = hash_texts(texts, hashing_of(config), first, load_npy(run.path(BOILERPLATE)))
     save_npy(run.path(NEIGHBOUR), np.concatenate([neighbour[:first], new_nb]))
     save_npy(run.path(SIMILARITY), np.concatenate([similarity[:first], new_sim]))
-    _lexical(run, config, TextHashes.concat([old, new], hashing_of(config)), labels)
+    _lexical(run, config, TextHashes.concat([old, new], hashing_of(config)), labels.size)
 
 
 def _on_ray(root: str, clusters: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
