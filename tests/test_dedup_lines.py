@@ -8,9 +8,9 @@ import pyarrow as pa
 
 import clusterclip.dedup.stage as dedup_stage_module
 from clusterclip.contract.cluster import LABELS
+from clusterclip.contract.dedup import BOILERPLATE, load_groups
 from clusterclip.dedup.checked import signature_jaccard
 from clusterclip.dedup.config import DedupConfig
-from clusterclip.contract.dedup import BOILERPLATE, load_groups
 from clusterclip.dedup.lexical import Hashing, boilerplate_lines, hash_texts
 from clusterclip.dedup.stage import dedup_stage
 from clusterclip.store import load_npy
