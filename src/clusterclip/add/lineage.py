@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from clusterclip.cluster.contract import LABELS, SCORES, SIZES
+from clusterclip.contract.drift import DriftReport
 from clusterclip.contracts import GROWN
 from clusterclip.corpus.contract import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord, open_part
 from clusterclip.corpus.fields import restore_fields
@@ -161,5 +162,5 @@ def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[st
         save_json(run.record_path(stage), rec)
     drift = run.path(A.DRIFT_REPORT)
     with contextlib.suppress(OSError, ClusterClipError, KeyError, TypeError):
-        if load_json(drift).get("inputs") == journal["inputs"]:
+        if DriftReport.read(drift).inputs == journal["inputs"]:
             drift.unlink()

@@ -20,6 +20,7 @@ import numpy as np
 
 from clusterclip.cluster.contract import LABELS, SIZES, ClusterRecord
 from clusterclip.errors import ClusterClipError
+from clusterclip.online.contract import ONLINE_RECORD, read_online
 from clusterclip.online.controller import Controller
 from clusterclip.plan.contract import PlanRecord, plan_stage_name
 from clusterclip.settings import at_least, is_text
@@ -255,3 +256,11 @@ class OnlineRecord:
         return cls(fields["root"], fields["parent"], fields["position"], fields["every"], controller,
                    Window.of(window, len(controller.weights), where, fix), fields.get("plan"), fields.get("changed"),
                    RunIdentity.from_json(fields["run"], where, fix) if version >= 2 else None)
+
+
+def read_online_record(run: RunDir, plan: str, folder: str) -> OnlineRecord | None:
+    """The ``online.json`` of plan ``plan`` (its folder ``folder``, relative to the run) once it matches the checksum
+    its ``mixer.json`` records (:func:`~clusterclip.online.contract.read_online`), read as an :class:`OnlineRecord`;
+    None for a plan without one."""
+    obj = read_online(run, plan, folder)
+    return None if obj is None else OnlineRecord.from_json(obj, str(run.path(folder, ONLINE_RECORD)))

@@ -21,7 +21,7 @@ import torch
 
 from clusterclip.cluster.contract import LABELS
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.contract import ONLINE_RECORD, MixerRecord, mixer_stage_name, read_online
+from clusterclip.online.contract import ONLINE_RECORD, MixerRecord, mixer_stage_name
 from clusterclip.online.controller import SETTINGS, Controller, continuation_config, uniform_steps
 from clusterclip.online.state import (
     STATE_FORMAT,
@@ -30,6 +30,7 @@ from clusterclip.online.state import (
     OnlineStateError,
     Window,
     chain_start,
+    read_online_record,
     run_identity,
 )
 from clusterclip.plan.config import PlanConfig
@@ -309,7 +310,4 @@ def _find(run: RunDir, config: PlanConfig, continues: Mapping[str, Any]) -> str:
 def online_record(run_dir: str | os.PathLike[str], plan_name: str) -> OnlineRecord | None:
     """The controller state and window that chose a continuation's weights, checked against the checksum its
     ``mixer.json`` records (None for a plan not written by a mixer)."""
-    run = RunDir(run_dir)
-    folder = plan_path(plan_name)
-    obj = read_online(run, plan_name, folder)
-    return None if obj is None else OnlineRecord.from_json(obj, str(run.path(folder, ONLINE_RECORD)))
+    return read_online_record(RunDir(run_dir), plan_name, plan_path(plan_name))
