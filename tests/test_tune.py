@@ -211,7 +211,7 @@ def test_tune_prints_the_experiment_that_checks_its_choice_on_unseen_splits(tmp_
     assert cfg.strategies == ("random", "clusterclip:max_repeat=12,order=spread")
     assert cfg.strategy_specs()[1] == res["candidates"]["clusterclip-spread-R12"]["spec"]
     assert res["check_command"] in format_summary(res)
-    weights = {"winner": "weights-ab", "plan": {"name": "weights-wx-R12"},
+    weights = {**res, "winner": "weights-ab", "plan": {"name": "weights-wx-R12"},
                "candidates": {"weights-ab": {"spec": {"name": "weights-ab", "strategy": "weights",
                                                       "group_weights": [0.5, 0.5], "max_repeat": 12}}}}
     line = check_command(["c.jsonl"], "runs/w", CFG, (), weights) or ""

@@ -267,13 +267,14 @@ def test_blend_outputs(tmp_path: Path) -> None:
 
 
 def test_report_shows_the_weight_search(tmp_path: Path) -> None:
+    from clusterclip.contract.tune_results import TuneResults
     from clusterclip.experiment.tune.format import format_summary
     from clusterclip.report.tune import tune_section
 
     tune = TuneConfig(search=("grid", "weights"), taus=(0.5,), caps=(3,), orders=("equal-rate",), weights_cap=3,
                       weight_rounds=2, weight_runs=3, weight_pairs=1, weight_candidates=200, max_groups=6)
     res = _tune(tmp_path, PlanRunner(), tune)
-    page = tune_section(res)
+    page = tune_section(TuneResults.from_json(res))
     assert "Weight search" in page and 'id="tune-weight-rounds"' in page and 'id="tune-weights"' in page
     assert "natural" in page and "uniform" in page and 'id="tune-vs-grid"' in page
     assert re.search(r"Weight search: 2 rounds, \d+ mixtures over 6 groups", format_summary(res))

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.drift import DriftReport
 from clusterclip.store import RunDir
 from clusterclip.store import layout as A
 from clusterclip.store.npy_rows import npy_rows
@@ -224,44 +225,43 @@ def duplicates_note(skipped: int, within: int) -> str:
 
 
 def format_drift(report: dict[str, Any], run: RunDir) -> str:
-    """The drift report as ``clusterclip add`` prints it."""
+    """The drift report (what :func:`clusterclip.add.workflow.add_documents` returns) as ``clusterclip add`` prints
+    it."""
     if report.get("already_added"):
         return (f"{', '.join(report['inputs'])}: already added to {run.root}; nothing to do "
                 f"(the latest add's drift report is {run.path(A.DRIFT_REPORT)})")
-    growth = np.asarray(report["cluster_growth"])
+    d = DriftReport.from_json(report, str(run.path(A.DRIFT_REPORT)))
+    growth = np.asarray(d.cluster_growth)
     top = np.argsort(-growth, kind="stable")[:5]
     lines = [
-        f"added {report['documents_added']:,} documents to {report['documents_before']:,} in {run.root}",
-        f"drift: {report['drift_share']:.1%} of the new documents are new (threshold {report['drift_threshold']:.0%}): "
+        f"added {d.documents_added:,} documents to {d.documents_before:,} in {run.root}",
+        f"drift: {d.drift_share:.1%} of the new documents are new (threshold {d.drift_threshold:.0%}): "
         f"less similar to every centroid than the 5th percentile of the existing ones (cosine "
-        f"{report['similarity_cut']:.4f}: {report['below_cut']:,} documents)" + (
+        f"{d.similarity_cut:.4f}: {d.below_cut:,} documents)" + (
             f", or with no existing document near them (neighbourhood below their cluster's 5th percentile, "
-            f"{report.get('clusters_with_own_cut', 0):,} clusters with a cut of their own, the others "
-            f"{report['neighbour_cut']:.4f}: {report['below_neighbour_cut']:,})"
-            if "neighbour_cut" in report else "") + (
-            f" or too little of them seen by the embedder (coverage below {report['coverage_cut']:.2f}: "
-            f"{report['below_coverage_cut']:,})" if "coverage_cut" in report else ""),
-        *([f"cluster shift: {report['cluster_shift']:.1%} of the new documents would have to move to match the "
-           f"existing spread over clusters ({report['cluster_shift_chance']:.1%} by chance for an add this size): "
-           "a new topic the embedder maps near existing centroids shows here, as does a change of mixture"]
-          if "cluster_shift" in report else []),
+            f"{d.clusters_with_own_cut or 0:,} clusters with a cut of their own, the others "
+            f"{d.neighbour_cut:.4f}: {d.below_neighbour_cut:,})" if d.neighbour_cut is not None else "") + (
+            f" or too little of them seen by the embedder (coverage below {d.coverage_cut:.2f}: "
+            f"{d.below_coverage_cut:,})" if d.coverage_cut is not None else ""),
+        f"cluster shift: {d.cluster_shift:.1%} of the new documents would have to move to match the existing "
+        f"spread over clusters ({d.cluster_shift_chance:.1%} by chance for an add this size): a new topic the "
+        "embedder maps near existing centroids shows here, as does a change of mixture",
         "fastest-growing clusters: " + ", ".join(
-            f"{c} (+{report['cluster_added'][c]} on {report['cluster_before'][c]}, {growth[c]:.0%})" for c in top),
+            f"{c} (+{d.cluster_added[c]} on {d.cluster_before[c]}, {growth[c]:.0%})" for c in top),
     ]
-    if skipped := report.get("duplicates_skipped"):
-        within = int(report.get("duplicates_within") or 0)
-        lines.insert(1, f"skipped {skipped:,} duplicate documents: {duplicates_note(skipped, within)} "
+    if d.duplicates_skipped:
+        lines.insert(1, f"skipped {d.duplicates_skipped:,} duplicate documents: "
+                        f"{duplicates_note(d.duplicates_skipped, d.duplicates_within)} "
                         "(add --allow-duplicates to append them)")
-    if report["recommend_refit"]:
+    if d.recommend_refit:
         lines.append(f"recommendation: re-cluster with `clusterclip cluster {run.root} --refit` (it refuses while "
                      "plans exist unless --force: continue a running plan with `plan --continue` after it)")
     else:
         lines.append("the existing clusters still fit the new documents; no re-clustering needed")
-    dedup = report.get("dedup")
-    if dedup and dedup["extended"]:
-        lines.append(f"duplicate groups extended to the new documents: {dedup['groups']:,} groups, "
-                     f"{dedup['removed']:,} of {dedup['documents']:,} documents removed as duplicates")
-    elif dedup:
+    if d.dedup and d.dedup["extended"]:
+        lines.append(f"duplicate groups extended to the new documents: {d.dedup['groups']:,} groups, "
+                     f"{d.dedup['removed']:,} of {d.dedup['documents']:,} documents removed as duplicates")
+    elif d.dedup:
         lines.append(f"the duplicate groups predate this run's last change; `clusterclip dedup {run.root}` "
                      "recomputes them (plans with --duplicates need it)")
     return "\n".join(lines)

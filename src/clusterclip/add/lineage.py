@@ -23,6 +23,7 @@ import pyarrow as pa
 from clusterclip.contract.cluster import LABELS, SCORES, SIZES
 from clusterclip.contract.corpus import CORPUS_DIR, CORPUS_PART_GLOB, CORPUS_STAGE, TOKENS, CorpusRecord
 from clusterclip.contract.corpus_texts import open_part
+from clusterclip.contract.drift import DriftReport
 from clusterclip.contract.embed import CONFIDENCE_GLOB, EMBED_DIR, EMBED_SHARD_GLOB
 from clusterclip.contract.stages import GROWN
 from clusterclip.corpus.fields import restore_fields
@@ -162,5 +163,5 @@ def _restore(run: RunDir, journal: Mapping[str, Any], base: Mapping[str, dict[st
         save_json(run.record_path(stage), rec)
     drift = run.path(A.DRIFT_REPORT)
     with contextlib.suppress(OSError, ClusterClipError, KeyError, TypeError):
-        if load_json(drift).get("inputs") == journal["inputs"]:
+        if DriftReport.read(drift).inputs == journal["inputs"]:
             drift.unlink()

@@ -18,6 +18,7 @@ from clusterclip.cluster.grow import grow_clusters
 from clusterclip.contract.cluster import CLUSTER_STAGE, LABELS, SCORES, SIZES
 from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord
 from clusterclip.contract.dedup import DEDUP_STAGE, DedupRecord
+from clusterclip.contract.drift import DriftReport
 from clusterclip.contract.embed import EMBED_STAGE, EmbedRecord, gather_embeddings
 from clusterclip.contract.stages import GROWN
 from clusterclip.corpus.fields import build_fields
@@ -146,10 +147,11 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     growth = Growth(journal, base, n_old, new, shards, scores, sizes, time.perf_counter() - t0)
     grown = {entry.name: entry.grow(run, growth) for entry in TABLE if entry.grow is not None}
     report["dedup"] = _dedup_summary(grown[DEDUP_STAGE], run.record(DEDUP_STAGE) is not None)
-    save_json(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report, "duplicates_skipped": new.duplicates,
-                                             "duplicates_within": new.duplicates_within})
+    drift = DriftReport.write(run.path(A.DRIFT_REPORT), {"inputs": journal["inputs"], **report,
+                                                         "duplicates_skipped": new.duplicates,
+                                                         "duplicates_within": new.duplicates_within})
     run.path(A.ADD_JOURNAL).unlink()
-    return load_json(run.path(A.DRIFT_REPORT))
+    return drift.to_json()
 
 
 def _coverage(run: RunDir, embed: EmbedRecord, shards: list[dict[str, Any]]) -> Coverage | None:

@@ -4,7 +4,6 @@ repeat named with where both copies are."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.default_corpus import DEFAULT_CORPUS
-from clusterclip.corpus.inputs import work_units
+from clusterclip.corpus.inputs import Inputs, work_units
 from clusterclip.corpus.parts import WrittenParts
 from clusterclip.corpus.reading import located_documents
 from clusterclip.corpus.records import ReadOptions
@@ -24,10 +23,9 @@ from clusterclip.store import RunDir
 log = logging.getLogger(__name__)
 
 
-def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | os.PathLike[str]],
-                        resolved: Sequence[tuple[Path, str]], config: CorpusConfig) -> int:
+def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Inputs | None, config: CorpusConfig) -> int:
     """The number of duplicate ids; with ``id_field`` set, the first repeat raises (``on_bad_record="error"``,
-    naming where both copies are) or is logged (kept)."""
+    naming where both copies are in ``inputs``, None: the default corpus) or is logged (kept)."""
     if read.ids is None:
         raise ValueError("check_duplicate_ids needs the id hashes spilled by the reader (WrittenParts.ids)")
     duplicates, pair = read.ids.duplicates()
@@ -37,9 +35,10 @@ def check_duplicate_ids(run: RunDir, read: WrittenParts, inputs: Sequence[str | 
     doc_id = _ids_at(run, read, (first,))[0]
     msg = f"{duplicates} duplicate ids in field {config.id_field!r}"
     if config.on_bad_record == "error":
-        where = _document_locations(resolved, config, (first, second)) if inputs else {}
+        where = _document_locations(inputs.files, config, (first, second)) if inputs is not None else {}
         at = [where.get(i, f"document {i}") for i in (first, second)]
-        raise ClusterClipError(f"{', '.join(map(str, inputs)) or DEFAULT_CORPUS}: {msg}, the first {doc_id!r} at "
+        named = ", ".join(map(str, inputs.given)) if inputs is not None else DEFAULT_CORPUS
+        raise ClusterClipError(f"{named}: {msg}, the first {doc_id!r} at "
                                f"{at[0]} and again at {at[1]}; ids must be unique (or set "
                                f"{option(type(config), 'on_bad_record')} to skip to keep them, counted)")
     log.warning("corpus: %s, the first %r (kept)", msg, doc_id)

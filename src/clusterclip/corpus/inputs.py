@@ -20,6 +20,27 @@ from clusterclip.store.paths import inputs_of, is_remote, kind, size_time
 from clusterclip.store.replica import where
 
 
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """The user's inputs resolved once (:func:`resolve_inputs`): the names given, the files and formats in document
+    order (:func:`expand_inputs`) and their fingerprint (:func:`inputs_fingerprint`), with what is derived from
+    them (the content hashes, the work units), so a reader takes them in one direction, from here."""
+
+    given: tuple[str | os.PathLike[str], ...]
+    files: tuple[tuple[Path, str], ...]
+    fingerprint: list[dict[str, Any]]
+
+    def hashed(self, known: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The fingerprint with each file's SHA-256 (:func:`content_hashes`; ``known`` entries lend theirs)."""
+        return content_hashes(self.fingerprint, known)
+
+
+def resolve_inputs(inputs: Sequence[str | os.PathLike[str]]) -> Inputs:
+    """The inputs ``inputs`` resolved into files and formats, with their fingerprint (the files are not read)."""
+    files = expand_inputs(inputs)
+    return Inputs(tuple(inputs), tuple(files), inputs_fingerprint(files))
+
+
 def format_of(path: Path) -> str:
     """The format of an input file by its name: the first of :data:`~clusterclip.corpus.formats.FORMATS`
     that reads it (``jsonl``, ``jsonl+gzip``, ``jsonl+zstd``, ``parquet``, ``txt``); any other name raises."""

@@ -31,7 +31,7 @@ from clusterclip.corpus.default_corpus import DEFAULT_CORPUS, stdlib_documents
 from clusterclip.corpus.duplicate_ids import check_duplicate_ids
 from clusterclip.corpus.fields import build_fields
 from clusterclip.corpus.id_spill import IdSpill
-from clusterclip.corpus.inputs import content_hashes, expand_inputs, inputs_fingerprint
+from clusterclip.corpus.inputs import Inputs, resolve_inputs
 from clusterclip.corpus.parts import PartWriter, WrittenParts
 from clusterclip.corpus.quality import SCORERS
 from clusterclip.corpus.ray_read import read_on_ray
@@ -68,21 +68,17 @@ def corpus_stage(
     here. ``config`` defaults to ``CorpusConfig()``. Returns the stage record.
     """
     config = CorpusConfig() if config is None else config
-    if inputs:
-        resolved = expand_inputs(inputs)
-        fingerprint: Any = inputs_fingerprint(resolved)
-    else:
-        resolved = []
-        fingerprint = {"default": DEFAULT_CORPUS, "python": sys.version,
-                       "stdlib": sysconfig.get_paths()["stdlib"]}
+    given = resolve_inputs(inputs) if inputs else None
+    fingerprint: Any = given.fingerprint if given is not None else {
+        "default": DEFAULT_CORPUS, "python": sys.version, "stdlib": sysconfig.get_paths()["stdlib"]}
     cfg = {**settings_json(config), "inputs": [name_of(p) for p in inputs] or [DEFAULT_CORPUS]}
     if not inputs:
         cfg["group_field"] = "module"
-    held = check_lineage(run, fingerprint if inputs else None, cfg, force)
+    held = check_lineage(run, given, cfg, force)
     if held is not None:
         return held
     stage = Stage(CORPUS_STAGE, cfg, config_hash(fingerprint),
-                  build=lambda job: _build_corpus(run, inputs, resolved, config, engine, progress, fingerprint),
+                  build=lambda job: _build_corpus(run, given, config, engine, progress),
                   command=command or corpus_command(inputs, config), record=CorpusRecord)
     with disk_full_at(run.root):
         return run_stage(run, stage, force)
@@ -107,34 +103,32 @@ def settings_json(config: CorpusConfig) -> dict[str, Any]:
     return out
 
 
-def _build_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
-                  config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
+def _build_corpus(run: RunDir, given: Inputs | None, config: CorpusConfig, engine: str, progress: bool) -> Built:
     """Read the corpus into its parts and ``tokens.npy``; refuse an empty corpus and duplicate ids. When the
     disk fills up, the parts written so far go too (the record is already gone), freeing their space."""
     try:
-        return _write_corpus(run, inputs, resolved, config, engine, progress, fingerprint)
+        return _write_corpus(run, given, config, engine, progress)
     except DiskFullError:
         for part in run.path(CORPUS_DIR).glob(CORPUS_PART_GLOB):
             part.unlink(missing_ok=True)
         raise
 
 
-def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
-                  config: CorpusConfig, engine: str, progress: bool, fingerprint: Any) -> Built:
+def _write_corpus(run: RunDir, given: Inputs | None, config: CorpusConfig, engine: str, progress: bool) -> Built:
     try:
-        read = _read_parts(run, inputs, resolved, config, engine, progress)
+        read = _read_parts(run, given, config, engine, progress)
         n, stats = read.tokens.size, read.stats
         if n == 0:
-            where = ", ".join(str(p) for p in inputs) or DEFAULT_CORPUS
+            where = ", ".join(str(p) for p in given.given) if given is not None else DEFAULT_CORPUS
             raise ClusterClipError(f"{where}: empty corpus: no usable documents"
                                    + (f" ({stats.skipped} bad records skipped)" if stats.skipped else ""))
         for stale in run.files(CORPUS_DIR, CORPUS_PART_GLOB):
             if f"{CORPUS_DIR}/{stale.name}" not in read.parts:
                 run.remove(f"{CORPUS_DIR}/{stale.name}")
-        duplicates = check_duplicate_ids(run, read, inputs, resolved, config)
+        duplicates = check_duplicate_ids(run, read, given, config)
     finally:
         shutil.rmtree(run.path(CORPUS_ID_SPILL), ignore_errors=True)
-    hashed = content_hashes(fingerprint) if inputs else []
+    hashed = given.hashed() if given is not None else []
     with disk_full_at(run.path(TOKENS)):
         save_npy(run.path(TOKENS), read.tokens)
         kept, fields = build_fields(run, read.parts, config.stored_fields())
@@ -143,23 +137,22 @@ def _write_corpus(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolve
     return Built([*read.parts, TOKENS, *kept], dict(
         count=n, tokens=int(read.tokens.sum()), skipped=stats.skipped, skipped_examples=stats.examples,
         duplicate_ids=duplicates, groups=dict(sorted(read.groups.items(), key=lambda kv: -kv[1])),
-        inputs=hashed, engine=engine if inputs else "local",
-        input_hashes=[e["sha256"] for e in hashed] if inputs else [DEFAULT_IDENTITY],
+        inputs=hashed, engine=engine if given is not None else "local",
+        input_hashes=[e["sha256"] for e in hashed] if given is not None else [DEFAULT_IDENTITY],
         **({"fields": fields} if fields else {}),
         **({"kinds": dict(stats.kinds)} if set(stats.kinds) - {"text"} else {}),
     ))
 
 
-def _read_parts(run: RunDir, inputs: Sequence[str | os.PathLike[str]], resolved: Sequence[tuple[Path, str]],
-                config: CorpusConfig, engine: str, progress: bool) -> WrittenParts:
+def _read_parts(run: RunDir, given: Inputs | None, config: CorpusConfig, engine: str, progress: bool) -> WrittenParts:
     """Read the documents into the corpus parts, here or on Ray, with a progress bar; no staging is left."""
     run.remove(CORPUS_STAGING)
     run.locate(CORPUS_DIR).mkdir(parents=True, exist_ok=True)
     bar = progress_bar("corpus", "docs", enabled=progress)
     try:
-        if inputs and check_engine(engine) == "ray":
-            return read_on_ray(run.root, resolved, config, bar)
-        return _read_here(run.root, resolved if inputs else None, config, bar)
+        if given is not None and check_engine(engine) == "ray":
+            return read_on_ray(run.root, given.files, config, bar)
+        return _read_here(run.root, given.files if given is not None else None, config, bar)
     finally:
         bar.close()
         run.remove(CORPUS_STAGING)
@@ -179,8 +172,7 @@ def _read_here(root: Path, resolved: Sequence[tuple[Path, str]] | None, config: 
     return writer.finish(stats)
 
 
-def check_lineage(run: RunDir, fingerprint: list[dict[str, Any]] | None, cfg: dict[str, Any],
-                  force: bool) -> CorpusRecord | None:
+def check_lineage(run: RunDir, given: Inputs | None, cfg: dict[str, Any], force: bool) -> CorpusRecord | None:
     """After ``clusterclip add``: the corpus record when the inputs given are every input of the run's
     lineage and the options (``cfg``) are the recorded ones (nothing to do); a one-line refusal otherwise
     (``--force`` rebuilds from the inputs given only, dropping documents added from others). None when the
@@ -188,18 +180,17 @@ def check_lineage(run: RunDir, fingerprint: list[dict[str, Any]] | None, cfg: di
     prev = CorpusRecord.previous(run) if not force else None
     if prev is None or not prev.additions:
         return None
-    given = [e["sha256"] for e in content_hashes(fingerprint, prev.inputs)] if fingerprint is not None \
-        else [DEFAULT_IDENTITY]
+    hashes = [e["sha256"] for e in given.hashed(prev.inputs)] if given is not None else [DEFAULT_IDENTITY]
     held = prev.lineage_hashes()
-    if set(given) == set(held):
+    if set(hashes) == set(held):
         changed = sorted(k for k, v in cfg.items() if k != "inputs" and prev.config.get(k) != v)
         if changed:
             raise ClusterClipError(f"{run.root}: corpus option(s) {', '.join(changed)} differ from the run's; re-run "
                                    "with --force to rebuild the run from the inputs given (every input of the run)")
         run.verify(CORPUS_STAGE, prev.to_json(), checksums=False)
         return prev
-    lacking = [" ".join(a["inputs"]) for a in prev.additions if not set(a.get("input_hashes", ())) <= set(given)]
-    extra = len(set(given) - set(held))
+    lacking = [" ".join(a["inputs"]) for a in prev.additions if not set(a.get("input_hashes", ())) <= set(hashes)]
+    extra = len(set(hashes) - set(held))
     why = (f"it also holds the documents that `clusterclip add` added from {', '.join(lacking)}, which the inputs "
            "given lack; give those inputs too (the run is then up to date)") if lacking else \
         f"{extra} of the inputs given are not in it: add them with `clusterclip add {run.root} NEW...`"

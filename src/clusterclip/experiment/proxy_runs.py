@@ -35,16 +35,17 @@ from typing import Any
 import torch
 
 from clusterclip.contract.experiment import EXPERIMENT_STAGE
+from clusterclip.contract.experiment_results import RESULTS_VERSION, ExperimentResults
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.model import GPT
 from clusterclip.experiment.prepare import input_fingerprint
-from clusterclip.experiment.results import RESULTS_VERSION, reusable_results, write_results
+from clusterclip.experiment.results import reusable_results, write_results
 from clusterclip.experiment.spec_grammar import spec_id
 from clusterclip.experiment.splits import EXPERIMENT_DIR, prepare_split
 from clusterclip.experiment.steps import SplitData, proxy_run, use_torch
 from clusterclip.stages import Built, Job, Stage, run_stage
-from clusterclip.store import RunDir, config_hash, load_json
+from clusterclip.store import RunDir, config_hash
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def run_experiment(
     stage = Stage(EXPERIMENT_STAGE, cfg.recorded(), _inputs_hash(inputs, cfg), build,
                   command=experiment_argv(inputs, out, cfg))
     run_stage(exp, stage, force)
-    return results or load_json(exp.path(RESULTS))
+    return results or ExperimentResults.read(exp.path(RESULTS)).to_json()
 
 
 def _inputs_hash(inputs: Sequence[str | os.PathLike[str]], cfg: ExperimentConfig) -> str:
@@ -148,7 +149,7 @@ def _write(results: dict[str, Any], wanted: list[str], exp_dir: Path, t_start: f
 
 
 def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[str]], splits: list[SplitData],
-                    previous: dict[str, Any] | None) -> dict[str, Any]:
+                    previous: ExperimentResults | None) -> dict[str, Any]:
     """The results file before this session's proxy runs: configuration, data (the first split's, and every
     split's sizes and hashes), model, baseline, reused proxy runs."""
     first = splits[0]
@@ -158,7 +159,7 @@ def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[st
         "version": RESULTS_VERSION, "status": "running",
         "config": dataclasses.asdict(cfg), "config_hash": cfg.results_hash(), "data_hash": first.data_hash,
         "split_hash": prep.split_hash, "inputs": [str(p) for p in inputs], "run_dir": str(prep.run.root),
-        "started_at": (previous or {}).get("started_at", time.strftime("%Y-%m-%dT%H:%M:%S%z")),
+        "started_at": previous.started_at if previous else time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "threads": torch.get_num_threads(), "device": cfg.device, "argv": sys.argv},
         "data": {**prep.data, "vocab_size": tok.vocab_size, "train_tokens": int(tok.train.lengths.sum()),
@@ -176,5 +177,5 @@ def _results_header(cfg: ExperimentConfig, inputs: Sequence[str | os.PathLike[st
         "model": {**dataclasses.asdict(setup.model), "parameters": GPT(setup.model).num_params()},
         "train": dataclasses.asdict(setup.train),
         "unigram": {key: uni[key] for key in ("macro_cluster", "macro_domain", "micro", "per_domain") if key in uni},
-        "runs": dict((previous or {}).get("runs", {})),
+        "runs": dict(previous.runs if previous else {}),
     }

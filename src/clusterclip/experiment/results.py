@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.experiment_results import ExperimentResults
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.stats import MIN_PAIRS, format_interval, paired_interval
 from clusterclip.settings import SettingsError
-from clusterclip.store import atomic_write, load_json, save_json
+from clusterclip.store import atomic_write
+from clusterclip.store.record import RecordError
 
 log = logging.getLogger(__name__)
 
-RESULTS_VERSION = 2
 PRIMARY = "heldout_macro_cluster"
 METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro", "heldout_novel_micro",
            "heldout_worst10_cluster",
@@ -35,22 +36,30 @@ UNIGRAM_MARGIN = 0.5
 # ------------------------------------------------------------------------------------ resuming
 
 
-def reusable_results(path: Path, cfg: ExperimentConfig, force: bool) -> dict[str, Any] | None:
+def reusable_results(path: Path, cfg: ExperimentConfig, force: bool) -> ExperimentResults | None:
     """The results file's finished runs if ``cfg`` may extend them (same :meth:`~ExperimentConfig.results_hash`).
 
-    Finished runs of another configuration are an error, or with ``force`` set aside.
+    Finished runs of another configuration, or a file that is no results of this clusterclip, are an error, or
+    with ``force`` set aside.
     """
-    previous = load_json(path) if path.exists() else None
-    if not previous or not previous.get("runs"):
+    if not path.exists():
         return None
-    if previous.get("config_hash") != cfg.results_hash():
+    try:
+        previous = ExperimentResults.read(path)
+    except RecordError:
+        if not force:
+            raise
+        return discard(path, None, force, "are not results this clusterclip reads")
+    if not previous.runs:
+        return None
+    if previous.config_hash != cfg.results_hash():
         return discard(path, previous, force, "were trained with a different configuration")
     return previous
 
 
-def discard(path: Path, previous: dict[str, Any], force: bool, why: str) -> None:
+def discard(path: Path, previous: ExperimentResults | None, force: bool, why: str) -> None:
     """Refuse to mix incomparable runs; with ``force`` keep the old file aside and start afresh."""
-    n = len(previous.get("runs", {}))
+    n = len(previous.runs) if previous is not None else 0
     if not force:
         raise SettingsError("", f"{path}: its {n} finished runs {why}; pass {{force}} to set them aside (renamed "
                             "to results.discarded-<time>.json) and start again, or use another {out}",
@@ -171,14 +180,14 @@ def write_results(results: dict[str, Any], exp_dir: Path, seconds: float) -> Non
     results["curves"] = _mean_curves(results)
     results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results["seconds_this_session"] = round(seconds, 1)
-    save_json(exp_dir / "results.json", results)
+    ExperimentResults.write(exp_dir / "results.json", results)
     with atomic_write(exp_dir / "results.md", "w") as fh:
         fh.write(markdown_table(results))
     try:
         results["plots"] = write_plots(results, exp_dir)
     except Exception as exc:  # plots must never lose the numbers
         log.warning("experiment: plots failed (%s)", exc)
-    save_json(exp_dir / "results.json", results)
+    ExperimentResults.write(exp_dir / "results.json", results)
 
 
 # ------------------------------------------------------------------------------------- the table

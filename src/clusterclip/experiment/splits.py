@@ -15,6 +15,7 @@ from typing import Any
 
 from clusterclip.contract.corpus import CORPUS_STAGE
 from clusterclip.contract.experiment import EXPERIMENT_DIR, EXPERIMENT_RESULTS
+from clusterclip.contract.experiment_results import ExperimentResults
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import prepare_data, tokenize
 from clusterclip.experiment.results import discard
@@ -30,8 +31,8 @@ def split_root(out: str | os.PathLike[str], split: int, primary: int) -> Path:
 
 
 def prepare_split(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,
-                  split: int, progress: bool = False, previous: dict[str, Any] | None = None,
-                  force: bool = False, root: Path | None = None) -> tuple[SplitData, dict[str, Any] | None]:
+                  split: int, progress: bool = False, previous: ExperimentResults | None = None,
+                  force: bool = False, root: Path | None = None) -> tuple[SplitData, ExperimentResults | None]:
     """Prepare, tokenize and set up one split (the corpus stage of the input, ``OUT/experiment/source``,
     is shared by all splits); ``root`` overrides the split's run directory (:func:`split_root`).
 
@@ -53,17 +54,13 @@ def prepare_split(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     return SplitData(split, scfg, prep, tok, set_up(prep, tok, scfg), data_hash), previous
 
 
-def _previous_split(previous: dict[str, Any] | None, split: int, primary: int) -> dict[str, Any]:
+def _previous_split(previous: ExperimentResults | None, split: int, primary: int) -> dict[str, Any]:
     """What finished results recorded about a split's data ({} when they hold no run of it)."""
-    if previous is None:
-        return {}
-    if split == primary:
-        return {k: previous[k] for k in ("split_hash", "data_hash") if k in previous}
-    return dict(previous.get("splits", {}).get(str(split), {}))
+    return {} if previous is None else previous.split_data(split, primary)
 
 
-def _same_data(previous: dict[str, Any] | None, info: dict[str, Any], path: Path, tokenizer: Path, split_hash: str,
-               data_hash: str, force: bool) -> dict[str, Any] | None:
+def _same_data(previous: ExperimentResults | None, info: dict[str, Any], path: Path, tokenizer: Path,
+               split_hash: str, data_hash: str, force: bool) -> ExperimentResults | None:
     """``previous`` if its runs were trained on the data just prepared, with the tokenizer still there."""
     if previous is None:
         return None

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from clusterclip.contract.cluster import LABELS, SIZES, ClusterRecord
+from clusterclip.contract.online import ONLINE_RECORD, read_online
 from clusterclip.contract.plan import PlanRecord, plan_stage_name
 from clusterclip.errors import ClusterClipError
 from clusterclip.online.controller import Controller
@@ -255,3 +256,11 @@ class OnlineRecord:
         return cls(fields["root"], fields["parent"], fields["position"], fields["every"], controller,
                    Window.of(window, len(controller.weights), where, fix), fields.get("plan"), fields.get("changed"),
                    RunIdentity.from_json(fields["run"], where, fix) if version >= 2 else None)
+
+
+def read_online_record(run: RunDir, plan: str, folder: str) -> OnlineRecord | None:
+    """The ``online.json`` of plan ``plan`` (its folder ``folder``, relative to the run) once it matches the checksum
+    its ``mixer.json`` records (:func:`~clusterclip.contract.online.read_online`), read as an :class:`OnlineRecord`;
+    None for a plan without one."""
+    obj = read_online(run, plan, folder)
+    return None if obj is None else OnlineRecord.from_json(obj, str(run.path(folder, ONLINE_RECORD)))

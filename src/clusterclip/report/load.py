@@ -23,6 +23,7 @@ from clusterclip.contract.cluster import CENTROIDS, CLUSTER_STAGE, LABELS, SCORE
 from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, CorpusRecord
 from clusterclip.contract.embed import EmbedRecord, cluster_coverage
 from clusterclip.contract.experiment import EXPERIMENT_RESULTS, TUNE_RESULTS
+from clusterclip.contract.experiment_results import results_view
 from clusterclip.contract.plan import (
     PLAN_DRAWS,
     PLAN_EXHAUSTED_AT,
@@ -36,9 +37,10 @@ from clusterclip.contract.plan import (
     plan_stage_name,
 )
 from clusterclip.contract.stages import SINGLE
+from clusterclip.contract.tune_results import TuneResults
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, StaleArtifactError, load_json, load_npy
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordError, StageRecord
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class RunView:
     plans: tuple[PlanView, ...]
     experiment: dict[str, Any] | None
     notes: tuple[str, ...]
-    tune: dict[str, Any] | None = None
+    tune: TuneResults | None = None
     coverage: np.ndarray | None = None
     plan_notes: tuple[str, ...] = ()
     """The notes about plans left out of the page, or shown in part (also in ``notes``)."""
@@ -144,7 +146,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunView:
     plans = _load_plans(rd, k, notes)
     plan_notes = tuple(notes[before:])
     experiment = _load_experiment(rd, notes)
-    tune = _load_json_file(rd, TUNE_RESULTS, "tune", notes)
+    tune = _load_tune(rd, notes)
     return RunView(
         root=rd.root,
         records=records,
@@ -313,7 +315,7 @@ def plan_window(record: PlanRecord, mixture: np.ndarray | None, n_draws: int | N
     return None
 
 
-def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> dict[str, Any] | None:
+def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> Any:
     """A JSON file of the run directory, or None (with a note when it exists but cannot be read)."""
     path = rd.path(name)
     if not path.exists():
@@ -326,4 +328,22 @@ def _load_json_file(rd: RunDir, name: str, section: str, notes: list[str]) -> di
 
 
 def _load_experiment(rd: RunDir, notes: list[str]) -> dict[str, Any] | None:
-    return _load_json_file(rd, EXPERIMENT_RESULTS, "experiment", notes)
+    """The experiment's results (:func:`~clusterclip.contract.experiment_results.results_view`), or None with a
+    note when they do not read."""
+    try:
+        return results_view(_load_json_file(rd, EXPERIMENT_RESULTS, "experiment", notes))
+    except RecordError as exc:
+        notes.append(f"{exc}; experiment section omitted")
+        return None
+
+
+def _load_tune(rd: RunDir, notes: list[str]) -> TuneResults | None:
+    """The tune search's results, or None (with a note when the file is there but does not read as them)."""
+    path = rd.path(TUNE_RESULTS)
+    if not path.exists():
+        return None
+    try:
+        return TuneResults.read(path)
+    except RecordError as exc:
+        notes.append(f"{exc}; tune section omitted")
+        return None

@@ -4,7 +4,7 @@ A mixer writes, at every update, a continuation plan with ``online.json`` beside
 state that chose its weights and the window of losses behind it). A *chain* is a root plan followed by its online
 continuations in order, each trained from its parent's switch position; this module rebuilds the chains from those
 records and reduces the weights to what a chart and a table can show at any K (:class:`WeightTrack`,
-:class:`OnlineUpdate`). ``online.json`` is read with the store's JSON reader, not through
+:class:`OnlineUpdate`). ``online.json`` is read as :class:`clusterclip.online.state.OnlineRecord`, not through
 :mod:`clusterclip.torch.mixer`, which imports torch: the report runs where torch is not installed.
 
 The same weights of ``clusterclip experiment``'s proxy runs are drawn by :mod:`clusterclip.charts.online`.
@@ -16,16 +16,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 
 from clusterclip.charts.online import Draw, WeightTrack, plot_online_weights, weight_track
-from clusterclip.contract.online import MIXER_RECORD, ONLINE_RECORD, read_online
+from clusterclip.contract.online import MIXER_RECORD, ONLINE_RECORD
 from clusterclip.contract.plan import plan_path
 from clusterclip.errors import ClusterClipError
-from clusterclip.online.controller import Controller, uniform_steps
-from clusterclip.online.state import OnlineRecord
+from clusterclip.online.controller import uniform_steps
+from clusterclip.online.state import OnlineRecord, read_online_record
 from clusterclip.report.load import PlanView, RunView
 from clusterclip.report.metrics import effective_number
 from clusterclip.store import RunDir
@@ -80,17 +79,11 @@ class OnlineSection:
     charts: tuple[tuple[str, Draw], ...]
 
 
-def _checked(rec: OnlineRecord, obj: dict[str, Any]) -> dict[str, Any]:
-    """What the section uses of a typed ``online.json``: its JSON and the weights and window as arrays."""
-    return {**obj, "weights": np.asarray(rec.controller.weights, np.float64),
-            "sums": np.asarray(rec.window.sums, np.float64), "counts": np.asarray(rec.window.counts, np.float64)}
-
-
-def _online_records(run: RunView, notes: list[str]) -> dict[str, dict[str, Any]]:
+def _online_records(run: RunView, notes: list[str]) -> dict[str, OnlineRecord]:
     """The ``online.json`` of every plan that has one, by plan name, once it matches the checksum its
     ``mixer.json`` records and reads as a mixer's record with K weights (the clustering's, or without one the
     first record's); any other is left out with a note, so no weights are drawn that no plan was built with."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, OnlineRecord] = {}
     k = run.k or None
     rd = RunDir(run.root)
     for plan in run.plans:
@@ -98,28 +91,29 @@ def _online_records(run: RunView, notes: list[str]) -> dict[str, dict[str, Any]]
         if not (run.root / folder / ONLINE_RECORD).exists() and not (run.root / folder / MIXER_RECORD).exists():
             continue
         try:
-            obj = read_online(rd, plan.name, folder)
-            rec = OnlineRecord.from_json(obj, str(run.root / folder / ONLINE_RECORD))
+            rec = read_online_record(rd, plan.name, folder)
         except (OSError, ClusterClipError) as exc:
             notes.append(f"{exc}; plan {plan.name} left out of online mixing")
+            continue
+        if rec is None:
             continue
         if k is not None and len(rec.controller.weights) != k:
             notes.append(f"plan {plan.name}: {ONLINE_RECORD} holds {len(rec.controller.weights)} weights, not the "
                          f"run's K = {k}; left out of online mixing")
             continue
-        found[plan.name] = _checked(rec, obj)
+        found[plan.name] = rec
         k = len(rec.controller.weights)
     return found
 
 
-def _chain(leaf: str, records: Mapping[str, dict[str, Any]]) -> tuple[str, list[str]]:
+def _chain(leaf: str, records: Mapping[str, OnlineRecord]) -> tuple[str, list[str]]:
     """The plan a leaf's chain starts from and its online plans in order (following ``parent``)."""
     names = [leaf]
-    parent = records[leaf].get("parent")
+    parent = records[leaf].parent
     while parent in records and parent not in names:
         names.append(parent)
-        parent = records[parent].get("parent")
-    return str(parent), names[::-1]
+        parent = records[parent].parent
+    return parent, names[::-1]
 
 
 def _realised(plan: PlanView | None, consumed: int) -> np.ndarray | None:
@@ -140,19 +134,16 @@ def _moves(before: np.ndarray, after: np.ndarray) -> tuple[tuple[tuple[int, floa
                  for idx, sign in ((up, 1), (down, -1)))
 
 
-def _window_loss(rec: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """The mean loss of the window behind an update and its number of samples (None: not recorded)."""
-    sums, counts = rec.get("sums"), rec.get("counts")
-    if sums is None or counts is None:
-        return None, None
-    n = float(np.nansum(counts))
-    return (float(np.nansum(sums)) / n if n > 0 else None), n
+def _window_loss(rec: OnlineRecord) -> tuple[float | None, float]:
+    """The mean loss of the window behind an update and its number of samples."""
+    n = float(np.nansum(np.asarray(rec.window.counts, np.float64)))
+    return (float(np.nansum(np.asarray(rec.window.sums, np.float64))) / n if n > 0 else None), n
 
 
-def _table(names: list[str], records: Mapping[str, dict[str, Any]], base: str, starts: list[int],
+def _table(names: list[str], records: Mapping[str, OnlineRecord], base: str, starts: list[int],
            weights: np.ndarray, realised: np.ndarray) -> tuple[OnlineUpdate, ...]:
     """The chain's rows: the uniform start on ``base`` (when the chain starts at position 0), then each update."""
-    rule = str(records[names[0]]["controller"].get("rule", "–"))
+    rule = records[names[0]].controller.rule
     rows = [(base, None)] * (len(starts) - len(names)) + [(n, records[n]) for n in names]
     effective = effective_number(weights, axis=1)
     tv = 0.5 * np.abs(realised - weights).sum(axis=1)
@@ -160,20 +151,21 @@ def _table(names: list[str], records: Mapping[str, dict[str, Any]], base: str, s
     for i, (plan, rec) in enumerate(rows):
         gained, lost = _moves(weights[i - 1], weights[i]) if i else ((), ())
         loss, samples = _window_loss(rec) if rec is not None else (None, None)
-        step = int(rec["controller"].get("step", i)) if rec is not None else 0
-        changed = rec is None or bool(rec.get("changed", not np.array_equal(weights[i - 1], weights[i]) or not i))
+        step = rec.controller.step if rec is not None else 0
+        changed = rec is None or (rec.changed if rec.changed is not None else
+                                  not np.array_equal(weights[i - 1], weights[i]) or not i)
         out.append(OnlineUpdate(plan, starts[i], rule if rec is not None else "start", step, gained, lost, loss,
                                 samples, float(effective[i]), None if math.isnan(tv[i]) else float(tv[i]), changed))
     return tuple(out)
 
 
-def _unchanged(updates: tuple[OnlineUpdate, ...], last: Mapping[str, Any]) -> str | None:
+def _unchanged(updates: tuple[OnlineUpdate, ...], last: OnlineRecord) -> str | None:
     """``"n of m"`` updates that left the weights as they were, with the bandit's uniform steps when it explores."""
     done = [u for u in updates if u.step]
     still = sum(not u.changed for u in done)
     if not still:
         return None
-    ctrl = Controller.from_json(last["controller"])
+    ctrl = last.controller
     why = ""
     if ctrl.rule == "bandit":
         steps = uniform_steps(len(ctrl.weights), ctrl.explore, ctrl.horizon)
@@ -181,19 +173,19 @@ def _unchanged(updates: tuple[OnlineUpdate, ...], last: Mapping[str, Any]) -> st
     return f"{still} of {len(done)}{why}"
 
 
-def online_chain(leaf: str, records: Mapping[str, dict[str, Any]], plans: Mapping[str, PlanView], chart: str,
+def online_chain(leaf: str, records: Mapping[str, OnlineRecord], plans: Mapping[str, PlanView], chart: str,
                  notes: list[str]) -> OnlineChain:
     """The chain that ends in ``leaf``, from its records and the plans' recorded mixtures."""
     base, names = _chain(leaf, records)
-    root = str(records[names[0]].get("root", base))
+    root = records[names[0]].root
     from_root = base == root
     if not from_root:
         notes.append(f"online chain ending in {leaf}: plan {base} has no {ONLINE_RECORD} (missing or unreadable), "
-                     f"so its weights before position {records[names[0]]['position']:,} are not shown")
-    rows = [np.asarray(records[n]["weights"]) for n in names]
+                     f"so its weights before position {records[names[0]].position:,} are not shown")
+    rows = [np.asarray(records[n].controller.weights, np.float64) for n in names]
     k = len(rows[0])
     weights = np.vstack(([np.full(k, 1.0 / k)] if from_root else []) + rows)
-    starts = ([0] if from_root else []) + [int(records[n]["position"]) for n in names]
+    starts = ([0] if from_root else []) + [records[n].position for n in names]
     leaf_plan = plans.get(leaf)
     end = starts[-1] + (leaf_plan.n_draws if leaf_plan is not None and leaf_plan.n_draws else 1)
     segment_plans = ([base] if from_root else []) + names
@@ -203,9 +195,8 @@ def online_chain(leaf: str, records: Mapping[str, dict[str, Any]], plans: Mappin
         counts = _realised(plans.get(name), bounds[i] - starts[i])
         if counts is not None and counts.size == k and counts.sum() > 0:
             realised[i] = counts / counts.sum()
-    every = records[names[0]].get("every")
     table = _table(names, records, base, starts, weights, realised)
-    return OnlineChain(root, leaf, every if isinstance(every, int) else None, end, table,
+    return OnlineChain(root, leaf, records[names[0]].every, end, table,
                        weight_track(weights, starts, end, realised), chart, _unchanged(table, records[names[-1]]))
 
 
@@ -215,8 +206,8 @@ def online_section(run: RunView) -> OnlineSection | None:
     records = _online_records(run, notes)
     if not records and not notes:
         return None
-    parents = {rec.get("parent") for rec in records.values()}
-    leaves = sorted((str(records[n].get("root")), n) for n in records if n not in parents)
+    parents = {rec.parent for rec in records.values()}
+    leaves = sorted((records[n].root, n) for n in records if n not in parents)
     if len(leaves) > MAX_CHAINS:
         notes.append(f"{len(leaves)} online chains; the section shows the first {MAX_CHAINS} (by root and name)")
     plans = {p.name: p for p in run.plans}

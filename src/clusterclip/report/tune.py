@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clusterclip.contract.tune_results import TuneResults
 from clusterclip.report import html as h
 
 
@@ -42,15 +43,15 @@ def _unseen(u: dict[str, Any]) -> str:
     return f"<h3>Unseen splits</h3><p>{h.esc(text)}</p>" + h.table(cols, rows, "tune-unseen", True)
 
 
-def _chosen_weights(res: dict[str, Any], ws: dict[str, Any]) -> tuple[str | None, list[float] | None]:
+def _chosen_weights(res: TuneResults, ws: dict[str, Any]) -> tuple[str | None, list[float] | None]:
     """The chosen weight candidate, else the best weight finalist: its name and group weights."""
     names = list(ws.get("final") or {})
-    name = res.get("winner") if str(res.get("winner", "")).startswith("weights-") else (names[0] if names else None)
-    spec = (res.get("candidates") or {}).get(name, {}).get("spec", {}) if name else {}
+    name = res.winner if str(res.winner or "").startswith("weights-") else (names[0] if names else None)
+    spec = res.specs().get(name, {}) if name else {}
     return name, spec.get("group_weights")
 
 
-def _weight_search(res: dict[str, Any], ws: dict[str, Any]) -> str:
+def _weight_search(res: TuneResults, ws: dict[str, Any]) -> str:
     """Rounds (predicted vs measured), the chosen weights against natural and uniform, and the grid."""
     space = ws.get("space", {})
     rows = [[r["round"], c["name"], c.get("predicted"), c.get("measured")]
@@ -75,30 +76,28 @@ def _weight_search(res: dict[str, Any], ws: dict[str, Any]) -> str:
     return out
 
 
-def tune_section(res: dict[str, Any]) -> str:
-    """The section's HTML from ``tune/results.json`` (an unfinished or odd file gives what it holds)."""
-    if not isinstance(res, dict) or not res.get("candidates"):
-        status = res.get("status") if isinstance(res, dict) else None
-        body = h.note(f"tune/results.json holds no finished search yet (status: {status}).")
+def tune_section(res: TuneResults) -> str:
+    """The section's HTML from ``tune/results.json`` (an unfinished search gives what it holds)."""
+    if not res.candidates:
+        body = h.note(f"tune/results.json holds no finished search yet (status: {res.status}).")
         return h.section("tune", "Tune", body)
-    tune = res.get("tune", {})
-    facts = [("chosen plan", res.get("winner")), ("why", res.get("reason")), ("objective", res.get("objective")),
-             ("micro tolerance", tune.get("max_micro_regression")), ("status", res.get("status")),
-             ("proxy runs trained / reused", f"{res['progress']['trained']} / {res['progress']['reused']}"
-              if "progress" in res else None)]
-    if res.get("plan"):
-        facts.append(("the same plan by hand", res["plan"]["command"]))
+    facts = [("chosen plan", res.winner), ("why", res.reason), ("objective", res.objective),
+             ("micro tolerance", res.tune.get("max_micro_regression")), ("status", res.status),
+             ("proxy runs trained / reused", f"{res.progress['trained']} / {res.progress['reused']}"
+              if res.progress is not None else None)]
+    if res.plan:
+        facts.append(("the same plan by hand", res.plan["command"]))
     cols = ["candidate", "status", h.Column("last rung", True), h.Column("pairs", True),
             h.Column("Δ objective vs random", True, "mean paired difference [95 % bootstrap interval] verdict"),
             h.Column("Δ micro vs random", True), "feasible"]
-    body = h.key_values(facts) + h.table(cols, _candidate_rows(res["candidates"]), "tune-candidates", True)
+    body = h.key_values(facts) + h.table(cols, _candidate_rows(res.candidates), "tune-candidates", True)
     body += "<h3>Search trajectory</h3>" + h.table(
         [h.Column("rung", True), h.Column("pairs", True), h.Column("candidates", True), "kept", "complete"],
-        _trajectory_rows(res.get("trajectory", [])), "tune-trajectory")
-    if res.get("weight_search"):
-        body += _weight_search(res, res["weight_search"])
-    if res.get("unseen"):
-        body += _unseen(res["unseen"])
+        _trajectory_rows(res.trajectory), "tune-trajectory")
+    if res.weight_search:
+        body += _weight_search(res, res.weight_search)
+    if res.unseen:
+        body += _unseen(res.unseen)
     intro = ("Plans searched by <code>clusterclip tune</code> with proxy runs (<code>tune/results.json</code>): "
              "each candidate's paired difference to random over (held-out split, seed) pairs with its 95 % "
              "bootstrap interval. A candidate wins only with an objective interval below zero and micro loss "

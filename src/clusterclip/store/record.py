@@ -93,19 +93,7 @@ class StageRecord:
         if version not in FORMAT_VERSIONS:
             raise RecordError(f"{where}: format_version {version!r} is not one this clusterclip reads "
                               f"({', '.join(map(str, FORMAT_VERSIONS))}; written by another version); {fix}")
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(obj) - set(fields))
-        missing = [n for n, f in fields.items() if n not in obj and _required(f)]
-        if unknown or missing:
-            what = "; ".join(p for p in (unknown and f"unknown field(s) {', '.join(unknown)}",
-                                         missing and f"missing field(s) {', '.join(missing)}") if p)
-            raise RecordError(f"{where}: {what}: not a {cls.NAME or 'stage'} record of this clusterclip; {fix}")
-        hints = _hints(cls)
-        for name, value in obj.items():
-            if not _conforms(value, hints[name]):
-                raise RecordError(f"{where}: field {name!r} is {type(value).__name__} {_short(value)}, not "
-                                  f"{_type_name(hints[name])}; {fix}")
-        return cls(**{n: obj[n] for n in fields if n in obj})
+        return cls(**checked_fields(cls, obj, where, fix, f"a {cls.NAME or 'stage'} record"))
 
     @classmethod
     def read(cls: type[R], run: RunDir, stage: str | None = None) -> R | None:
@@ -179,6 +167,25 @@ class StageRecord:
     def lists(self, rels: Collection[str]) -> bool:
         """Whether every artifact of ``rels`` is listed in the record."""
         return all(rel in self.artifacts for rel in rels)
+
+
+def checked_fields(cls: type, obj: Mapping[str, Any], where: str, fix: str, what: str) -> dict[str, Any]:
+    """The fields of the dataclass ``cls`` that ``obj`` holds, in declaration order, once each is checked: an
+    unknown field, a missing required one or a value of the wrong type (containers one level deep) is one
+    :class:`RecordError` line naming ``where``, the field, ``what`` it is not and ``fix``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(obj) - set(fields))
+    missing = [n for n, f in fields.items() if n not in obj and _required(f)]
+    if unknown or missing:
+        found = "; ".join(p for p in (unknown and f"unknown field(s) {', '.join(unknown)}",
+                                      missing and f"missing field(s) {', '.join(missing)}") if p)
+        raise RecordError(f"{where}: {found}: not {what} of this clusterclip; {fix}")
+    hints = _hints(cls)
+    for name, value in obj.items():
+        if not _conforms(value, hints[name]):
+            raise RecordError(f"{where}: field {name!r} is {type(value).__name__} {_short(value)}, not "
+                              f"{_type_name(hints[name])}; {fix}")
+    return {n: obj[n] for n in fields if n in obj}
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:

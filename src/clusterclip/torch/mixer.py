@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from clusterclip.contract.cluster import LABELS
-from clusterclip.contract.online import ONLINE_RECORD, MixerRecord, mixer_stage_name, read_online
+from clusterclip.contract.online import ONLINE_RECORD, MixerRecord, mixer_stage_name
 from clusterclip.contract.plan import PlanRecord, list_plans, plan_path, plan_records, plan_stage_name
 from clusterclip.errors import ClusterClipError
 from clusterclip.online.controller import SETTINGS, Controller, continuation_config, uniform_steps
@@ -31,6 +31,7 @@ from clusterclip.online.state import (
     OnlineStateError,
     Window,
     chain_start,
+    read_online_record,
     run_identity,
 )
 from clusterclip.plan.config import PlanConfig
@@ -309,7 +310,4 @@ def _find(run: RunDir, config: PlanConfig, continues: Mapping[str, Any]) -> str:
 def online_record(run_dir: str | os.PathLike[str], plan_name: str) -> OnlineRecord | None:
     """The controller state and window that chose a continuation's weights, checked against the checksum its
     ``mixer.json`` records (None for a plan not written by a mixer)."""
-    run = RunDir(run_dir)
-    folder = plan_path(plan_name)
-    obj = read_online(run, plan_name, folder)
-    return None if obj is None else OnlineRecord.from_json(obj, str(run.path(folder, ONLINE_RECORD)))
+    return read_online_record(RunDir(run_dir), plan_name, plan_path(plan_name))

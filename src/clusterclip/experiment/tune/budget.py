@@ -132,7 +132,7 @@ def plan_budget(s: Search) -> dict[str, Any]:
                                             getattr(s.tune, k)},
                message=f"{head}, beyond {_limits(s, left)}, so it could not reach a verdict; shrunk to "
                        f"{_flags(option, s.tune)} ({_said(schedule(s.cfg, option, grid), per_run, option)}), which can")
-    s.tune = option
+    s.shrink(option)
     return rec
 
 

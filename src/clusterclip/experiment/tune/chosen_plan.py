@@ -18,6 +18,7 @@ from clusterclip.contract.cluster import CENTROIDS, LABELS
 from clusterclip.contract.corpus import TOKENS
 from clusterclip.contract.experiment import TUNE_DIR
 from clusterclip.contract.plan import PLANS_DIR, plan_stage_name
+from clusterclip.contract.tune_results import TuneResults
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.prepare import pipeline_stages, source_config
@@ -73,14 +74,15 @@ def check_command(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLi
     proxies: a grid candidate as its own item, a weight candidate as ``plan:`` of its plan for the whole corpus.
     When random was chosen, the best feasible grid candidate is checked instead; None when there is nothing to
     check (random chosen and no grid candidate)."""
-    winner, specs = results.get("winner"), {c: v["spec"] for c, v in (results.get("candidates") or {}).items()}
+    res = TuneResults.from_json(results, "the tune results")
+    winner, specs = res.winner, res.specs()
     item = None
     if winner and winner != "random":
         item = item_of(specs[winner])
-        if item is None and results.get("plan"):
-            item = f"{PLAN}:{Path(out) / PLANS_DIR / results['plan']['name']}"
+        if item is None and res.plan:
+            item = f"{PLAN}:{Path(out) / PLANS_DIR / res.plan['name']}"
     else:
-        scored = {n: c["assessment"] for n, c in (results.get("candidates") or {}).items()
+        scored = {n: c["assessment"] for n, c in (res.candidates or {}).items()
                   if n != "random" and c.get("assessment") and c["assessment"]["feasible"] and item_of(specs[n])}
         best = min(scored, key=lambda n: scored[n]["objective"]["mean"], default=None)
         item = None if best is None else item_of(specs[best])

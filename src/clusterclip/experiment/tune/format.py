@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from clusterclip.contract.tune_results import TuneResults
 from clusterclip.experiment.stats import MIN_PAIRS, format_interval
 
 
@@ -14,38 +15,40 @@ def print_event(text: str) -> None:
 
 
 def format_summary(res: dict[str, Any]) -> str:
-    """The candidates as a markdown table (intervals vs random), the choice, why, and its plan command."""
-    obj = res.get("objective") or "heldout_macro_cluster"
+    """The candidates of a search's results (what :func:`~.search_stage.run_tune` returns) as a markdown table
+    (intervals vs random), the choice, why, and its plan command."""
+    r = TuneResults.from_json(res, "the tune results")
+    obj = r.objective or "heldout_macro_cluster"
     lines = [f"Objective: {obj} (lower is better); Δ: paired difference to random over (split, seed) pairs "
              f"[95 % expanded bootstrap interval] verdict (wins/pairs); a verdict needs at least {MIN_PAIRS} pairs.",
-             *_few_pairs(res), "",
+             *_few_pairs(r), "",
              "| candidate | status | pairs | Δ objective | Δ micro | feasible |", "|---|---|---|---|---|---|"]
-    for name, c in (res.get("candidates") or {}).items():
+    for name, c in (r.candidates or {}).items():
         a = c.get("assessment") or {}
         lines.append(f"| {name} | {c['status']} | {a.get('pairs', '–')} | {format_interval(a.get('objective'))} | "
                      f"{format_interval(a.get('micro'))} | {a.get('feasible', '–')} |")
-    lines += ["", f"Chosen: {res.get('winner')}. {res.get('reason', '')}", f"Status: {res.get('status')}."]
-    if (res.get("budget") or {}).get("message"):
-        lines.append(res["budget"]["message"][0].upper() + res["budget"]["message"][1:] + ".")
-    lines += _weight_lines(res.get("weight_search"))
-    unseen = res.get("unseen")
+    lines += ["", f"Chosen: {r.winner}. {r.reason or ''}", f"Status: {r.status}."]
+    if message := (r.budget or {}).get("message"):
+        lines.append(message[0].upper() + message[1:] + ".")
+    lines += _weight_lines(r.weight_search)
+    unseen = r.unseen
     if unseen:
         check = unseen.get("check") or ("holds" if unseen["holds"] else "does NOT hold")
         lines.append(f"Unseen splits {unseen['split_seeds']}: chosen {unseen['chosen']} minus best fixed candidate "
                      f"{unseen['best_fixed']}: {format_interval(unseen['chosen_minus_best'])}; {check}"
                      + (" (at least as good within its interval)." if check == "holds" else "."))
-    if res.get("plan"):
-        lines.append(f"Plan for the whole corpus: {res['plan']['name']}; the same plan by hand:\n  "
-                     f"{res['plan']['command']}")
-    if res.get("check_command"):
-        what = "the choice" if res.get("winner") != "random" else "the best candidate (random was chosen)"
-        lines.append(f"Check {what} against random on split seeds the search never saw:\n  {res['check_command']}")
+    if r.plan:
+        lines.append(f"Plan for the whole corpus: {r.plan['name']}; the same plan by hand:\n  "
+                     f"{r.plan['command']}")
+    if r.check_command:
+        what = "the choice" if r.winner != "random" else "the best candidate (random was chosen)"
+        lines.append(f"Check {what} against random on split seeds the search never saw:\n  {r.check_command}")
     return "\n".join(lines) + "\n"
 
 
-def _few_pairs(res: dict[str, Any]) -> list[str]:
+def _few_pairs(res: TuneResults) -> list[str]:
     """A warning when the search has fewer (split, seed) pairs than a verdict needs: random is then chosen."""
-    n = len(res.get("pairs") or ())
+    n = len(res.pairs)
     if not n or n >= MIN_PAIRS:
         return []
     return [f"Only {n} search pair(s), fewer than the {MIN_PAIRS} a verdict needs: no candidate can be `better`, "

@@ -60,7 +60,7 @@ def halving(s: Search, write: Callable[[], None]) -> tuple[list[dict[str, Any]],
         keep = ranked[: keep_that_fits(s, max(1, math.ceil(len(alive) / s.tune.eta)), sizes[r + 1:], n)]
         trajectory.append({"rung": r, "pairs": [list(p) for p in pairs[:n]], "alive": alive, "ranked": ranked,
                            "kept": keep, "complete": complete, "scores": scored})
-        s.results["trajectory"] = trajectory
+        s.record(trajectory=trajectory)
         write()
         if s.stopped or n == len(pairs):
             break

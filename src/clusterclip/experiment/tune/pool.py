@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from clusterclip.experiment.tune.proxies import Pair
@@ -34,14 +33,12 @@ def prefetch(s: Search, wanted: Sequence[tuple[str, Pair]], counted: bool = True
                 continue  # the same plan is in flight: the sequential pass shares its run
             why = s.over_budget(counted, pending=len(running))
             if why:
-                s.stopped = s.stopped or why
+                s.stop(why)
                 todo = []
                 break
             if pair[0] not in jobs:
                 jobs[pair[0]] = portable(pair[0]) if portable else s.runner
-            if s.pool is None:
-                s.pool = ProcessPoolExecutor(s.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
-            running[s.pool.submit(jobs[pair[0]], s.concrete(name, pair), *pair)] = (name, pair)
+            running[s.submit(jobs[pair[0]], name, pair)] = (name, pair)
         if running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in done:

@@ -3,13 +3,15 @@ budget, and the assessment of a candidate against random."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clusterclip.contract.tune_results import TuneResults
 from clusterclip.experiment.config import ExperimentConfig
 from clusterclip.experiment.stats import paired_interval
 from clusterclip.experiment.tune.config import TuneConfig
@@ -17,6 +19,8 @@ from clusterclip.experiment.tune.proxies import Pair, ProxyStages
 from clusterclip.experiment.tune.runners import ProxyRunner
 
 OnEvent = Callable[[str], None]
+RESULTS = "results.json"
+"""The search's results in the tune directory (:class:`~clusterclip.contract.tune_results.TuneResults`)."""
 METRICS = ("heldout_macro_cluster", "heldout_macro_domain", "heldout_micro")
 """The losses a candidate is compared with random on."""
 
@@ -50,6 +54,49 @@ class Search:
         """The spec a run trains on (a weight candidate's cluster weights differ per split)."""
         self.shared = 0
         self._plan_keys: dict[tuple[str, Pair], str | None] = {}
+
+    # ---------------------------------------------------------------------------- what the search changes
+
+    def begin(self, header: dict[str, Any]) -> None:
+        """Start the results of this search (``tune/results.json``) from ``header``."""
+        self.results = header
+
+    def record(self, **fields: Any) -> None:
+        """Set fields of the results (written by the next :meth:`write`)."""
+        self.results.update(fields)
+
+    def write(self) -> None:
+        """Write the results with the progress so far (atomically, read back as
+        :class:`~clusterclip.contract.tune_results.TuneResults`)."""
+        self.record(progress={"trained": self.fresh, "reused": self.reused, "shared": self.shared,
+                              "search_runs": len(self.used), "seconds": round(time.perf_counter() - self.t0, 1)},
+                    updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        TuneResults.write(self.tune_dir / RESULTS, self.results)
+
+    def shrink(self, tune: TuneConfig) -> None:
+        """Search with the smaller settings ``tune`` from now on (what the budget can reach)."""
+        self.tune = tune
+
+    def stop(self, why: str) -> None:
+        """Start no further run: the first reason is kept."""
+        self.stopped = self.stopped or why
+
+    def add_spec(self, spec: dict[str, Any]) -> str:
+        """Make ``spec`` a candidate (once: a name already there keeps its spec); its name."""
+        return self.specs.setdefault(spec["name"], spec)["name"]
+
+    def weigh_with(self, concrete: Callable[[dict[str, Any], int], dict[str, Any]]) -> None:
+        """Train a candidate with group weights on ``concrete(spec, split)`` (its cluster weights on that split);
+        the others as before."""
+        base = self.concrete
+        self.concrete = lambda name, pair: concrete(self.specs[name], pair[0]) if "group_weights" in \
+            self.specs[name] else base(name, pair)
+
+    def submit(self, job: Callable[..., dict[str, Any]], name: str, pair: Pair) -> Future[dict[str, Any]]:
+        """Train the run ``(name, pair)`` with ``job`` in a worker process (the pool starts on the first call)."""
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.tune.jobs, mp_context=multiprocessing.get_context("spawn"))
+        return self.pool.submit(job, self.concrete(name, pair), *pair)
 
     # ---------------------------------------------------------------------------- one plan, one run
 
@@ -98,7 +145,7 @@ class Search:
             return self.cache[(name, pair)]
         why = self.over_budget(counted)
         if why:
-            self.stopped = self.stopped or why
+            self.stop(why)
             return None
         return self.finished(name, pair, lambda: self.runner(self.concrete(name, pair), *pair), counted)
 

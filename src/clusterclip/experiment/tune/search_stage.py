@@ -5,13 +5,13 @@ proxy runs it uses are stages of their own, reused while fresh."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from clusterclip.contract.experiment import TUNE_DIR, TUNE_SEARCH_STAGE
+from clusterclip.contract.tune_results import TUNE_VERSION
 from clusterclip.experiment.commands import config_flags, settings_flags
 from clusterclip.experiment.config import PROXY_FIELDS, TUNE_DATA_FIELDS, ExperimentConfig
 from clusterclip.experiment.tune.budget import plan_budget
@@ -19,15 +19,13 @@ from clusterclip.experiment.tune.chosen_plan import check_command, write_chosen_
 from clusterclip.experiment.tune.config import TuneConfig
 from clusterclip.experiment.tune.halving import candidates, choose, halving, search_pairs, unseen_check
 from clusterclip.experiment.tune.runners import ProxyRunner, TrainingRunner
-from clusterclip.experiment.tune.search import OnEvent, Search
+from clusterclip.experiment.tune.search import RESULTS, OnEvent, Search
 from clusterclip.experiment.tune.weights import versus, weight_candidates, weight_search
 from clusterclip.stages import Built, Job, Stage, run_stage
-from clusterclip.store import RunDir, save_json
+from clusterclip.store import RunDir
 
-TUNE_VERSION = 1
 SEARCH_STAGE = TUNE_SEARCH_STAGE
 """The stage of the tune directory that is the search (record ``RUN/tune/search.json``)."""
-RESULTS = "results.json"
 
 
 def run_tune(
@@ -56,10 +54,10 @@ def run_tune(
     def build(job: Job) -> Built:
         _search(s, inputs)
         if write_plan:
-            s.results["plan"] = write_chosen_plan(inputs, Path(out), cfg, s.specs[s.results["winner"]],
-                                                  tune.plan_seed, progress, s.results.get("weight_search"))
-        s.results["check_command"] = check_command(inputs, out, cfg, tune.check_split_seeds, s.results)
-        _write(s)
+            s.record(plan=write_chosen_plan(inputs, Path(out), cfg, s.specs[s.results["winner"]], tune.plan_seed,
+                                            progress, s.results.get("weight_search")))
+        s.record(check_command=check_command(inputs, out, cfg, tune.check_split_seeds, s.results))
+        s.write()
         return Built([RESULTS])
 
     settings = {"config": asdict(cfg), "tune": asdict(tune), "write_plan": write_plan}
@@ -70,17 +68,17 @@ def run_tune(
 
 def _search(s: Search, inputs: Sequence[str | os.PathLike[str]]) -> None:
     """The search, its decision and the unseen check into ``s.results`` (written after every step)."""
-    s.results = {"version": TUNE_VERSION, "status": "running", "inputs": [str(p) for p in inputs],
-                 "config": asdict(s.cfg), "tune": asdict(s.tune), "grid": list(s.specs),
-                 "pairs": [list(p) for p in search_pairs(s.cfg)], "trajectory": []}
+    s.begin({"version": TUNE_VERSION, "status": "running", "inputs": [str(p) for p in inputs],
+             "config": asdict(s.cfg), "tune": asdict(s.tune), "grid": list(s.specs),
+             "pairs": [list(p) for p in search_pairs(s.cfg)], "trajectory": []})
     try:
-        s.results["budget"] = plan_budget(s)
+        s.record(budget=plan_budget(s))
         if s.on_event is not None:
             s.on_event(f"tune: {s.results['budget']['message']}")
         grid = list(s.specs)
-        trajectory, final = halving(s, lambda: _write(s)) if "grid" in s.tune.search else ([], {})
+        trajectory, final = halving(s, s.write) if "grid" in s.tune.search else ([], {})
         seen = {n: a for t in trajectory for n, a in t["scores"].items()}
-        ws = weight_search(s, lambda: _write(s)) if "weights" in s.tune.search else None
+        ws = weight_search(s, s.write) if "weights" in s.tune.search else None
         if ws is not None:
             final, seen = {**final, **ws["final"]}, {**seen, **ws["final"]}
         winner, why = choose(final, s.tune.max_micro_regression, seen)
@@ -88,12 +86,12 @@ def _search(s: Search, inputs: Sequence[str | os.PathLike[str]]) -> None:
         if ws is not None:
             cands = {**{n: c for n, c in cands.items() if n in grid}, **weight_candidates(s, ws, winner)}
             _versus_grid(s, ws, final, grid)
-        s.results.update(objective=s.objective() if s.cache else None, winner=winner, reason=why,
-                         status=f"stopped: {s.stopped}" if s.stopped else "complete", candidates=cands)
-        _write(s)
+        s.record(objective=s.objective() if s.cache else None, winner=winner, reason=why,
+                 status=f"stopped: {s.stopped}" if s.stopped else "complete", candidates=cands)
+        s.write()
         if s.tune.check_split_seeds:
-            s.results["unseen"] = unseen_check(s, winner, [*grid, *(ws["final"] if ws else ())])
-            _write(s)
+            s.record(unseen=unseen_check(s, winner, [*grid, *(ws["final"] if ws else ())]))
+            s.write()
     finally:
         s.close()
 
@@ -106,13 +104,6 @@ def _versus_grid(s: Search, ws: dict[str, Any], final: dict[str, Any], grid: lis
 
     w, g = best(list(ws["final"])), best([n for n in grid if n != "random"])
     ws["versus_grid"] = versus(s, w, g) if w and g else None
-
-
-def _write(s: Search) -> None:
-    s.results["progress"] = {"trained": s.fresh, "reused": s.reused, "shared": s.shared, "search_runs": len(s.used),
-                             "seconds": round(time.perf_counter() - s.t0, 1)}
-    s.results["updated_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    save_json(s.tune_dir / RESULTS, s.results)
 
 
 def tune_argv(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], cfg: ExperimentConfig,

@@ -104,20 +104,16 @@ def _round_mixtures(s: Search, sp: Space, r: int, swarm: Swarm | None) -> tuple[
 def _add(s: Search, sp: Space, w: np.ndarray) -> str:
     if not sp.feasible(w[None, :])[0]:  # the hook filtered every proposal: this never happens
         raise ClusterClipError(f"weight candidate {w.round(4).tolist()} is infeasible under max_repeat {sp.cap}")
-    spec = weight_spec(w, sp.cap, sp.m)
-    s.specs.setdefault(spec["name"], spec)
-    return spec["name"]
+    return s.add_spec(weight_spec(w, sp.cap, sp.m))
 
 
 def weight_search(s: Search, write: Callable[[], None]) -> dict[str, Any]:
     """The rounds, then the best ``1/eta`` on every search pair: ``{"space", "rounds", "final"}`` (final:
     the finalists' assessments against random)."""
     sp = Space(s)
-    base = s.concrete
-    s.concrete = lambda name, pair: sp.concrete(s.specs[name], pair[0]) if "group_weights" in s.specs[name] \
-        else base(name, pair)
+    s.weigh_with(sp.concrete)
     res: dict[str, Any] = {"space": sp.describe(), "rounds": [], "final": {}}
-    s.results["weight_search"] = res
+    s.record(weight_search=res)
     pairs = search_pairs(s.cfg)[: s.tune.weight_pairs]
     swarm: Swarm | None = None
     for r in range(s.tune.weight_rounds):
