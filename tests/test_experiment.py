@@ -10,6 +10,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -548,3 +549,30 @@ def test_quick_experiment_compares_the_cap_with_duplicate_groups(tmp_path: Path)
         assert r["heldout_novel_micro"] is not None and r["heldout_novel_micro"] != r["heldout_micro"]
     table = (out / "experiment" / "results.md").read_text()
     assert "near-copy in the training split" in table and "| clusterclip-R5-groupcap |" in table
+
+
+def test_a_strategy_added_to_the_planners_registry_alone_runs_in_plan_and_in_the_experiment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A toy strategy registered in one place (the planner's registry) builds a plan and is trained by a quick
+    experiment, with no list of the experiment's own to extend."""
+    from clusterclip.plan import strategies
+
+    class Smallest(strategies.Uniform):
+        """Every cluster's weight is the inverse of its size (the smallest first)."""
+
+        name = "smallest"
+        SUMMARY = "cluster weights 1 / n_c"
+
+        @classmethod
+        def weights(cls, sizes: np.ndarray, options: Any) -> np.ndarray:
+            return np.where(sizes > 0, 1.0 / np.maximum(sizes, 1), 0.0)
+
+    monkeypatch.setitem(strategies.STRATEGIES, Smallest.name, Smallest)
+    labels = np.repeat([0, 1, 2], [60, 30, 10])
+    plan = build_plan(labels, PlanConfig(strategy="smallest", budget=60, max_repeat=3))
+    drawn = np.bincount(labels[np.asarray(plan.order)], minlength=3)
+    assert drawn[2] > drawn[1] > drawn[0] and drawn.sum() == 60  # uniform draws them equally, random by size
+    res = run_experiment([_toy_corpus(tmp_path / "toy.jsonl")], tmp_path / "run",
+                         quick_config(strategies=("random", "smallest")))
+    trained = {r.split("/")[0].split("-")[0] for r in res["runs"]}
+    assert res["status"] == "complete" and trained == {"random", "smallest"}

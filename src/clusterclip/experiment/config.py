@@ -18,7 +18,7 @@ from clusterclip.corpus.quality import QUALITY_FIELD, SCORERS
 from clusterclip.corpus.records import ReadOptions
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS
 from clusterclip.experiment import spec_grammar
-from clusterclip.experiment.specs import CLUSTERCLIP_VARIANTS, DEFAULT_ONLINE_UPDATES, ONLINE_RULES, plan_options
+from clusterclip.experiment.specs import DEFAULT_ONLINE_UPDATES, ONLINE_RULES, plan_options
 from clusterclip.plan.config import DEFAULT_TAU, DUPLICATES, TAU_LIMIT, PlanConfig
 from clusterclip.settings import (
     Settings,
@@ -32,9 +32,6 @@ from clusterclip.settings import (
 )
 from clusterclip.store import config_hash
 
-STRATEGIES = ("random", "uniform", "temperature", *CLUSTERCLIP_VARIANTS, *ONLINE_RULES)
-"""The experiment's named strategies; ``--strategies`` takes any item of :mod:`.spec_grammar` (a strategy of the
-planner's registry with plan options, ``plan:PATH``)."""
 RUNTIME_FIELDS = ("seeds", "split_seeds", "strategies", "max_repeats", "duplicates", "online_updates", "device",
                   "threads", "quality_scorer")
 """Settings that may change between restarts of one experiment: adding seeds, split seeds or strategies

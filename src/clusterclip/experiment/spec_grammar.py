@@ -61,7 +61,7 @@ shuffle of its draws."""
 POSITIONAL = {"weights": "weights", PLAN: "path"}
 ALIASES: dict[str, dict[str, Any]] = {"clusterclip-spread": {"order": "spread"},
                                       "clusterclip-shuffled": {"shuffle": True}}
-"""The experiment's names for ClusterClip variants (:data:`~.specs.CLUSTERCLIP_VARIANTS`): their options."""
+"""The experiment's names for ClusterClip variants (the planner's ``clusterclip`` with these options): their options."""
 _CLUSTERCLIP_KEYS = {"max_repeat", "order", "shuffle", "duplicates"}
 
 

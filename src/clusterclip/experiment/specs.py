@@ -17,14 +17,6 @@ from typing import Any
 
 from clusterclip.plan.config import DEFAULT_ORDER, PlanConfig
 
-CLUSTERCLIP_VARIANTS: dict[str, dict[str, Any]] = {
-    "clusterclip": {"order": DEFAULT_ORDER, "shuffle": False},
-    "clusterclip-spread": {"order": "spread", "shuffle": False},
-    "clusterclip-shuffled": {"order": DEFAULT_ORDER, "shuffle": True},
-}
-"""The experiment's ClusterClip strategies: the planner's order, and the diagnostic ``shuffle`` (ClusterClip's
-draws in random order)."""
-
 
 def clusterclip_spec(max_repeat: int, order: str = DEFAULT_ORDER, shuffle: bool = False,
                      duplicates: str = "none") -> dict[str, Any]:
