@@ -34,6 +34,7 @@ def strata_statistics(p: StrataDraws, stream: StrataStream, pseudo: bool
     st, sizes = p.strata, p.groups.sizes
     stratum = {"cluster": st.cluster.astype(np.int64), "tier": st.tier.astype(np.int64), "size": sizes.copy(),
                "quota": p.quotas.quota.astype(np.int64)}
+    total = full = None  # per unit, when counted: draws including the parent's, and at the stratum's cap
     if counted(p, pseudo):
         c = stream.counts
         total = c if p.prior is None else c + p.prior
@@ -56,21 +57,22 @@ def strata_statistics(p: StrataDraws, stream: StrataStream, pseudo: bool
         reached = np.where(finite & (whole >= cap), sizes, np.where(finite & (whole + 1 >= cap), rem, 0))
         top = whole + (rem > 0)
         hist = repeat_hist(whole, rem, sizes)
-    per = _per_cluster(p, stream, pseudo, stratum, reached, top)
+    per = _per_cluster(p, stream, pseudo, stratum, reached, top, total, full)
     drawn_cap = np.isfinite(st.cap) & (st.cap > 0)
     return per, stratum, hist, int(reached[drawn_cap].sum())
 
 
 def _per_cluster(p: StrataDraws, stream: StrataStream, pseudo: bool, stratum: dict[str, np.ndarray],
-                 reached: np.ndarray, top: np.ndarray) -> dict[str, np.ndarray]:
-    """The per-cluster statistics: summed over each cluster's strata, or (``pseudo``) over its documents."""
+                 reached: np.ndarray, top: np.ndarray, total: np.ndarray | None,
+                 full: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The per-cluster statistics: summed over each cluster's strata, or (``pseudo``) over its documents (``total``
+    and ``full``: each unit's draws with the parent's and whether it is at its cap, given whenever counted)."""
     st, k, sizes = p.strata, p.corpus.k, p.groups.sizes
     live = st.rate > 0
     if pseudo:
+        assert full is not None
         lab, c = p.corpus.labels, stream.counts
-        total = c if p.prior is None else c + p.prior
-        at_cap = np.isfinite(st.cap[st.unit]) & (total >= st.cap[st.unit])
-        open_units = np.bincount(lab, weights=live[st.unit] & ~at_cap, minlength=k)
+        open_units = np.bincount(lab, weights=live[st.unit] & ~full, minlength=k)
         drawable = np.bincount(lab, weights=live[st.unit], minlength=k)
         d = np.bincount(lab, weights=c, minlength=k).astype(np.int64)
         unique = np.bincount(lab, weights=c > 0, minlength=k).astype(np.int64)
@@ -91,7 +93,8 @@ def _per_cluster(p: StrataDraws, stream: StrataStream, pseudo: bool, stratum: di
            "exhausted_at": np.where(done, stream.last, -1),
            "quota": d.copy() if pseudo else p.quotas.cluster_quota.astype(np.int64), "size": p.corpus.sizes.copy()}
     if p.prior is not None:
-        per["max_total"] = _max_by(p.corpus.labels, stream.counts + p.prior, k)
+        assert total is not None
+        per["max_total"] = _max_by(p.corpus.labels, total, k)
     if tokens is not None:
         per["tokens"] = tokens
     return per
