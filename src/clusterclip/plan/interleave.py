@@ -23,6 +23,8 @@ So the clusters are drawn exactly as a plain ClusterClip plan with quotas ``d_c`
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import pairwise
+from typing import Protocol
 
 import numpy as np
 
@@ -128,27 +130,82 @@ def keys_below(t: np.ndarray, u: np.ndarray, d: np.ndarray) -> np.ndarray:
 def place(out: np.ndarray, run: list[Chunk], inter: Interleave, passes: Passes, tier: np.ndarray) -> np.ndarray:
     """Fill the positions of a run of chunks (``out``, emitted over the clusters) with the documents they are: each
     cluster's draws in the run, interleaved from its strata's passes. Returns the tier of each position (``tier``:
-    of each stratum)."""
+    of each stratum), in the narrowest unsigned type that holds it.
+
+    The clusters are independent once their strata's draws are loaded, so a large run is placed in parts of whole
+    clusters on the passes' threads (as the plain plan gathers its rounds)."""
     count, position = run_layout(run, inter.placed.size)
     s, ilo, ihi = inter.advance(np.flatnonzero(count), count)
     take = ihi > ilo
     s, ilo, ihi = s[take], ilo[take], ihi[take]
     need = ihi - ilo
-    total = int(need.sum())
-    first = np.cumsum(need) - need
-    step = np.arange(total, dtype=np.int64)
-    docs = passes.take(np.repeat(passes.starts(s, ilo, ihi) - first, need) + step)
-    draw = np.repeat(ilo - first, need)
-    draw += step
-    key = (draw + np.repeat(inter.u[s], need)) / np.repeat(inter.draws[s], need)
-    # the run holds the next ranks of each cluster, so its draws sorted by (cluster, key, stratum) are its positions in
-    # (cluster, rank) order
-    dest = step  # reused: where each draw goes
-    dest[cluster_key_order(np.repeat(inter.cluster[s], need), key, np.repeat(s, need))] = position
-    out[dest] = docs
-    tiers = np.empty(total, tier.dtype)
-    tiers[dest] = np.repeat(tier[s], need)
+    start = passes.starts(s, ilo, ihi)
+    end = np.cumsum(need)
+    tiers = np.empty(int(end[-1]) if end.size else 0, _narrow(tier))
+
+    def part(_: int, bounds: tuple[int, int]) -> None:
+        a, b = bounds
+        p = Segments(s[a:b], need[a:b], ilo[a:b], inter)
+        lo, hi = int(end[a] - need[a]), int(end[b - 1])
+        step = np.arange(hi - lo, dtype=np.int64)
+        docs = passes.take(np.repeat(start[a:b] - p.first, p.need) + step)
+        merged = p.draw + np.repeat(inter.u[p.s], p.need)
+        merged /= np.repeat(inter.draws[p.s].astype(np.float64), p.need)
+        merged += np.repeat(inter.cluster[p.s].astype(np.float64), p.need)
+        # the part holds the next ranks of each of its clusters, so its draws sorted by (cluster, key, stratum) are
+        # its positions in (cluster, rank) order
+        dest = step  # reused: where each draw goes
+        dest[cluster_key_order(merged, p)] = position[lo:hi]
+        out[dest] = docs
+        tiers[dest] = np.repeat(tier[p.s].astype(tiers.dtype), p.need)
+
+    passes.map(part, _cluster_parts(inter.cluster[s], end, passes.threads))
     return tiers
+
+
+def _cluster_parts(cluster: np.ndarray, end: np.ndarray, threads: int) -> list[tuple[int, int]]:
+    """Segment ranges ``[a, b)`` of whole clusters (``cluster``: of each segment, ascending) holding about equal
+    draws (``end``: cumulative draws): one per thread when the run is large."""
+    if cluster.size == 0:
+        return []
+    total = int(end[-1])
+    parts = threads if threads > 1 and total >= 1 << 16 else 1
+    starts = np.flatnonzero(np.r_[True, cluster[1:] != cluster[:-1]])  # where each cluster's segments begin
+    before = np.r_[0, end][starts]
+    cuts = np.unique(starts[np.searchsorted(before, np.arange(1, parts) * (total / parts))
+                            .clip(0, starts.size - 1)])
+    bounds = [0, *[int(c) for c in cuts if 0 < c < cluster.size], cluster.size]
+    return [(a, b) for a, b in pairwise(bounds) if b > a]
+
+
+def _narrow(values: np.ndarray) -> type:
+    """The smallest unsigned integer type holding ``values`` (non-negative): a run's tiers are copied twice."""
+    top = int(values.max(initial=0))
+    return np.uint8 if top < 1 << 8 else np.uint16 if top < 1 << 16 else np.int64
+
+
+class ExactKeys(Protocol):
+    def exact(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cluster, key, stratum) of the draws at indices ``at``."""
+        ...
+
+
+class Segments:
+    """Draws of a part of a run as segments: stratum ``s[j]`` holds the part's draws ``first[j] .. first[j] +
+    need[j] - 1``, which are its draws ``ilo[j]`` onwards. Gives the draw number of every one (``draw``) and the
+    exact cluster, key and stratum of any of them, computed only where :func:`cluster_key_order` needs them."""
+
+    def __init__(self, s: np.ndarray, need: np.ndarray, ilo: np.ndarray, inter: Interleave):
+        self.s, self.need, self.inter = s, need, inter
+        self.first = np.cumsum(need) - need
+        self.draw = np.repeat(ilo - self.first, need)
+        self.draw += np.arange(self.draw.size, dtype=np.int64)
+
+    def exact(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(cluster, key, stratum) of the draws at indices ``at``."""
+        s = self.s[np.searchsorted(self.first, at, side="right") - 1]
+        key = (self.draw[at] + self.inter.u[s]) / self.inter.draws[s]
+        return self.inter.cluster[s], key, s
 
 
 def run_layout(run: list[Chunk], k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,13 +241,13 @@ def stable_order(values: np.ndarray, top: int) -> np.ndarray:
     return order
 
 
-def cluster_key_order(cluster: np.ndarray, key: np.ndarray, stratum: np.ndarray) -> np.ndarray:
-    """The order of draws by (``cluster``, ``key`` in [0, 1), ``stratum``), as ``np.lexsort`` gives it.
+def cluster_key_order(merged: np.ndarray, exact: ExactKeys) -> np.ndarray:
+    """The order of draws by (cluster, key in [0, 1), stratum), as ``np.lexsort`` gives it, from ``merged``:
+    cluster + key, rounded.
 
-    One sort of ``cluster + key``: rounding the sum is monotone in the key, so it never inverts two draws, but it can
-    make two different keys equal; such ties (rare: keys closer than the sum's last bit, or equal keys of two strata)
-    are sorted again by the exact cluster, key, stratum and index."""
-    merged = cluster + key
+    Rounding the sum is monotone in the key, so it never inverts two draws, but it can make two different keys
+    equal; such ties (rare: keys closer than the sum's last bit, or equal keys of two strata) are sorted again by
+    the exact cluster, key, stratum and index (``exact``)."""
     order = np.argsort(merged, kind="stable")  # timsort: the draws come as runs sorted per stratum
     merged = merged[order]
     tie = merged[1:] == merged[:-1]
@@ -201,7 +258,8 @@ def cluster_key_order(cluster: np.ndarray, key: np.ndarray, stratum: np.ndarray)
         group = np.concatenate(([0], np.cumsum(~tie)))
         at = np.flatnonzero(member)
         sub = order[at]
-        order[at] = sub[np.lexsort((sub, stratum[sub], key[sub], cluster[sub], group[at]))]
+        cluster, key, stratum = exact.exact(sub)
+        order[at] = sub[np.lexsort((sub, stratum, key, cluster, group[at]))]
     return order
 
 

@@ -91,8 +91,9 @@ class Passes:
             self._pool.shutdown()
             self._pool = None
 
-    def _map(self, fn: Any, parts: list[Any]) -> None:
-        """Run ``fn(i, part)`` for every part, on the thread pool when there is more than one."""
+    def map(self, fn: Any, parts: list[Any]) -> None:
+        """Run ``fn(i, part)`` for every part, on the thread pool when there is more than one (NumPy releases the GIL
+        in the large array operations the parts do)."""
         if len(parts) <= 1:
             for i, part in enumerate(parts):
                 fn(i, part)
@@ -171,7 +172,7 @@ class Passes:
             parts = self.threads
         cuts = np.searchsorted(work, np.arange(1, parts) * (int(work[-1]) / parts)).tolist()
         groups = [jobs[i:j] for i, j in zip([0, *cuts], [*cuts, len(jobs)], strict=True)]
-        self._map(self._run_jobs, [g for g in groups if g])
+        self.map(self._run_jobs, [g for g in groups if g])
         self.block[cl[todo]] = last[todo]
         return start
 
@@ -208,7 +209,7 @@ class Passes:
         def piece(_: int, r: tuple[int, int]) -> None:
             out[r[0]:r[1]] = win[r[0]:r[1], start]
 
-        self._map(piece, [(i, j) for i, j in pairwise(cuts) if j > i])
+        self.map(piece, [(i, j) for i, j in pairwise(cuts) if j > i])
 
 
 def passes_needed(quota: np.ndarray, unit_sizes: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.plan.config import PlanConfig, PlanConfigError
+from clusterclip.plan.quantiles import quantile_tiers
 from clusterclip.plan.strata_spec import MISSING, Axis, parse_curve, parse_strata, parse_tier_values
 
 WITHIN_BINS = 8
@@ -50,11 +51,11 @@ def field_values(x: Any) -> FieldValues:
     if hasattr(x, "values") and hasattr(x, "categories"):  # a run's kept field (the corpus contract's DocField)
         cats = x.categories
         values = np.asarray(x.values)
-        return FieldValues(values.astype(np.float64) if cats is None else values.astype(np.int64),
+        return FieldValues(values.astype(np.float64, copy=False) if cats is None else values.astype(np.int64),
                            None if cats is None else tuple(cats))
     arr = np.asarray(x)
     if arr.dtype.kind in "biuf":
-        return FieldValues(arr.astype(np.float64))
+        return FieldValues(arr.astype(np.float64, copy=False))
     present = np.array([v is not None and v == v for v in arr.tolist()], bool)
     text = np.array([str(v) for v in arr[present].tolist()], dtype=object)
     cats, codes = np.unique(text.astype(str), return_inverse=True) if text.size else (np.zeros(0, str), [])
@@ -148,12 +149,10 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
             raise PlanConfigError("strata", f"gives {axis.text()!r}, but {axis.field!r} is categorical: tiers split a "
                                   f"numeric field; use cluster,{axis.field}")
         v = values.values
-        ok = ~np.isnan(v)
-        present = v if ok.all() else v[ok]
-        qs = np.quantile(present, np.linspace(0, 1, axis.tiers + 1)) if present.size else np.zeros(axis.tiers + 1)
-        index = _tier_of(v, qs[1:-1])
-        if present is not v:
-            index[~ok] = axis.tiers
+        qs, index = quantile_tiers(v, axis.tiers)
+        missing = np.isnan(v)
+        if missing.any():
+            index[missing] = axis.tiers
         labels = [str(t) for t in range(axis.tiers)]
         edges = [float(x) for x in qs]
     else:
@@ -177,17 +176,6 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
     rate = np.array([weights.get(x, 1.0) for x in labels], np.float64)
     cap = np.array([min(caps.get(x, default_cap), default_cap) for x in labels], np.float64)
     return _AxisTiers(index.astype(np.int64, copy=False), labels, rate, cap), edges
-
-
-def _tier_of(v: np.ndarray, inner: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(inner, v, side="right")`` (NaN: 0), by one comparison per edge when there are few (a binary
-    search per value is several times slower there)."""
-    if inner.size > 16:
-        return np.searchsorted(inner, np.where(np.isnan(v), -np.inf, v), side="right")
-    index = np.zeros(v.shape[0], np.int8)
-    for edge in inner.tolist():
-        index += v >= edge
-    return index.astype(np.int64)
 
 
 def _within_tiers(clusters: np.ndarray, quality: np.ndarray, mix: float, default_cap: float) -> _AxisTiers:
