@@ -9,6 +9,8 @@ Two scenarios, each in a temporary folder (``--tmp``), with ``--embedder`` (defa
   embed, cluster) from the rest, then the held-out documents are added. New documents like the old ones
   should give a drift share near 5 % (the definition's rate on the old documents themselves).
 * ``domain``: the documents of ``--domains`` are held out and added to a run built from the others.
+* ``more`` (with ``--more``): a seeded half of the documents of ``--domains`` is held out and added to a run that
+  holds the other half: more of known topics (the truth is 0 % new), a change of mixture only.
 
 For ``random`` it also times the add against corpus + embed + cluster over all documents (the same
 inputs read in one go), measured side by side in this process, and reports the ratio.
@@ -88,6 +90,7 @@ def main() -> None:
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--embedder", default=DEFAULT_EMBEDDER)
     ap.add_argument("--no-rebuild", action="store_true", help="skip timing the add against a rebuild")
+    ap.add_argument("--more", action="store_true", help="also add back a seeded half of --domains' documents")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-add-", dir=args.tmp))
     try:
@@ -102,6 +105,11 @@ def main() -> None:
         domains = set(args.domains.split(","))
         old, new = split(Path(args.corpus), b, lambda i, r: r.get("domain") in domains)
         print(json.dumps(scenario(f"domain:{args.domains}", old, new, b, args.k, False, args.embedder)))
+        if args.more:
+            c = root / "more"
+            c.mkdir()
+            old, new = split(Path(args.corpus), c, lambda i, r: r.get("domain") in domains and draw[i] < 0.5)
+            print(json.dumps(scenario(f"more:{args.domains}", old, new, c, args.k, False, args.embedder)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
