@@ -31,6 +31,9 @@ class DriftReport(JsonRecord):
     below_neighbour_cut: int | None = None
     reference_documents: int | None = None
     clusters_with_own_cut: int | None = None
+    neighbour_level: float | None = None
+    cluster_test_flagged: int | None = None
+    cluster_test_clusters: int | None = None
     coverage_cut: float | None = None
     below_coverage_cut: int | None = None
     cluster_shift: float
