@@ -16,6 +16,7 @@ from clusterclip.contract.dedup import DedupSettings
 from clusterclip.contract.drift import DriftReport
 from clusterclip.contract.embed import EmbedSettings
 from clusterclip.contract.experiment_results import RESULTS_VERSION, ExperimentResults
+from clusterclip.contract.online import MixerSettings
 from clusterclip.contract.plan import PlanSettings
 from clusterclip.contract.report import ReportSettings
 from clusterclip.contract.tune_results import TUNE_VERSION, TuneResults
@@ -48,7 +49,7 @@ PLAN = {"strategy": "clusterclip", "budget": None, "budget_unit": "tokens", "max
         "weights": None, "seed": 0, "window": None, "order": "equal-rate", "epochs": 2}
 DEDUP = DedupConfig().__dict__
 SETTINGS = [(CorpusSettings, CORPUS), (EmbedSettings, EMBED), (ClusterSettings, CLUSTER), (PlanSettings, PLAN),
-            (DedupSettings, dict(DEDUP)), (ReportSettings, {})]
+            (DedupSettings, dict(DEDUP)), (ReportSettings, {}), (MixerSettings, {"format": 2})]
 
 
 @pytest.mark.parametrize(("cls", "obj", "version_field"), CASES, ids=lambda c: getattr(c, "__name__", ""))
