@@ -179,10 +179,10 @@ def test_an_online_continuation_of_a_drop_root_draws_no_dropped_copy(deduped, tm
     group, kept = load_groups(run)
     root = plan_stage(run, PlanConfig(max_repeat=2, duplicates="drop", budget=120))
     controller = Controller.start(3, "bandit", seed=0)
-    root_config = PlanConfig.from_json(root.config)
+    root_config = PlanConfig.from_recorded(root.config)
     cfg, continues = continuation(run, continuation_config(controller, root_config), root.name, 60)
     cont = plan_stage(run, cfg, continues=continues)
-    assert PlanConfig.from_json(cont.config).duplicates == "drop"
+    assert PlanConfig.from_recorded(cont.config).duplicates == "drop"
     chain = np.concatenate([np.load(run.path(root.order_file()))[:60], np.load(run.path(cont.order_file()))])
     assert np.isin(chain, kept).all() and np.bincount(group[chain]).max() <= 2
 

@@ -304,3 +304,13 @@ def test_the_trainer_side_without_torch_names_the_extra():
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1 and last == ("ModuleNotFoundError: clusterclip.torch needs PyTorch, not installed: "
                                              "pip install 'clusterclip[torch]'"), proc.stderr
+
+
+def test_the_export_reader_finds_the_identity_where_each_writer_declares_it_writes_it():
+    """The writer carries the fact (``Writer.METADATA``, where it writes the identity); the reader's copy, which
+    trainers use without importing the writers, is that of every registered writer."""
+    from clusterclip.contract.export import FORMAT_METADATA
+    from clusterclip.export.writers.registry import WRITERS
+
+    declared = {name: cls.METADATA for name, cls in WRITERS.items() if cls.METADATA is not None}
+    assert declared == FORMAT_METADATA and set(FORMAT_METADATA) <= set(WRITERS)

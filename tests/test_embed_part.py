@@ -44,14 +44,14 @@ def test_the_part_embedded_is_that_part_of_each_conversation(chat_run, part):
         rec = embed_stage(run, EmbedConfig(embedder="hashing", embed_part=part), progress=False)
     expected = get_embedder("hashing", progress=False).encode(_parts(records, part))
     assert np.allclose(load_embeddings(run), expected.astype(np.float16), atol=1e-3)
-    assert rec.part == part and rec.config["part"] == part
+    assert rec.part == part and rec.config.part == part
 
 
 def test_the_default_part_leaves_the_record_as_it_was_and_another_part_rebuilds(chat_run):
     run, records = chat_run
     with run.lock():
         whole = embed_stage(run, EmbedConfig(embedder="hashing"), progress=False)
-        assert set(whole.config) == {"embedder", "shard_size"} and whole.part == "all"
+        assert set(whole.config.to_json()) == {"embedder", "shard_size"} and whole.part == "all"
         again = embed_stage(run, EmbedConfig(embedder="hashing"), progress=False)
         assert again.finished_at == whole.finished_at  # fresh: not rebuilt
         response = embed_stage(run, EmbedConfig(embedder="hashing", embed_part="response"), progress=False)

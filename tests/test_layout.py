@@ -286,3 +286,43 @@ def test_plan_records_are_read_typed_outside_the_contract_package():
     found = {m: hits for m, path in MODULES.items() if not m.startswith(CONTRACT_PACKAGE + ".")
              and (hits := _raw_plan_reads(path.read_text()))}
     assert not found, f"plan.json read raw (read it with contract.plan_locate.read_record or PlanRecord): {found}"
+
+
+RECORD_KEY_READ = re.compile(r"""\.config(\[|\.get\()|\[["']config["']\]|\.get\(["']config["']""")
+"""A line that reads a record's settings (its ``config``) by key instead of as its contract's typed settings."""
+RAW_RECORD_READ = re.compile(
+    r"(load_json|json\.loads?|read_text|read_bytes|open)\(.*(DRIFT_REPORT|drift\.json|ONLINE_RECORD|online\.json"
+    r"|MIXER_RECORD|mixer\.json|EXPERIMENT_RESULTS|TUNE_RESULTS|results\.json)"
+    r"|(DRIFT_REPORT|ONLINE_RECORD|MIXER_RECORD|EXPERIMENT_RESULTS|TUNE_RESULTS)\W.*\.(read_text|read_bytes|open)\(")
+"""A line that opens or parses ``drift.json``, ``online.json``, ``mixer.json`` or an experiment's or tune's
+``results.json`` itself instead of reading it as its record (``DriftReport``, ``OnlineRecord``, ``MixerRecord``,
+``ExperimentResults``, ``TuneResults``)."""
+KEYED_BY_DESIGN = {
+    "clusterclip.store": "the storage floor checks and rewrites every record's settings whole, knowing no stage",
+    "clusterclip.stages": "the stage protocol rewrites a grown record's settings whole, knowing no stage",
+    "clusterclip.embed.base": "a fitted embedder's own model file (its options), which no record is",
+    "clusterclip.embed.static_vocab": "a static embedder's own model file (its options), which no record is",
+}
+"""Modules that read a ``config`` key that is no stage's typed settings, and why."""
+
+
+def _record_reads(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if RECORD_KEY_READ.search(line) or RAW_RECORD_READ.search(line)]
+
+
+def test_the_record_read_finder_finds_reads_by_key():
+    assert _record_reads('x = rec.config["strategy"]\ny = corpus.config.get("inputs")\nz = results["config"]')
+    assert _record_reads("n = results.get('config', {})\nd = load_json(run.path(A.DRIFT_REPORT))")
+    assert _record_reads('s = json.loads((folder / "online.json").read_text())\nr = (out / TUNE_RESULTS).open()')
+    assert not _record_reads("a = rec.config.strategy\nb = DriftReport.read(run.path(A.DRIFT_REPORT))\n"
+                             "c = PlanConfig.from_recorded(rec.config)\nok = (p / ONLINE_RECORD).exists()")
+
+
+def test_no_record_is_read_by_key_outside_its_contract():
+    """Every record is read as its contract's class outside ``clusterclip.contract``: the stages' settings as their
+    typed ``config`` (``PlanSettings``, ``CorpusSettings`` ...), the drift report, the online state and the
+    experiment's and tune's results as their records (docs/architecture.md)."""
+    found = {m: hits for m, path in MODULES.items() if not m.startswith(CONTRACT_PACKAGE + ".")
+             and not any(m == k or m.startswith(k + ".") for k in KEYED_BY_DESIGN)
+             and (hits := _record_reads(path.read_text()))}
+    assert not found, f"a record read by key or raw outside its contract (read it as its record class): {found}"

@@ -225,7 +225,7 @@ def test_a_plain_loop_trains_the_chain_in_order_and_the_cap_holds_over_it(run_di
     assert list(record.controller.weights) == last["mixer"]["controller"]["weights"]
     weights = np.asarray(record.controller.weights)
     assert weights.argmax() == K - 1, "the bandit moved weight towards the cluster with the highest loss"
-    assert PlanRecord.require(RunDir(run_dir), plan_stage_name(plan), verify=False).config["strategy"] == "weights"
+    assert PlanRecord.require(RunDir(run_dir), plan_stage_name(plan), verify=False).config.strategy == "weights"
 
 
 def test_the_same_losses_write_the_same_chain_bytes(tmp_path, run_dir):

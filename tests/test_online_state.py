@@ -193,6 +193,10 @@ def test_online_json_reads_strictly(trained):
         OnlineRecord.from_json({**record, "position": -1}, str(path))
     with pytest.raises(ClusterClipError, match=r"missing field.*window"):
         OnlineRecord.from_json({k: v for k, v in record.items() if k != "window"}, str(path))
+    with pytest.raises(ClusterClipError, match=r"unknown field\(s\) surprise"):
+        OnlineRecord.from_json({**record, "surprise": 1}, str(path))
+    with pytest.raises(ClusterClipError, match="format 99 is not one this clusterclip reads"):
+        OnlineRecord.from_json({**record, "format": 99}, str(path))
 
 
 # -- the run changes under a live mixer

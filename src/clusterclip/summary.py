@@ -47,7 +47,7 @@ def summarize(run: RunDir) -> dict[str, Any]:
 
     if corpus := read(CorpusRecord):
         out["corpus"] = {"documents": corpus.count, "tokens": corpus.tokens, "skipped": corpus.skipped,
-                         "inputs": corpus.config.get("inputs"), "seconds": corpus.seconds,
+                         "inputs": corpus.config.inputs, "seconds": corpus.seconds,
                          **({"fields": corpus.fields} if corpus.fields else {}),
                          **({"kinds": corpus.kinds} if corpus.kinds else {})}
     if embed := read(EmbedRecord):
@@ -61,7 +61,7 @@ def summarize(run: RunDir) -> dict[str, Any]:
         if (dedup := read(DedupRecord)) and not problems.get(DEDUP_STAGE):
             out["dedup"] = {"documents": dedup.documents, "groups": dedup.groups, "removed": dedup.removed,
                             "largest_group": dedup.largest_group, "seconds": dedup.seconds}
-        plans = {name: {"config": rec.config, **rec.stats}
+        plans = {name: {"config": rec.config.to_json(), **rec.stats}
                  for name in list_plans(run) if (rec := read(PlanRecord, plan_stage_name(name)))}
         if plans:
             out["plans"] = plans
@@ -205,7 +205,8 @@ def _plan_lines(plans: dict[str, dict[str, Any]]) -> list[str]:
     for name, p in plans.items():
         stats = ", ".join(f"{label} {_fmt(p[key])}" for key, label in keys.items() if key in p)
         lines.append(f"plan:     {name}: {stats}" + (" (STALE)" if p.get("stale") else ""))
-        notes = (clip_note(p, str((p.get("config") or {}).get("budget_unit", "docs"))), strata_note(p))
+        notes = (clip_note(p, str(p.get("budget_unit", "docs"))), strata_note(p))  # the stats' unit is the settings'
+
         lines += [f"          {note}" for note in notes if note]
     if note := tokens_note(plans):
         lines.append(f"note:     {note}")

@@ -76,8 +76,9 @@ def check_duplicate_inputs(corpus: CorpusRecord, hashed: Sequence[Mapping[str, A
 
 def add_command(inputs: Sequence[str], opts: ReadOptions, recorded: Mapping[str, Any], allow: bool) -> list[str]:
     """The ``clusterclip add`` command line that replays an add (reader options that differ from the corpus
-    stage's, with :data:`clusterclip.store.RUN` for the run directory)."""
-    known = {f: tuple(v) if isinstance(v, list) else v for f, v in recorded.items() if f in READ_FIELDS}
+    stage's ``recorded`` ones, as ``CorpusRecord.read_options`` gives them, with :data:`clusterclip.store.RUN` for
+    the run directory)."""
+    known = {f: v for f, v in recorded.items() if f in READ_FIELDS}
     flags = command_flags(ReadOptions, asdict(opts), READ_FIELDS, {**asdict(ReadOptions()), **known})
     return ["clusterclip", "add", RUN, *inputs, *flags, *(["--allow-duplicates"] if allow else [])]
 

@@ -59,8 +59,8 @@ def _read_new(run: RunDir, base: CorpusRecord, units: Sequence[WorkUnit], opts: 
     """Read the new inputs into parts after the corpus', indexed from its count, skipping known texts."""
     first_part = len(base.parts())
     writer = PartWriter(run.root, lambda i: corpus_part(first_part + i),
-                        make_token_counter(base.config.get("tokenizer")), PART_ROWS, first_index=base.count,
-                        field_names=opts.field_names, scorer=SCORERS.get(base.config.get("quality_scorer") or ""))
+                        make_token_counter(base.config.tokenizer), PART_ROWS, first_index=base.count,
+                        field_names=opts.field_names, scorer=SCORERS.get(base.config.quality_scorer or ""))
     stats, ids, ends, pos, seen, n_read, within, kinds = ReadStats(), [], [], [], set(), 0, 0, Counter()
     with progress_bar("add: read", "docs", enabled=progress) as bar:
         for unit in units:

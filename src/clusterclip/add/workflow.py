@@ -88,7 +88,8 @@ def add_documents(run: RunDir, inputs: Sequence[str | os.PathLike[str]], read: R
         check_duplicate_inputs(corpus, fingerprint)
     journal = _journal(run, key, [str(p) for p in inputs], opts)
     journal.update(fingerprint=fingerprint, input_hashes=[e["sha256"] for e in fingerprint],
-                   command=add_command([str(p) for p in inputs], opts, corpus.config, config.allow_duplicates))
+                   command=add_command([str(p) for p in inputs], opts, corpus.read_options(READ_FIELDS),
+                                       config.allow_duplicates))
     return _add(run, journal, resolved, opts, config, progress)
 
 
@@ -135,7 +136,7 @@ def _add(run: RunDir, journal: dict[str, Any], resolved: Sequence[tuple[Path, st
     save_json(run.path(A.ADD_JOURNAL), journal)
     append_npy(run.path(TOKENS), n_old, new.tokens)
     if corpus.fields:
-        stored = (*opts.keep_fields, *(("quality:num",) if corpus.config.get("quality_scorer") else ()))
+        stored = (*opts.keep_fields, *(("quality:num",) if corpus.config.quality_scorer else ()))
         new.fields = build_fields(run, new.parts, stored, first=n_old, known=corpus.fields)[1]
     shards = embed_new(run, embed, new.parts, len(new.ids), progress)
     old_sizes = np.asarray(journal["sizes"], dtype=np.int64)

@@ -60,7 +60,7 @@ def checked_lines(run: RunDir, rec: DedupRecord) -> list[str]:
     if rec.semantic_edges is None or rec.largest_groups is None:
         return []  # a record of an older version
     lines = [f"  semantic edges within eps: {rec.semantic_edges:,}, {rec.unconfirmed_semantic:,} refused (word-set "
-             f"Jaccard < {rec.config.get('confirm')} or too few words); lexical edges refused (too few words): "
+             f"Jaccard < {rec.config.confirm} or too few words); lexical edges refused (too few words): "
              f"{rec.refused_lexical:,}; members split off by the star check: {rec.split_off:,}"]
     if not rec.largest_groups:
         return lines

@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from clusterclip.store import RunDir, load_npy
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 CLUSTER_STAGE = "cluster"
 CENTROIDS = "centroids.npy"
@@ -22,6 +22,21 @@ SCORES = "scores.npy"
 SIZES = "sizes.npy"
 GROWN_ARRAYS = (LABELS, SCORES, SIZES)
 """The cluster arrays ``clusterclip add`` rewrites (the centroids stay)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClusterSettings(RecordedConfig):
+    """``cluster.json``'s ``config``: the k-means settings (:class:`clusterclip.cluster.config.ClusterConfig`), ``k``
+    resolved (the k-means options are there in every record the stage writes)."""
+
+    WHAT: ClassVar[str] = "the cluster settings"
+
+    k: int
+    seed: int | None = None
+    niter: int | None = None
+    nredo: int | None = None
+    points_per_centroid: int | None = None
+    init: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,6 +50,7 @@ class ClusterRecord(StageRecord):
     IN_PIPELINE: ClassVar[bool] = True
     GROWN: ClassVar[bool] = True
 
+    config: ClusterSettings
     k: int
     k_requested: int
     empty_clusters_removed: int

@@ -12,7 +12,7 @@ import dataclasses
 import fnmatch
 import functools
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +25,7 @@ from clusterclip.contract.corpus_texts import RECORD_COLUMN, open_part
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, StaleArtifactError, file_digest, load_json, load_npy
 from clusterclip.store.paths import kind, size_time
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 from clusterclip.store.replica import local_path
 
 CORPUS_STAGE = "corpus"
@@ -110,6 +110,44 @@ def corpus_staging_part(unit: int, i: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class CorpusSettings(RecordedConfig):
+    """``corpus.json``'s ``config``: the reader options (:class:`clusterclip.corpus.config.CorpusConfig`; those newer
+    than a run, ``keep_fields`` and ``quality_scorer``, only when set), the ``inputs`` as given and, after each
+    ``clusterclip add``, what it read (``added``: its inputs and reader options)."""
+
+    WHAT: ClassVar[str] = "the corpus settings"
+
+    text_field: str
+    id_field: str | None
+    group_field: str | None
+    on_bad_record: str
+    split: str
+    keep_fields: list[str] | None = None
+    record_kind: str
+    text_template: str | None
+    tokenizer: str | None
+    min_words: int
+    quality_scorer: str | None = None
+    inputs: list[str]
+    added: list[dict[str, Any]] | None = None
+
+    def text_options(self) -> dict[str, Any]:
+        """What a document's text is made of: the reader options that :class:`~clusterclip.contract.corpus_texts.Parts`
+        reads a record's turns with."""
+        return {"record_kind": self.record_kind, "text_field": self.text_field, "text_template": self.text_template}
+
+    def differing(self, options: Mapping[str, Any]) -> list[str]:
+        """The reader options of ``options`` (settings as the corpus stage records them) whose recorded value
+        differs, the inputs aside, sorted."""
+        recorded = self.to_json()
+        return sorted(k for k, v in options.items() if k != "inputs" and recorded.get(k) != v)
+
+    def with_added(self, entry: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings as recorded after one more ``clusterclip add`` (``entry``: its inputs and reader options)."""
+        return {**self.to_json(), "added": [*(self.added or []), dict(entry)]}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CorpusRecord(StageRecord):
     """``corpus.json``. ``config`` holds the reader options, ``inputs`` (as given) and, after adds, ``added``.
 
@@ -125,6 +163,7 @@ class CorpusRecord(StageRecord):
     IN_PIPELINE: ClassVar[bool] = True
     GROWN: ClassVar[bool] = True
 
+    config: CorpusSettings
     count: int
     tokens: int
     skipped: int
@@ -146,7 +185,8 @@ class CorpusRecord(StageRecord):
     def read_options(self, fields: Sequence[str]) -> dict[str, Any]:
         """The recorded values of the reader options ``fields`` (what ``clusterclip add`` reads new inputs with);
         an option the record does not hold (newer than the run, recorded only when set) keeps its default."""
-        values = {f: self.config[f] for f in fields if f in self.config}
+        recorded = self.config.to_json()
+        values = {f: recorded[f] for f in fields if f in recorded}
         return {f: tuple(v) if isinstance(v, list) else v for f, v in values.items()}
 
     def lineage_hashes(self) -> list[str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, config_hash, load_npy, record_output_hash
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 DEDUP_STAGE = "dedup"
 DEDUP_DIR = "dedup"
@@ -58,6 +58,29 @@ READS = ("cluster", "embed", "corpus")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class DedupSettings(RecordedConfig):
+    """``dedup.json``'s ``config``: the thresholds and the pairwise work's settings
+    (:class:`clusterclip.dedup.config.DedupConfig`, every one)."""
+
+    WHAT: ClassVar[str] = "the dedup settings"
+
+    eps: float
+    jaccard: float
+    confirm: float
+    verify: float
+    shingle_confirm: float
+    min_shingles: int
+    num_perm: int
+    bands: int
+    shingle: int
+    lexical_seed: int
+    word_perm: int
+    char_ngram: int
+    char_words: int
+    boilerplate: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DedupRecord(StageRecord):
     """``dedup.json``: the thresholds (``config``), the settings the pairwise work depends on (``index``) and
     counts of what was found; ``appended_from`` when ``clusterclip add`` extended the groups from there.
@@ -73,6 +96,7 @@ class DedupRecord(StageRecord):
     NAME: ClassVar[str] = DEDUP_STAGE
     UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus", "embed", "cluster")
 
+    config: DedupSettings
     index: dict[str, int | float]
     documents: int
     groups: int

@@ -18,7 +18,7 @@ import numpy as np
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir, load_npy
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 EMBED_STAGE = "embed"
 EMBED_DIR = "embeddings"
@@ -47,9 +47,22 @@ def model_dir(embedder: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class EmbedSettings(RecordedConfig):
+    """``embed.json``'s ``config``: the embedder's full configuration (its ``config()``, with its ``name``: each
+    embedder's own options), the shard size and, when not ``all``, the ``part`` of conversation records embedded
+    (``--embed-part``)."""
+
+    WHAT: ClassVar[str] = "the embed settings"
+
+    embedder: dict[str, Any]
+    shard_size: int
+    part: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EmbedRecord(StageRecord):
-    """``embed.json``. ``config`` holds the embedder's full configuration (``config["embedder"]``, with its
-    ``name``), the shard size and, when not ``all``, the ``part`` of conversation records embedded (``--embed-part``);
+    """``embed.json``. ``config`` holds the embedder's full configuration, the shard size and the
+    ``part`` of conversation records embedded (:class:`EmbedSettings`);
     ``shards`` lists every shard file, its rows and (runs of this version) its ``confidence`` file, in document
     order; ``confidence`` summarises the documents' coverage."""
 
@@ -59,6 +72,7 @@ class EmbedRecord(StageRecord):
     IN_PIPELINE: ClassVar[bool] = True
     GROWN: ClassVar[bool] = True
 
+    config: EmbedSettings
     embedder: str
     model: str
     dim: int
@@ -72,16 +86,16 @@ class EmbedRecord(StageRecord):
     @property
     def embedder_config(self) -> dict[str, Any]:
         """Everything that made the vectors: the embedder's ``config()`` as recorded."""
-        return dict(self.config["embedder"])
+        return dict(self.config.embedder)
 
     @property
     def shard_size(self) -> int:
-        return int(self.config["shard_size"])
+        return int(self.config.shard_size)
 
     @property
     def part(self) -> str:
         """What of a conversation record was embedded (``--embed-part``; ``all`` when the config does not say)."""
-        return str(self.config.get("part", "all"))
+        return self.config.part or "all"
 
     def shard_files(self) -> list[str]:
         """The shard files (run-relative), in document order."""

@@ -48,6 +48,10 @@ class ExperimentResults(JsonRecord):
     seconds_this_session: float | None = None
     plots: list[str] | None = None
 
+    def setting(self, name: str, default: Any = None) -> Any:
+        """A setting the experiment ran with (``config``: its recorded ``ExperimentConfig``), or ``default``."""
+        return self.config.get(name, default)
+
     def split_data(self, split: int, primary: int) -> dict[str, Any]:
         """What the results recorded about a split's data: its ``split_hash`` and ``data_hash`` (and for a split
         after the first its sizes), {} when they hold none of it."""

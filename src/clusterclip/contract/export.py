@@ -42,6 +42,15 @@ EXPORT_IDENTITY = "identity.json"
 """In ``EXPORT_STAGING``: the identity (plan, hash, format, tokenizer) of the export being written."""
 META_KEY = "clusterclip"
 """The key of the export's identity in each format's own metadata."""
+SCHEMA_METADATA = "(schema)"
+"""Where a format of shards with a schema (Parquet) writes the identity: into each shard's schema metadata."""
+FORMAT_METADATA = {"parquet": SCHEMA_METADATA, "hf": "dataset_info.json", "litdata": "index.json",
+                   "mds": "index.json"}
+"""Where each format writes the identity under :data:`META_KEY` (a JSON file of the folder, or
+:data:`SCHEMA_METADATA`); a format not listed writes none. The fact is the writer's (each ``Writer`` class declares
+it as ``METADATA`` and writes there); this copy is what the reader needs without importing the writers, which stand
+above this floor (trainers read exports with the light contract only), and a test checks it against every writer
+of the registry."""
 
 
 def export_shard(i: int, fmt: str) -> str:
@@ -132,7 +141,8 @@ class ExportInfo:
 
 def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any] | None:
     """The identity stored in the format's own files, or None for formats without metadata."""
-    if fmt == "parquet":
+    where = FORMAT_METADATA.get(fmt)
+    if where == SCHEMA_METADATA:
         import pyarrow.parquet as pq
 
         from clusterclip.store.paths import source
@@ -140,10 +150,9 @@ def _format_metadata(folder: Path, fmt: str, files: list[str]) -> dict[str, Any]
         first = sorted(f for f in files if f.endswith(".parquet"))[:1]
         raw = (pq.read_schema(source(folder / first[0])).metadata or {}).get(META_KEY.encode()) if first else None
         return json.loads(raw) if raw else {}
-    name = {"hf": "dataset_info.json", "litdata": "index.json", "mds": "index.json"}.get(fmt)
-    if name is None:
+    if where is None:
         return None
-    found = load_json(folder / name)
+    found = load_json(folder / where)
     return found.get(META_KEY, {}) if isinstance(found, dict) else {}
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from clusterclip.store import load_json, save_json
-from clusterclip.store.record import RecordError, checked_fields
+from clusterclip.store.record import RecordError, checked_fields, fields_json
 
 J = TypeVar("J", bound="JsonRecord")
 
@@ -65,10 +65,4 @@ class JsonRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON object: every field in declaration order, optional ones only when set."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.default is None:
-                continue
-            out[f.name] = value
-        return out
+        return fields_json(self)

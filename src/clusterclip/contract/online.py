@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RunDir, file_digest, load_json
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 ONLINE_RECORD = "online.json"
 """Beside a continuation's ``plan.json``: the controller state that chose its weights and the window behind it."""
@@ -31,12 +31,22 @@ def mixer_stage_name(plan_folder: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class MixerSettings(RecordedConfig):
+    """``mixer.json``'s ``config``: the format of the ``online.json`` it lists."""
+
+    WHAT: ClassVar[str] = "the mixer settings"
+
+    format: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class MixerRecord(StageRecord):
     """``plans/<name>/mixer.json``: ``artifacts`` lists ``online.json``; ``plan`` is the continuation it belongs
     to, ``root`` the chain's root plan."""
 
     NAME: ClassVar[str] = MIXER_STAGE
 
+    config: MixerSettings
     plan: str
     root: str
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from clusterclip.contract.plan_identity import LEGACY_PREFIX
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import RUN, RunDir
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 PLANS_DIR = "plans"
 PLAN_ORDER = "plan.npy"
@@ -67,13 +67,46 @@ Part of the stage's input hash and record, so plans of another version are rebui
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class PlanSettings(RecordedConfig):
+    """``plan.json``'s ``config``: a plan's settings as :meth:`clusterclip.plan.config.PlanConfig.to_json` writes them
+    (defaults resolved: ``max_repeat`` is the cap in force, ``tau`` None for a strategy without one; ``epochs``,
+    ``duplicates`` and the strata settings only when set). The planner's ``PlanConfig.from_recorded`` validates it
+    against the strategy registry, which stands above this floor."""
+
+    WHAT: ClassVar[str] = "the plan settings"
+
+    strategy: str
+    budget: int | None
+    budget_unit: str
+    max_repeat: int | None
+    tau: float | None
+    weights: list[list[float]] | None
+    seed: int
+    window: int | None
+    order: str
+    epochs: int | None = None
+    duplicates: str | None = None
+    strata: str | None = None
+    tier_weights: str | None = None
+    tier_caps: str | None = None
+    within: str | None = None
+    quality_mix: float | None = None
+    rehydrate_curve: str | None = None
+
+    @property
+    def dedup(self) -> str:
+        """How the plan treats the dedup stage's groups (``none`` when it ignores them)."""
+        return self.duplicates or "none"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PlanRecord(StageRecord):
-    """``plans/<name>/plan.json``. ``config`` is the plan's settings (``PlanConfig.to_json()``), ``identity`` the
+    """``plans/<name>/plan.json``. ``config`` is the plan's settings (:class:`PlanSettings`), ``identity`` the
     content hash of its order (what sampler states and exports carry), ``stats`` what the planner measured,
     ``blocks`` how ``blocks.npy`` checks ``plan.npy``. A continuation also records the plan it ``continues``
     (name, identity, position) and its ``ancestors``, root first. Plans of earlier formats lack ``identity``
     (derived from ``plan.npy``'s SHA-256, :meth:`order_identity`) or ``blocks`` (verified whole once). The settings
-    typed: ``PlanConfig.from_json(record.config)`` (the planner's, above this floor)."""
+    validated: ``PlanConfig.from_recorded(record.config)`` (the planner's, above this floor)."""
 
     NAME: ClassVar[str] = PLANS_DIR
     FALLBACK: ClassVar[tuple[str, ...]] = ("clusterclip", "plan", RUN, "--strategy", "STRATEGY", "OPTIONS...")
@@ -81,6 +114,7 @@ class PlanRecord(StageRecord):
     IN_PIPELINE: ClassVar[bool] = True
     MANY: ClassVar[bool] = True
 
+    config: PlanSettings
     name: str
     stats: dict[str, Any]
     plan_format: int | None = None

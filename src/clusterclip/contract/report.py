@@ -7,11 +7,18 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from clusterclip.store.record import StageRecord
+from clusterclip.store.record import RecordedConfig, StageRecord
 
 REPORT_STAGE = "report"
 REPORT_DIR = "report"
 REPORT_HTML = "report.html"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReportSettings(RecordedConfig):
+    """``report.json``'s ``config``: the report has no settings (``{}``); what it shows is its ``upstream``."""
+
+    WHAT: ClassVar[str] = "the report settings"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -21,4 +28,6 @@ class ReportRecord(StageRecord):
 
     NAME: ClassVar[str] = REPORT_STAGE
     UPSTREAM: ClassVar[tuple[str, ...]] = ("corpus", "embed", "cluster", "dedup", "plans")
+
+    config: ReportSettings
     plan_notes: list[str] | None = None

@@ -48,8 +48,7 @@ def grow_corpus_record(run: RunDir, growth: Growth) -> CorpusRecord:
              "skipped": new.stats.skipped, "duplicates_skipped": new.duplicates,
              "duplicates_within": new.duplicates_within}
     groups = Counter(base.groups) + new.groups
-    config = {**base.config, "added": [*base.config.get("added", []),
-                                       {"inputs": journal["inputs"], "read": journal["read"]}]}
+    config = base.config.with_added({"inputs": journal["inputs"], "read": journal["read"]})
     kept = [rel for name in (base.fields or {}) for rel in field_files(name)]
     known = {rel: meta for rel, meta in base.artifacts.items() if rel != TOKENS and rel not in kept}
     return grow_stage(

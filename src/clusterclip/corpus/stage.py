@@ -183,7 +183,7 @@ def check_lineage(run: RunDir, given: Inputs | None, cfg: dict[str, Any], force:
     hashes = [e["sha256"] for e in given.hashed(prev.inputs)] if given is not None else [DEFAULT_IDENTITY]
     held = prev.lineage_hashes()
     if set(hashes) == set(held):
-        changed = sorted(k for k, v in cfg.items() if k != "inputs" and prev.config.get(k) != v)
+        changed = prev.config.differing(cfg)
         if changed:
             raise ClusterClipError(f"{run.root}: corpus option(s) {', '.join(changed)} differ from the run's; re-run "
                                    "with --force to rebuild the run from the inputs given (every input of the run)")

@@ -47,7 +47,7 @@ def extend_groups(run: RunDir, growth: Growth) -> DedupRecord | None:
     saved = growth.journal.get(JOURNAL_KEY)
     if saved is None:
         return None
-    return dedup_stage(run, DedupConfig(**saved["config"]), appended=growth.n_old)
+    return dedup_stage(run, _config(saved), appended=growth.n_old)
 
 
 def restore_groups(run: RunDir, saved: Mapping[str, Any]) -> str:
@@ -59,10 +59,15 @@ def restore_groups(run: RunDir, saved: Mapping[str, Any]) -> str:
             and not run.problems(DEDUP_STAGE, current, checksums=False):
         return "untouched"
     run.invalidate(DEDUP_STAGE)
-    build_artifacts(run, DedupConfig(**saved["config"]), reuse=False, engine="local",
+    build_artifacts(run, _config(saved), reuse=False, engine="local",
                     appended=int(saved["documents"]))
     restored = {**saved, "artifacts": {rel: dict(meta) for rel, meta in saved["artifacts"].items()}}
     if not run.adopt_times(restored):
         return f"left to recompute: `clusterclip dedup {run.root} --force`"
     save_json(run.record_path(DEDUP_STAGE), restored)
     return "restored"
+
+
+def _config(saved: Mapping[str, Any]) -> DedupConfig:
+    """The settings of the dedup record an add saved in its journal."""
+    return DedupConfig(**DedupRecord.from_json(saved, "the dedup record in the add's journal").config.to_json())

@@ -29,7 +29,7 @@ def embed_new(run: RunDir, base: EmbedRecord, new_parts: Sequence[str], n_new: i
                                "recorded options; embed the whole corpus again instead of adding to it")
     first = len(base.shards)
     shards = []
-    texts = Parts(base.part, CorpusRecord.require(run, verify=False).config)
+    texts = Parts(base.part, CorpusRecord.require(run, verify=False).config.text_options())
     with progress_bar(f"add: embed ({emb.name})", "doc", n_new, progress) as bar:
         blocks = encode_shards(emb, [run.path(p) for p in new_parts], 0, base.shard_size, n_new, bar, texts)
         for i, (shard, conf) in enumerate(blocks):

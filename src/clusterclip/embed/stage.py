@@ -156,7 +156,7 @@ def embed_stage(
            **({"part": config.embed_part} if config.embed_part != "all" else {})}
     model = cfg["embedder"].get("model", emb.name)
     corpus = CorpusRecord.require(run, verify=False)
-    texts = Parts(config.embed_part, corpus.config)
+    texts = Parts(config.embed_part, corpus.config.text_options())
     if not texts.whole and engine == "ray":
         raise ClusterClipError(f"--embed-part {config.embed_part} reads the records of the corpus parts, which the "
                                "ray engine's reader does not: embed with --engine local")

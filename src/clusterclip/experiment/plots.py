@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from clusterclip.contract.experiment_results import ExperimentResults
 from clusterclip.store import atomic_path
 
 
@@ -100,7 +101,7 @@ def _loss_curves(results: dict[str, Any]) -> Any:
     uni = results.get("unigram", {}).get("macro_cluster")
     if uni is not None:
         axes[0].axhline(uni, color="grey", linestyle=":", label="unigram")
-    n_curve = results.get("config", {}).get("curve_docs")
+    n_curve = ExperimentResults.from_json(results, "experiment/results.json").setting("curve_docs")
     axes[0].set(title=f"held-out loss, macro over clusters ({n_curve} fixed documents)", xlabel="step",
                 ylabel="nats/token")
     axes[1].set(title="training loss (plan order)", xlabel="step", ylabel="nats/token")

@@ -180,7 +180,7 @@ def _read_subset(inputs: Sequence[str | os.PathLike[str]], source_dir: Path, cfg
     if cfg.objective == "sft":
         records = read_column(source, "record")
         turns = [cut_turns(t, cfg.max_words) for t in record_turns(
-            [texts[i] for i in pick], [records[i] for i in pick], CorpusRecord.require(source).config)]
+            [texts[i] for i in pick], [records[i] for i in pick], CorpusRecord.require(source).config.text_options())]
         return Subset(len(texts), [str(ids[i]) for i in pick], [text_of(t) for t in turns], domains,
                       any(g is not None for g in picked), turns)
     return Subset(len(texts), [str(ids[i]) for i in pick], [cut_words(texts[i], cfg.max_words) for i in pick],

@@ -219,16 +219,17 @@ def markdown_table(results: dict[str, Any]) -> str:
     d = results.get("data", {})
     uni = results.get("unigram", {})
     progress = results.get("progress", {})
-    sft = results["config"].get("objective") == "sft"
+    rec = ExperimentResults.from_json(results, "experiment/results.json")
+    sft = rec.setting("objective") == "sft"
     lines = [
         f"{'Held-out response loss (--objective sft: response tokens only)' if sft else 'Held-out loss'} "
         f"(nats/token), mean ± std over runs ({len(results.get('splits') or [0])} held-out split(s) x "
-        f"{len(results['config'].get('seeds', ()))} seed(s)); Δ: mean paired difference to random over (split, "
+        f"{len(rec.setting('seeds', ()))} seed(s)); Δ: mean paired difference to random over (split, "
         f"seed) pairs [95 % expanded bootstrap interval] verdict (wins/pairs); a verdict needs at least {MIN_PAIRS} "
         "pairs. "
         f"First split: {d.get('train_documents')} training documents, "
         f"K={d.get('k')}, budget {d.get('budget_tokens', 0):,} tokens "
-        f"({results['config']['passes']:g} passes, {d.get('steps')} steps), "
+        f"({rec.setting('passes'):g} passes, {d.get('steps')} steps), "
         f"{results.get('model', {}).get('parameters', 0):,}-parameter model. "
         f"Unigram baseline: macro {uni.get('macro_cluster', float('nan')):.3f}, "
         f"micro {uni.get('micro', float('nan')):.3f}. Status: {results.get('status')} "

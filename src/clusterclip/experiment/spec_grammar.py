@@ -274,7 +274,7 @@ def _source(item: Item) -> tuple[str, dict[str, Any], Path | None]:
     record = read_record(order.parent / PLAN_RECORD)
     if record is None:
         raise ClusterClipError(f"{order.parent}: no readable {PLAN_RECORD}")
-    pc = PlanConfig.from_json(record.config)
+    pc = PlanConfig.from_recorded(record.config)
     fields = plan_fields()
     recorded = {k: getattr(pc, k) for k, f in fields.items() if getattr(pc, k) != f.default}
     if pc.effective_max_repeat is not None:

@@ -57,7 +57,7 @@ def drawable(src: PlanStream) -> np.ndarray:
     """Which documents the plan may draw (bool per document): all, or the kept representatives of its
     duplicate groups under ``--duplicates drop``, and not those of a tier it never draws (rate 0)."""
     mask = np.ones(src.corpus.n, bool)
-    if src.record.config.get("duplicates", "none") == "drop":
+    if src.record.config.dedup == "drop":
         _, kept = load_groups(src.run)
         mask[:] = False
         mask[np.asarray(kept, np.int64)] = True
@@ -192,7 +192,7 @@ def blend_record(src: PlanStream, folder: ExportFolder, tally: Tally) -> dict[st
                 "reason": "no planned draws" if tally.draws[c] == 0 else "its planned documents hold no token"}
                for c in empty]
     return {"sources": sources, "omitted": omitted, "planned_tokens": total,
-            "max_repeat": src.record.config.get("max_repeat"),
+            "max_repeat": src.record.config.max_repeat,
             "token_dtype": src.token_dtype.name, "olmo_dtype": dtype.name,
             "megatron_data_path": DATA_PATH, "olmo_source_mixture": OLMO_CONFIG}
 

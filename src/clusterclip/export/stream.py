@@ -227,7 +227,7 @@ class PlanStream:
         self.tokenizer = Tokenizer(tokenizer, append_eos) if tokenizer is not None else None
         self.encoder: Tokenizer | ChatEncoder | None = self.tokenizer
         if self.tokenizer is not None and chats:
-            self.encoder = ChatEncoder(self.tokenizer, assistant_only, corpus.config)
+            self.encoder = ChatEncoder(self.tokenizer, assistant_only, corpus.config.text_options())
         self.plan_sha256: str = self.record.artifacts[self.record.order_file()]["sha256"]
         self.identity = self.record.order_identity()
         """The plan's identity (what ``ClusterClipSampler`` states name)."""

@@ -79,7 +79,7 @@ def same_groups(run: RunDir, rec: PlanRecord) -> None:
     over other groups the chain's draws would no longer be counted against them. (A re-clustering is no reason:
     the cap counts documents, and a continuation on the new clusters is how a run follows a refit.)"""
     built_on = rec.upstream.get(DEDUP_STAGE)
-    if built_on is None or PlanConfig.from_json(rec.config).duplicates == "none":
+    if built_on is None or rec.config.dedup == "none":
         return
     now = run.require(DEDUP_STAGE, verify=False)
     if built_on != run.output_hash(DEDUP_STAGE) and built_on not in now.get("grown_from", []):  # add extends them

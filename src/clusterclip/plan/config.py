@@ -11,12 +11,15 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterclip.plan import strata_spec, strategies
 from clusterclip.plan.strategies import Strategy
 from clusterclip.settings import Settings, SettingsError, at_least, between, is_text, one_of, optional, setting
 from clusterclip.settings import is_int as is_int
+
+if TYPE_CHECKING:
+    from clusterclip.contract.plan import PlanSettings
 
 STRATEGIES = tuple(strategies.STRATEGIES)
 """The names of the sampling strategies (``--strategy``) when this module was imported; the registry itself is
@@ -246,6 +249,12 @@ class PlanConfig(Settings):
         if strata:
             parts.append("strata" + hashlib.sha256(json.dumps(strata, sort_keys=True).encode()).hexdigest()[:10])
         return "-".join(parts)
+
+    @classmethod
+    def from_recorded(cls, settings: PlanSettings) -> PlanConfig:
+        """The settings a plan's record holds (:class:`clusterclip.contract.plan.PlanSettings`), validated against the
+        strategy registry."""
+        return cls.from_json(settings.to_json())
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> PlanConfig:

@@ -164,7 +164,7 @@ def _continuation_fields(run: RunDir, config: PlanConfig, continues: dict[str, A
     """A continuation's own record fields: its parent, its chain, and what the chain did to the cap (the most any
     document was drawn over the chain, those above the cap before the switch, the inherited settings it changed)."""
     over = 0 if config.max_repeat is None else int((prior > config.max_repeat).sum())
-    parent = PlanConfig.from_json(PlanRecord.require(run, plan_stage_name(continues["name"]), verify=False).config)
+    parent = PlanConfig.from_recorded(PlanRecord.require(run, plan_stage_name(continues["name"]), verify=False).config)
     changed = chain_overrides(parent, config)
     return dict(continues=continues, ancestors=_ancestors(run, continues),
                 stats={**plan.stats, "max_total_repeat": int(plan.per_cluster["max_total"].max()),
@@ -282,5 +282,5 @@ def continuation(run: RunDir, config: PlanConfig, parent: str, consumed: int,
             raise PlanConfigError("consumed", f"is the whole of plan {parent!r} ({length:,} positions): nothing of it "
                                   "remains to continue; give --budget N for the draws of the continuation")
         config = dataclasses.replace(config, budget=length - consumed)
-    config = inherit(PlanConfig.from_json(rec.config), config, explicit)[0]
+    config = inherit(PlanConfig.from_recorded(rec.config), config, explicit)[0]
     return config, {"name": parent, "identity": rec.order_identity(), "consumed": int(consumed)}

@@ -92,7 +92,7 @@ def dedup_section(root: Path) -> DedupSection | None:
         return DedupSection({}, 0, 0, 0, (), (), (), stale=str(exc))
     if rec is None:
         return None
-    settings = {k: rec.config.get(k) for k in ("eps", "jaccard", "confirm", "verify", "min_shingles")}
+    settings = {k: getattr(rec.config, k) for k in ("eps", "jaccard", "confirm", "verify", "min_shingles")}
     if rec.inputs_hash != dedup_inputs(run) or run.problems(DEDUP_STAGE, rec.to_json(), only=(GROUP, KEPT, REMOVED)):
         why = f"the duplicate groups predate the current corpus or clusters; re-run `clusterclip dedup {root}`"
         return DedupSection(settings, 0, 0, 0, (), (), (), stale=why)

@@ -33,6 +33,7 @@ from clusterclip.contract.plan import (
     PLAN_REPEAT_HIST,
     PLANS_DIR,
     PlanRecord,
+    PlanSettings,
     plan_path,
     plan_stage_name,
 )
@@ -61,7 +62,7 @@ class PlanView:
     exhausted_at: np.ndarray | None
 
     @property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> PlanSettings:
         """The options the plan was built with."""
         return self.record.config
 
@@ -307,7 +308,7 @@ def plan_window(record: PlanRecord, mixture: np.ndarray | None, n_draws: int | N
     The planner always records it; a record without one (hand-made or edited) takes it from the
     mixture's number of rows, and without a mixture there is none.
     """
-    window = record.stats.get("window") or record.config.get("window")
+    window = record.stats.get("window") or record.config.window
     if window:
         return int(window)
     if mixture is not None and n_draws and len(mixture):

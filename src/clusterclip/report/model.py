@@ -203,8 +203,7 @@ def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, ob
     n = run.n_docs
     details: list[tuple[str, object]] = []
     if run.corpus is not None:
-        inputs = run.corpus.config.get("inputs")
-        shown = [shown_path(str(i)) for i in (inputs if isinstance(inputs, list) else [inputs] if inputs else [])]
+        shown = [shown_path(str(i)) for i in run.corpus.config.inputs]
         shown += [f"{shown_path(str(i))} (added)" for a in run.corpus.additions or () for i in a.get("inputs", ())]
         if shown:
             details.append(("inputs", ", ".join(shown)))
@@ -218,8 +217,8 @@ def _details(run: RunView, tokens: Any, model: str | None) -> list[tuple[str, ob
             details.append(("embedder settings", option if len(option) <= 240 else option[:240] + "…"))
     if run.cluster is not None:
         options = ("seed", "niter", "nredo", "init", "points_per_centroid")
-        details += [(f"k-means {key}", run.cluster.config[key]) for key in options
-                    if run.cluster.config.get(key) is not None]
+        details += [(f"k-means {key}", value) for key in options
+                    if (value := getattr(run.cluster.config, key)) is not None]
         details += [("k-means iterations", run.cluster.iterations),
                     ("k-means training sample", run.cluster.sample_size)]
     return details
@@ -252,7 +251,7 @@ def _size_chart(run: RunView) -> ChartSpec | None:
 def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec | None) -> PlanSection:
     facts: list[tuple[str, object]] = []
     for key in PLAN_OPTIONS:
-        v = plan.config.get(key)
+        v = getattr(plan.config, key)
         v = plan.stats.get(key) if v is None else v
         facts.append((key, plan.window if key == "window" and v is None else v))
     exhausted = plan.stats.get("clusters_exhausted")
@@ -266,7 +265,7 @@ def _plan_section(plan: PlanView, mixture: ChartSpec | None, repeats: ChartSpec 
         facts=tuple(facts),
         mixture_chart=mixture.file if mixture else None,
         repeats_chart=repeats.file if repeats else None,
-        clip=clip_note(plan.stats, str(plan.config.get("budget_unit", "docs"))),
+        clip=clip_note(plan.stats, plan.config.budget_unit),
     )
 
 

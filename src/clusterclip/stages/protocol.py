@@ -126,7 +126,7 @@ def grow_stage(run: RunDir, previous: R, inputs_hash: str, artifacts: Sequence[s
     record is read back as ``previous``'s class. The caller holds the lock (it grows several stages as one
     step)."""
     extra = {"command": previous.command} if previous.command is not None else {}
-    rec = run.write_record(previous.stage, config or previous.config, inputs_hash, artifacts,
+    rec = run.write_record(previous.stage, config or previous.to_json()["config"], inputs_hash, artifacts,
                            previous.seconds + seconds, known=known, **extra, **{**previous.own(), **fields},
                            upstream={name: run.output_hash(name) for name in reads},
                            grown_from=grown_from(previous.to_json()))

@@ -32,6 +32,7 @@ FORMAT_VERSIONS = (1, 2)
 2 adds ``mtime_ns`` to every artifact."""
 
 R = TypeVar("R", bound="StageRecord")
+C = TypeVar("C", bound="RecordedConfig")
 log = logging.getLogger(__name__)
 
 
@@ -146,13 +147,7 @@ class StageRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as written: every field in declaration order, optional ones only when set."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is None and not _required(f):
-                continue
-            out[f.name] = value
-        return out
+        return fields_json(self)
 
     def own(self) -> dict[str, Any]:
         """The stage's own fields that are set: what its build hands the stage runner (``Built.fields``)."""
@@ -169,10 +164,50 @@ class StageRecord:
         return all(rel in self.artifacts for rel in rels)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RecordedConfig:
+    """A stage's settings as its record holds them (the record's ``config``), typed: each stage's contract declares
+    them in the order the stage writes them (``contract/<stage>.py``: ``PlanSettings``, ``CorpusSettings`` ...).
+
+    The stage's own Config class validates names against registries above the contract floor (strategies,
+    embedders, scorers); these do not, so a record is read without importing a stage, and the stage builds its
+    Config from them (``PlanConfig.from_recorded``). :meth:`from_json` is as strict as the record (an unknown
+    setting, a missing one, a value of the wrong type: one :class:`RecordError` line); :meth:`to_json` gives back
+    the JSON the stage wrote, key for key (a setting with a default only when set), so a record read and written
+    back keeps its bytes."""
+
+    WHAT: ClassVar[str] = "settings"
+
+    @classmethod
+    def from_json(cls: type[C], obj: Any, where: str = "", fix: str = "rebuild the stage") -> C:
+        """The settings ``obj`` (a record's parsed ``config``), checked setting by setting."""
+        where = f"{where or 'a record'}: config"
+        if not isinstance(obj, Mapping):
+            raise RecordError(f"{where}: not a JSON object; {fix}")
+        return cls(**checked_fields(cls, obj, where, fix, cls.WHAT))
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as the stage wrote them: declaration order, a setting with a default only when set."""
+        return fields_json(self)
+
+
+def fields_json(obj: Any) -> dict[str, Any]:
+    """The dataclass instance ``obj`` (a record, a record's settings) as its JSON: every field in declaration order,
+    one with a default only when set (not None), a typed piece (with a ``to_json``) as its JSON."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is None and not _required(f):
+            continue
+        out[f.name] = value.to_json() if hasattr(value, "to_json") else value
+    return out
+
+
 def checked_fields(cls: type, obj: Mapping[str, Any], where: str, fix: str, what: str) -> dict[str, Any]:
     """The fields of the dataclass ``cls`` that ``obj`` holds, in declaration order, once each is checked: an
     unknown field, a missing required one or a value of the wrong type (containers one level deep) is one
-    :class:`RecordError` line naming ``where``, the field, ``what`` it is not and ``fix``."""
+    :class:`RecordError` line naming ``where``, the field, ``what`` it is not and ``fix``. A field typed as a class
+    with a ``from_json`` (a stage's recorded settings) is read through it."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(obj) - set(fields))
     missing = [n for n, f in fields.items() if n not in obj and _required(f)]
@@ -181,11 +216,16 @@ def checked_fields(cls: type, obj: Mapping[str, Any], where: str, fix: str, what
                                       missing and f"missing field(s) {', '.join(missing)}") if p)
         raise RecordError(f"{where}: {found}: not {what} of this clusterclip; {fix}")
     hints = _hints(cls)
+    out: dict[str, Any] = {}
     for name, value in obj.items():
-        if not _conforms(value, hints[name]):
+        read = getattr(hints[name], "from_json", None)
+        if read is not None and isinstance(hints[name], type):
+            value = read(value, where, fix)  # a typed piece (a record's settings) reads itself
+        elif not _conforms(value, hints[name]):
             raise RecordError(f"{where}: field {name!r} is {type(value).__name__} {_short(value)}, not "
                               f"{_type_name(hints[name])}; {fix}")
-    return {n: obj[n] for n in fields if n in obj}
+        out[name] = value
+    return {n: out[n] for n in fields if n in out}
 
 
 def _required(f: dataclasses.Field[Any]) -> bool:
@@ -216,7 +256,8 @@ def _conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if origin in (list, tuple):
         args = typing.get_args(hint)
-        return isinstance(value, list) and (not args or all(_conforms(v, args[0]) for v in value))
+        # a tuple is a list not yet written (a record a build hands back before it is read from its JSON)
+        return isinstance(value, (list, tuple)) and (not args or all(_conforms(v, args[0]) for v in value))
     if origin in (dict, Mapping):
         args = typing.get_args(hint)
         return isinstance(value, dict) and (not args or all(_conforms(v, args[1]) for v in value.values()))

@@ -96,7 +96,7 @@ class OnlineMixer:
             raise ClusterClipError(f"{self.run.root}: not a run directory (no such folder)")
         root = PlanRecord.require(self.run, plan_stage_name(plan_name), verify=False, current=True)
         self.root, self.every, self.end = plan_name, int(every), root.length
-        self.config = PlanConfig.from_json(root.config)
+        self.config = PlanConfig.from_recorded(root.config)
         self.identity = run_identity(self.run)
         built_on = (root.blocks or {}).get("index_range", [0, self.identity.documents])[1]
         if built_on != self.identity.documents:
@@ -301,7 +301,7 @@ def _find(run: RunDir, config: PlanConfig, continues: Mapping[str, Any]) -> str:
     """The name of the continuation rank 0 wrote for ``config`` and ``continues``."""
     want = config.to_json()
     for name, rec in plan_records(run).items():
-        if rec.continues == dict(continues) and rec.config == want:
+        if rec.continues == dict(continues) and rec.config.to_json() == want:
             return name
     raise ClusterClipError(f"{run.root}: rank 0 wrote no continuation of {continues['name']!r} at "
                            f"{continues['consumed']} (did it fail?)")

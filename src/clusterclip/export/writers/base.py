@@ -75,7 +75,9 @@ class Writer(ABC):
     (``FIRST_COLUMN_ONLY``: no id, index or cluster), whether ``--blend`` can write its sources
     (``BLEND_SOURCES``), how it keeps records (``RECORDS``, ``--keep-record``: ``json``, it gets each record's
     JSON in a ``record`` column; ``typed``, its fields as typed columns; None: it does not), and whether it writes
-    its rows twice (``WRITES_TWICE``: the free space the export checks for is doubled).
+    its rows twice (``WRITES_TWICE``: the free space the export checks for is doubled), and where it writes the
+    export's identity (``METADATA``: a JSON file of the folder, or each shard's schema; None: nowhere), which the
+    export's reader (``clusterclip.contract.export.FORMAT_METADATA``) checks.
     """
 
     name: ClassVar[str]
@@ -85,6 +87,7 @@ class Writer(ABC):
     BLEND_SOURCES: ClassVar[bool] = False
     RECORDS: ClassVar[str | None] = None
     WRITES_TWICE: ClassVar[bool] = False
+    METADATA: ClassVar[str | None] = None
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
         self.folder = folder

@@ -24,6 +24,7 @@ class HfWriter(Writer):
     SUMMARY = "datasets.save_to_disk"
     RECORDS = "typed"
     WRITES_TWICE = True
+    METADATA = "dataset_info.json"
     """The rows go to the Arrow stream, then ``save_to_disk`` writes its shards beside it."""
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
@@ -66,6 +67,6 @@ class HfWriter(Writer):
             if enabled:
                 datasets.utils.enable_progress_bars()
         if self.meta:
-            add_json_key(self.folder / "dataset_info.json", META_KEY, self.meta)
+            add_json_key(self.folder / self.METADATA, META_KEY, self.meta)
         del ds
         self.stream.unlink()

@@ -16,6 +16,7 @@ class LitdataWriter(Writer):
     """litdata chunks (``chunk-0-0.bin`` ...) and ``index.json``, written by ``litdata``'s ``BinaryWriter``."""
 
     name = "litdata"
+    METADATA = "index.json"
     SUMMARY = "litdata chunks"
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None) -> None:
@@ -37,4 +38,4 @@ class LitdataWriter(Writer):
         self.writer.done()
         self.writer.merge()
         if self.meta:
-            add_json_key(self.folder / "index.json", META_KEY, self.meta)
+            add_json_key(self.folder / self.METADATA, META_KEY, self.meta)

@@ -64,6 +64,7 @@ class MdsWriter(Writer):
     """``shard.00000.mds`` ... and ``index.json`` in MosaicML Streaming's MDS format, written directly."""
 
     name = "mds"
+    METADATA = "index.json"
     SUMMARY = "MosaicML Streaming"
 
     def __init__(self, folder: Path, token_dtype: np.dtype, meta: dict[str, Any] | None = None,
@@ -141,7 +142,7 @@ class MdsWriter(Writer):
             self._flush()
         if not self.shards:
             raise ClusterClipError("the plan is empty: nothing to export")
-        with create(self.folder / "index.json", "w") as fh:
+        with create(self.folder / self.METADATA, "w") as fh:
             index: dict[str, Any] = {"shards": self.shards, "version": 2}
             if self.meta:
                 index[META_KEY] = self.meta  # streaming reads "shards" and "version" only

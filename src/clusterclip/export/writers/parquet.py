@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clusterclip.contract.export import META_KEY, export_shard
+from clusterclip.contract.export import META_KEY, SCHEMA_METADATA, export_shard
 from clusterclip.export.writers.base import ShardWriter, create
 
 
@@ -17,6 +17,7 @@ class ParquetWriter(ShardWriter):
     name = "parquet"
     SUMMARY = "Parquet shards"
     RECORDS = "typed"
+    METADATA = SCHEMA_METADATA
 
     def write(self, batch: pa.Table) -> None:
         if self.meta:
