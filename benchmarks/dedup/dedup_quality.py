@@ -32,7 +32,11 @@ For each corpus and size N, with ``--seed``:
    So a detector is not penalised for the
    corpus's own clear duplicates; looser natural near-duplicates (J < 0.8) it merges count as false positives,
    and the columns ``P copy``, ``R copy`` and ``F1 copy`` (over the predicted and the true pairs that hold an
-   injected copy) leave all base-base pairs out.
+   injected copy) leave all base-base pairs out. **Detectable truth** (columns ``P det``, ``R det``, ``F1 det``,
+   ``F1 copy det``): the same with two members of one injected content joined only when they are near-copies in
+   principle, an exact Jaccard >= 0.5 (the looser baseline threshold) of their byte 5-grams or of their word sets,
+   the injected boilerplate lines left out (:func:`copy_similarity`): "Cannot open file" -> "Cannot open
+   directory" is another message, not a copy, and no Jaccard-style detector can be asked to find it.
 4. **clusterclip**: ``clusterclip embed`` (default embedder), ``cluster`` (default K) and ``dedup`` (defaults,
    or ``--dedup-args``) through the CLI into a temporary run directory; ``dedup/group.npy`` is mapped back to the
    input order through the corpus ids; ``dedup/removed.parquet`` gives the removed documents (and the smallest
