@@ -235,7 +235,8 @@ def _partition(group: np.ndarray) -> np.ndarray:
     return np.argsort(np.argsort(first))[inverse]
 
 
-EXTENDED = ("signatures.npy", "word_signatures.npy", "shingle_count.npy", "text_key.npy", "lexical_pairs.npy")
+EXTENDED = ("signatures.npy", "word_signatures.npy", "shingle_count.npy", "text_key.npy", "lexical_pairs.npy",
+            "byte_signatures.npy", "byte_rows.npy")
 """Arrays ``clusterclip add`` extends that do not depend on the order of the semantic pass."""
 
 

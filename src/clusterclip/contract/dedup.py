@@ -1,11 +1,11 @@
 """The dedup stage's contract: its name and files, its record, and the reader of its groups.
 
-The dedup stage stores the pairwise work (the semantic neighbour of each document, the MinHash LSH candidate
-pairs and the signatures, and per document its word-set signature, distinct shingle count and normalised-text
-key, which confirm the edges) and the groups derived from it: ``dedup/group.npy`` (int64 group id per document,
-ids in the order of their representatives' indices), ``dedup/kept.npy`` (int64, the representative of each
-group, ascending) and the removed -> kept map ``dedup/removed.parquet``. Plans read the groups through
-:func:`load_groups`.
+The dedup stage stores the pairwise work (the semantic neighbour of each document, the MinHash LSH candidate pairs
+and the signatures, per document its word-set signature, distinct shingle count and normalised-text key, which
+confirm the edges, and the short documents' byte-shingle signatures) and the groups derived from it:
+``dedup/group.npy`` (int64 group id per document, ids in the order of their representatives' indices),
+``dedup/kept.npy`` (int64, the representative of each group, ascending) and the removed -> kept map
+``dedup/removed.parquet``. Plans read the groups through :func:`load_groups`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ KEPT = "dedup/kept.npy"
 """int64 [G]: the representative (kept document) of each group, ascending."""
 REMOVED = "dedup/removed.parquet"
 """One row per removed document: removed/kept index and id, its cosine and word-set Jaccard estimate
-(``word_jaccard``) to the kept one, and the detector whose accepted edges touch it."""
+(``word_jaccard``; of byte shingles when both are short) to the kept one, and the detector whose accepted edges
+touch it."""
 SIGNATURES = "dedup/signatures.npy"
 """uint32 [N, num_perm]: MinHash signatures (kept so that ``clusterclip add`` hashes only the new texts)."""
 WORD_SIGNATURES = "dedup/word_signatures.npy"
@@ -50,8 +51,13 @@ TEXT_KEY = "dedup/text_key.npy"
 BOILERPLATE = "dedup/boilerplate.npy"
 """uint64 [B], sorted: the keys of the boilerplate lines (:mod:`clusterclip.dedup.lines`) left out of every
 document's signatures, word set and shingle count (kept so that ``clusterclip add`` hashes new texts the same way)."""
+BYTE_SIGNATURES = "dedup/byte_signatures.npy"
+"""uint32 [S, num_perm]: MinHash signatures of the byte shingles of the *short* documents (fewer than twice
+``char_words`` word shingles), in document order: a pair of short documents is compared on them."""
+BYTE_ROWS = "dedup/byte_rows.npy"
+"""int64 [N]: each document's row in ``BYTE_SIGNATURES``, -1 when it is not short."""
 INDEX_ARTIFACTS = (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD, SIGNATURES, WORD_SIGNATURES,
-                   SHINGLE_COUNT, TEXT_KEY, BOILERPLATE)
+                   SHINGLE_COUNT, TEXT_KEY, BOILERPLATE, BYTE_SIGNATURES, BYTE_ROWS)
 """The pairwise work, reused when only the thresholds change."""
 READS = ("cluster", "embed", "corpus")
 """The stages whose outputs the groups are built from (their output hashes make its inputs hash)."""

@@ -38,11 +38,11 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from clusterclip.dedup.config import DedupConfig
+from clusterclip.dedup.lexical import short_pair_jaccard, signature_jaccard
 from clusterclip.dedup.semantic import semantic_edges
 
 SEMANTIC_BIT, LEXICAL_BIT = 1, 2
 MAX_ROUNDS = 64
-SIG_CHUNK = 1 << 16
 Cosine = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """float32 cosines of the document pairs ``(a[i], b[i])`` (from the stored embeddings)."""
 
@@ -64,16 +64,31 @@ class PairwiseWork:
     text_key: np.ndarray
     signatures: np.ndarray | None = None
     """The shingle signatures (uint32 [N, num_perm]), for ``shingle_confirm``; without them that check is off."""
+    byte_signatures: np.ndarray | None = None
+    """The short documents' byte-shingle signatures (rows ``byte_rows``, int64 [N], -1: not short). A pair of
+    two short documents is measured on them, for the shingle check and for the word-set bars alike: a short
+    document's word set is too small to tell a copy (one word changed in a three-word message is Jaccard 0.5; a
+    message in a script without spaces is one "word"), and its byte shingles already allow for re-spacing."""
+    byte_rows: np.ndarray | None = None
 
     def near(self, a: np.ndarray, b: np.ndarray, word_bar: float, shingle_bar: float) -> np.ndarray:
         """Pairs whose word-set Jaccard estimate is ``>= word_bar`` and, with :attr:`signatures`, whose shingle
-        Jaccard estimate is ``>= shingle_bar`` (a bar of 0 is no check)."""
+        Jaccard estimate is ``>= shingle_bar`` (a bar of 0 is no check; two short documents: both on bytes)."""
         ok = np.ones(a.size, bool)
         if word_bar > 0:
-            ok &= signature_jaccard(self.word_signatures, a, b) >= np.float32(word_bar)
+            ok &= self.word_jaccard(a, b) >= np.float32(word_bar)
         if shingle_bar > 0 and self.signatures is not None:
-            ok[ok] = signature_jaccard(self.signatures, a[ok], b[ok]) >= np.float32(shingle_bar)
+            ok[ok] = self._short_or(self.signatures, a[ok], b[ok]) >= np.float32(shingle_bar)
         return ok
+
+    def word_jaccard(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Word-set Jaccard estimates of the pairs (byte-shingle ones for two short documents)."""
+        return self._short_or(self.word_signatures, a, b)
+
+    def _short_or(self, sig: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if self.byte_rows is None or self.byte_signatures is None:
+            return signature_jaccard(sig, a, b)
+        return short_pair_jaccard(sig, self.byte_signatures, self.byte_rows, a, b)
 
     def informative(self, a: np.ndarray, b: np.ndarray, min_shingles: int) -> np.ndarray:
         """Pairs a Jaccard estimate can speak for: both documents have ``min_shingles`` distinct shingles or
@@ -142,14 +157,6 @@ class CheckedGroups:
                                    float(self.jaccard_to_kept[worst]), float(self.cosine_to_kept[worst]),
                                    float(self.mean_cosine[g])))
         return out
-
-
-def signature_jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = SIG_CHUNK) -> np.ndarray:
-    """float32 MinHash Jaccard estimates of the document pairs ``(a[i], b[i])``: the share of equal slots."""
-    out = np.empty(a.size, np.float32)
-    for s in range(0, a.size, chunk):
-        out[s:s + chunk] = (sig[a[s:s + chunk]] == sig[b[s:s + chunk]]).mean(axis=1)
-    return out
 
 
 def _components(n: int, edges: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
@@ -235,7 +242,7 @@ def derive_checked_groups(work: PairwiseWork, config: DedupConfig, cosine: Cosin
     group = np.searchsorted(kept, head_of).astype(np.int64)
     others = np.flatnonzero(head_of != np.arange(n))
     jk = np.ones(n, np.float32)
-    jk[others] = signature_jaccard(work.word_signatures, others, head_of[others])
+    jk[others] = work.word_jaccard(others, head_of[others])
     g = kept.size
     size = np.bincount(group, minlength=g).astype(np.int64)
     min_j = np.ones(g, np.float32)

@@ -45,7 +45,8 @@ class DedupConfig(Settings):
                                    "only)")
     char_words: int = setting(10, check=at_least(0),
                               help="documents with fewer distinct word shingles than this get byte shingles "
-                                   "(with --char-ngram)")
+                                   "(with --char-ngram); those with fewer than twice this many also get a byte "
+                                   "signature, and two of them are compared on it")
     boilerplate: float = setting(0.005, check=between(0.0, 1.0, closed=True),
                                  help="a line (its words) that at least this share of the documents (and at least 50 "
                                       "of them; counted on a sample of 20,000) contain is boilerplate: left out of "

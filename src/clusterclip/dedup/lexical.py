@@ -15,13 +15,15 @@ same word hashes, what the derivation of groups checks edges with (:mod:`cluster
 MinHash signatures of each document's *set of words* (word 1-shingles), its number of distinct shingles and
 a key of its normalised text (lower-cased, ASCII whitespace runs collapsed to one space, trimmed; symbols
 kept), so that documents with almost no words can still be told apart. All but the key are made of the text
-without its boilerplate lines (:func:`boilerplate_lines`, :mod:`clusterclip.dedup.lines`).
+without its boilerplate lines (:func:`boilerplate_lines`, :mod:`clusterclip.dedup.lines`). Short documents
+also get signatures of their byte shingles, on which a pair of them is compared (:class:`Hashing`,
+:func:`candidate_pairs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -197,7 +199,9 @@ class Hashing:
     shingles, word-set signatures of ``word_perm`` permutations, both with MinHash seed ``seed``. A document with
     fewer than ``char_words`` distinct word shingles (a message, a dictionary entry, a line of symbols) has
     ``char_ngram``-byte shingles of its normalised text instead (0: off), so its signature and shingle count say
-    something about it."""
+    something about it. Every document with fewer than ``2 * char_words`` word shingles (*short*) also gets a
+    signature of those byte shingles (``byte_signatures``): a pair of short documents is compared on them, so a
+    near-copy and its source on the two sides of the switch are compared on one kind of token."""
 
     num_perm: int
     shingle: int
@@ -207,25 +211,37 @@ class Hashing:
     char_words: int = 0
 
 
+SHORT_FACTOR = 2
+"""Documents with fewer than ``SHORT_FACTOR * char_words`` word shingles carry byte signatures: a document with
+fewer than ``char_words`` has Jaccard at most about ``1 / SHORT_FACTOR`` (0.5, below every bar) with a longer one."""
+
+
 @dataclass(frozen=True)
 class TextHashes:
     """Per document: ``signatures`` (uint32 [n, num_perm], of its shingles), ``word_signatures`` (uint32
-    [n, word_perm], of its set of words), ``shingle_count`` (int32 [n], its distinct shingles) and ``text_key``
-    (uint64 [n], of its normalised text)."""
+    [n, word_perm], of its set of words), ``shingle_count`` (int32 [n], its distinct shingles), ``text_key``
+    (uint64 [n], of its normalised text) and ``short`` (bool [n]: it has a row in ``byte_signatures``, uint32
+    [short.sum(), num_perm], the signatures of its byte shingles, in document order)."""
 
     signatures: np.ndarray
     word_signatures: np.ndarray
     shingle_count: np.ndarray
     text_key: np.ndarray
+    short: np.ndarray
+    byte_signatures: np.ndarray
 
     @staticmethod
     def concat(parts: Iterable[TextHashes], hashing: Hashing) -> TextHashes:
         """The hashes of consecutive documents, in order (no part: zero documents)."""
         parts = list(parts)
         empty = TextHashes(np.zeros((0, hashing.num_perm), np.uint32), np.zeros((0, hashing.word_perm), np.uint32),
-                           np.zeros(0, np.int32), np.zeros(0, np.uint64))
-        return TextHashes(*(np.concatenate([getattr(p, f) for p in (empty, *parts)])
-                            for f in ("signatures", "word_signatures", "shingle_count", "text_key")))
+                           np.zeros(0, np.int32), np.zeros(0, np.uint64), np.zeros(0, bool),
+                           np.zeros((0, hashing.num_perm), np.uint32))
+        return TextHashes(*(np.concatenate([getattr(p, f.name) for p in (empty, *parts)]) for f in fields(TextHashes)))
+
+    def byte_rows(self) -> np.ndarray:
+        """int64 [n]: each document's row in ``byte_signatures`` (-1: not short)."""
+        return np.where(self.short, np.cumsum(self.short) - 1, -1).astype(np.int64)
 
 
 def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0,
@@ -242,13 +258,21 @@ def hash_texts(batches: Iterable[pa.Array], hashing: Hashing, first: int = 0,
         word_tokens, word_rows = _shingles(words, doc, low.n, 1, pos)
         norm = _normalised(low)
         count = _distinct(tokens, rows)
+        sig = _digest(tokens, rows, hashing.num_perm, hashing.seed)
+        short = np.zeros(low.n, bool)
         if hashing.char_ngram > 0:
-            few = np.flatnonzero((count < hashing.char_words) & (norm[2] > norm[1]))
-            tokens, rows = _with_rows(tokens, rows, few, *_char_shingles(*norm, few, hashing.char_ngram))
-            count[few] = _distinct(tokens, rows)[few]
-        parts.append(TextHashes(_digest(tokens, rows, hashing.num_perm, hashing.seed),
-                                _digest(word_tokens, word_rows, hashing.word_perm, hashing.seed),
-                                count, _text_keys(whole)))
+            short = (count < SHORT_FACTOR * hashing.char_words) & (norm[2] > norm[1])
+            docs = np.flatnonzero(short)
+            byte_tokens, owner = _char_shingles(*norm, docs, hashing.char_ngram)
+            byte_rows = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=low.n)[docs]))).astype(np.uint64)
+            byte_sig = _digest(byte_tokens, byte_rows, hashing.num_perm, hashing.seed)
+            few = count[docs] < hashing.char_words
+            sig[docs[few]] = byte_sig[few]
+            count[docs[few]] = _distinct(byte_tokens, byte_rows)[few]
+        else:
+            byte_sig = np.zeros((0, hashing.num_perm), np.uint32)
+        parts.append(TextHashes(sig, _digest(word_tokens, word_rows, hashing.word_perm, hashing.seed),
+                                count, _text_keys(whole), short, byte_sig))
         pos += low.n
     return TextHashes.concat(parts, hashing)
 
@@ -264,21 +288,6 @@ def _char_shingles(norm: np.ndarray, starts: np.ndarray, ends: np.ndarray, docs:
     m = np.maximum(e - s - k + 1, 1)
     at = np.repeat(s, m) + np.arange(int(m.sum())) - np.repeat(np.cumsum(m) - m, m)
     return _span_hashes(_prefix(norm), at, np.minimum(at + k, np.repeat(e, m))) ^ _CHAR_SALT, np.repeat(docs, m)
-
-
-def _with_rows(tokens: np.ndarray, rows: np.ndarray, docs: np.ndarray, new: np.ndarray,
-               owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``tokens`` grouped by document (offsets ``rows``) with the tokens of ``docs`` replaced by ``new`` (the
-    document of each: ``owner``)."""
-    if not docs.size:
-        return tokens, rows
-    n = rows.size - 1
-    old_owner = np.repeat(np.arange(n), np.diff(rows).astype(np.int64))
-    keep = ~np.isin(old_owner, docs)
-    every = np.concatenate((old_owner[keep], owner))
-    order = np.argsort(every, kind="stable")
-    counts = np.bincount(every, minlength=n)
-    return np.concatenate((tokens[keep], new))[order], np.concatenate(([0], np.cumsum(counts))).astype(np.uint64)
 
 
 def _distinct(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -343,8 +352,36 @@ def lsh_pairs(sig: np.ndarray, bands: int, labels: np.ndarray | None = None,
         found.append(np.stack([order[run[member]], order[member]], axis=1))
     pairs = np.concatenate(found) if found else np.zeros((0, 2), np.int64)
     pairs = np.unique(np.sort(pairs, axis=1), axis=0).astype(np.int64)
-    jac = np.empty(len(pairs), np.float32)
-    for a in range(0, len(pairs), max(1, chunk // num_perm)):
-        p = pairs[a:a + max(1, chunk // num_perm)]
-        jac[a:a + len(p)] = (sig[p[:, 0]] == sig[p[:, 1]]).mean(axis=1)
-    return pairs, jac
+    return pairs, signature_jaccard(sig, pairs[:, 0], pairs[:, 1], max(1, chunk // num_perm))
+
+
+def candidate_pairs(hashes: TextHashes, bands: int) -> tuple[np.ndarray, np.ndarray]:
+    """The LSH candidate pairs (int64 [P, 2], first < second, unique) of the signatures and, among the short
+    documents, of their byte signatures, with each pair's shingle Jaccard estimate (:func:`short_pair_jaccard`)."""
+    pairs, jac = lsh_pairs(hashes.signatures, bands)
+    docs = np.flatnonzero(hashes.short)
+    if docs.size < 2:
+        return pairs, jac
+    pairs = np.unique(np.concatenate([pairs, docs[lsh_pairs(hashes.byte_signatures, bands)[0]]]), axis=0)
+    rows = hashes.byte_rows()
+    return pairs, short_pair_jaccard(hashes.signatures, hashes.byte_signatures, rows, pairs[:, 0], pairs[:, 1])
+
+
+def short_pair_jaccard(sig: np.ndarray, byte_sig: np.ndarray, byte_rows: np.ndarray, a: np.ndarray,
+                       b: np.ndarray) -> np.ndarray:
+    """float32 Jaccard estimates of the pairs ``(a[i], b[i])``: of their byte signatures (rows ``byte_rows``,
+    -1: none) when both documents are short, else of their signatures ``sig`` (shingle or word-set ones)."""
+    ra, rb = byte_rows[a], byte_rows[b]
+    both = (ra >= 0) & (rb >= 0)
+    out = np.empty(a.size, np.float32)
+    out[~both] = signature_jaccard(sig, a[~both], b[~both])
+    out[both] = signature_jaccard(byte_sig, ra[both], rb[both])
+    return out
+
+
+def signature_jaccard(sig: np.ndarray, a: np.ndarray, b: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """float32 MinHash Jaccard estimates of the document pairs ``(a[i], b[i])``: the share of equal slots."""
+    out = np.empty(a.size, np.float32)
+    for s in range(0, a.size, chunk):
+        out[s:s + chunk] = (sig[a[s:s + chunk]] == sig[b[s:s + chunk]]).mean(axis=1)
+    return out

@@ -25,6 +25,8 @@ from clusterclip.contract.corpus import CORPUS_STAGE, TOKENS, corpus_parts, iter
 from clusterclip.contract.corpus_texts import open_part
 from clusterclip.contract.dedup import (
     BOILERPLATE,
+    BYTE_ROWS,
+    BYTE_SIGNATURES,
     DEDUP_DIR,
     DEDUP_STAGE,
     GROUP,
@@ -46,7 +48,7 @@ from clusterclip.contract.embed import EMBED_STAGE, gather_embeddings
 from clusterclip.dedup.checked import CheckedGroups, PairwiseWork, derive_checked_groups
 from clusterclip.dedup.config import DedupConfig
 from clusterclip.dedup.groups import detector_names
-from clusterclip.dedup.lexical import Hashing, TextHashes, boilerplate_lines, hash_texts, lsh_pairs
+from clusterclip.dedup.lexical import Hashing, TextHashes, boilerplate_lines, candidate_pairs, hash_texts
 from clusterclip.dedup.semantic import appended_neighbours, earlier_neighbours, members_neighbours
 from clusterclip.engines import ray_tasks
 from clusterclip.errors import ClusterClipError
@@ -128,8 +130,8 @@ def build_artifacts(run: RunDir, config: DedupConfig, reuse: bool, engine: str, 
 def load_work(run: RunDir, tokens: np.ndarray) -> PairwiseWork:
     """The stored pairwise work of ``run`` (``INDEX_ARTIFACTS``) with the token counts."""
     arrays = [load_npy(run.path(rel)) for rel in (NEIGHBOUR, SIMILARITY, LEXICAL_PAIRS, LEXICAL_JACCARD)]
-    return PairwiseWork(*arrays, np.asarray(tokens), load_npy(run.path(WORD_SIGNATURES)),
-                        load_npy(run.path(SHINGLE_COUNT)), load_npy(run.path(TEXT_KEY)), load_npy(run.path(SIGNATURES)))
+    return PairwiseWork(*arrays, np.asarray(tokens), *(load_npy(run.path(rel)) for rel in (
+        WORD_SIGNATURES, SHINGLE_COUNT, TEXT_KEY, SIGNATURES, BYTE_SIGNATURES, BYTE_ROWS)))
 
 
 def hashing_of(config: DedupConfig) -> Hashing:
@@ -199,8 +201,10 @@ def _lexical(run: RunDir, config: DedupConfig, hashes: TextHashes, n: int) -> No
     the whole corpus: a lexical near-copy is one whatever clusters the embedder put the two documents in."""
     if hashes.text_key.size != n:
         raise ClusterClipError(f"{run.root}: the corpus holds {hashes.text_key.size} texts, the labels {n}")
-    pairs, jac = lsh_pairs(hashes.signatures, config.bands)
+    pairs, jac = candidate_pairs(hashes, config.bands)
     save_npy(run.path(SIGNATURES), hashes.signatures)
+    save_npy(run.path(BYTE_SIGNATURES), hashes.byte_signatures)
+    save_npy(run.path(BYTE_ROWS), hashes.byte_rows())
     save_npy(run.path(WORD_SIGNATURES), hashes.word_signatures)
     save_npy(run.path(SHINGLE_COUNT), hashes.shingle_count)
     save_npy(run.path(TEXT_KEY), hashes.text_key)
@@ -213,8 +217,10 @@ def _append_pairwise(run: RunDir, config: DedupConfig, labels: np.ndarray, first
     of the older ones, which is read whole before anything is written: semantic neighbours of the new documents
     only, text hashes of the new texts only, then the LSH candidates of all signatures."""
     neighbour, similarity = load_npy(run.path(NEIGHBOUR)), load_npy(run.path(SIMILARITY))
+    rows = load_npy(run.path(BYTE_ROWS))[:first]
     old = TextHashes(*(load_npy(run.path(rel), mmap=True)[:first]
-                       for rel in (SIGNATURES, WORD_SIGNATURES, SHINGLE_COUNT, TEXT_KEY)))
+                       for rel in (SIGNATURES, WORD_SIGNATURES, SHINGLE_COUNT, TEXT_KEY)), rows >= 0,
+                     load_npy(run.path(BYTE_SIGNATURES))[:int((rows >= 0).sum())])
     new_nb, new_sim = appended_neighbours(labels, first, lambda rows: fetch_rows(run, rows))
     texts = (b.column(0) for b in iter_corpus(run, ("text",), TEXT_BATCH, first=first))
     new = hash_texts(texts, hashing_of(config), first, load_npy(run.path(BOILERPLATE)))
