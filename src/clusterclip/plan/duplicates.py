@@ -9,9 +9,11 @@ cluster exhaustion are exact at the group level), then map each draw to a docume
   order: the representative first, then longest, then lowest index), so the members' draws together equal
   the group's draws, at most ``max_repeat``, and each member is drawn at most ``ceil(max_repeat / m)`` times.
 
-Groups must lie inside clusters (the dedup stage guarantees it). The plan's statistics count groups
-(``size``, ``unique``, ``max_repeat``, ``repeat_hist`` are per group); the mixture is exact (a member is in
-its representative's cluster). The order, its identity and block checksums are of the mapped documents.
+A group is planned in its representative's cluster. The dedup stage's LSH bands the whole corpus, so a group
+may hold an edited copy that the embedder put in another cluster: that member is drawn on the group's (the
+representative's) cluster's behalf, and every per-cluster statistic of the plan (draws, mixture, ``unique``,
+``max_repeat``, ``tokens``, ``size``) counts each document in its group's cluster. The order, its identity and
+block checksums are of the mapped documents.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ def check_groups(labels: np.ndarray, group: np.ndarray, kept: np.ndarray) -> tup
     if grp.size and (grp.min() < 0 or grp.max() >= rep.size or np.any(np.diff(rep) <= 0)
                      or not np.array_equal(grp[rep], np.arange(rep.size))):
         raise PlanConfigError("group and kept disagree: ids must be 0..G-1 and kept[g] an ascending member of group g")
-    if not np.array_equal(lab[rep[grp]], lab):
-        raise PlanConfigError("a duplicate group spans clusters; re-run `clusterclip dedup` on the current clusters")
     return grp.astype(np.int64, copy=False), rep.astype(np.int64, copy=False)
 
 
@@ -105,8 +105,8 @@ def grouped_plan(labels: np.ndarray, config: PlanConfig, dedup: tuple[np.ndarray
     side = side or GroupSide()
     if config.duplicates == "none":
         return build_plan(labels, config, tokens, out, chunk_size, n_clusters, side.prior, side.fields)
-    labels = np.asarray(labels)
-    group, kept = check_groups(labels, *dedup)
+    group, kept = check_groups(np.asarray(labels), *dedup)
+    labels = np.asarray(labels)[kept[group]]  # each document in its group's cluster
     k = int(labels.max()) + 1 if n_clusters is None else int(n_clusters)
     if config.budget is None:
         total = labels.size if config.budget_unit == "docs" else int(np.asarray(tokens, np.int64).sum())
