@@ -14,10 +14,15 @@ import pytest
 
 pytest.importorskip("sklearn")
 
+from clusterclip.contract.embed import load_embeddings
 from clusterclip.embed.charwb import CharWbEmbedder, HashIndex
+from clusterclip.embed.config import EmbedConfig
+from clusterclip.embed.load import run_embedder
 from clusterclip.embed.registry import DEFAULT_EMBEDDER, EMBEDDERS, get_embedder
+from clusterclip.embed.stage import embed_stage
 from clusterclip.embed.subword_tokens import KeyIndex
 from clusterclip.errors import ClusterClipError
+from tests.test_embed import _make_run
 from tests.test_embed_subword import docs
 
 M64 = (1 << 64) - 1
@@ -155,3 +160,14 @@ def test_hash_index_finds_what_a_sorted_index_finds() -> None:
                             keys & 0xFFFF])
     assert np.array_equal(HashIndex(keys).lookup(probe), KeyIndex(keys).lookup(probe))
     assert np.array_equal(HashIndex(keys[:0]).lookup(probe), np.full(len(probe), -1))
+
+
+def test_the_embed_stage_stores_the_model_and_run_embedder_gives_the_same_vectors(tmp_path: Path) -> None:
+    texts = docs(40)[0]
+    run = _make_run(tmp_path / "run", texts)
+    extra = {"dim": 8, "sample_size": 30, "min_df": 1}
+    rec = embed_stage(run, EmbedConfig(embedder="charwb", shard_size=15, extra=extra), progress=False)
+    rels = [f"{CharWbEmbedder.MODEL_DIR}/{f}" for f in CharWbEmbedder.MODEL_FILES]
+    assert rec.embedder == "charwb" and set(rels) <= set(rec.artifacts)
+    assert rec.embedder_config == run_embedder(run).config()
+    np.testing.assert_array_equal(load_embeddings(run, np.float16), run_embedder(run).encode(texts).astype(np.float16))
