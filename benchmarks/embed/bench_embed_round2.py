@@ -50,16 +50,18 @@ class CharSvd:
 
     name = "char-svd"
 
-    def __init__(self, dim: int = 256, seed: int = 0, sample_size: int = 6000) -> None:
+    def __init__(self, dim: int = 256, seed: int = 0, sample_size: int = 6000, sublinear_tf: bool = True,
+                 max_features: int | None = None) -> None:
         self.dim, self.seed, self.sample_size = dim, seed, sample_size
+        self.sublinear_tf, self.max_features = sublinear_tf, max_features
 
     def fit(self, texts: Sequence[str]) -> CharSvd:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.utils.extmath import randomized_svd
 
         texts = list(texts)
-        self.vec = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True,
-                                   min_df=min(2, len(texts)), dtype=np.float32)
+        self.vec = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=self.sublinear_tf,
+                                   min_df=min(2, len(texts)), max_features=self.max_features, dtype=np.float32)
         x = self.vec.fit_transform(texts)
         k = min(self.dim, *x.shape)
         _, _, vt = randomized_svd(x, n_components=k, n_iter=5, random_state=self.seed)
@@ -74,14 +76,14 @@ class CharSvd:
 def make(spec: str, seed: int, anchor_sample: int) -> Any:
     """A candidate from its spec (see the module docstring)."""
     name, _, opts = spec.partition(":")
-    if name == "char-svd":
-        return CharSvd(seed=seed, sample_size=anchor_sample)
-    if name == "word-svd":
-        return TfidfSvd(seed=seed, sample_size=anchor_sample)
     kw = {}
     for item in filter(None, opts.split(",")):
         key, _, value = item.partition("=")
         kw[key] = ast.literal_eval(value)
+    if name == "char-svd":
+        return CharSvd(seed=seed, sample_size=anchor_sample, **kw)
+    if name == "word-svd":
+        return TfidfSvd(seed=seed, sample_size=anchor_sample)
     return get_embedder(name, seed=seed, progress=False, **kw)
 
 
@@ -104,13 +106,14 @@ def corpus_rows(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
             fit_s = time.perf_counter() - t if seed == args.seed else fit_s
             x = np.ascontiguousarray(emb.encode(sub_texts).astype(np.float16).astype(np.float32))
             for k in ks:
-                scores[k].append(cluster_scores(x, labels[sub], k, list(range(args.kmeans_seeds)))[0])
+                scores[k].extend(cluster_scores(x, labels[sub], k, [s])[0] for s in range(args.kmeans_seeds))
             if seed == args.seed:
                 embs[spec] = emb
         row: dict[str, Any] = {"corpus": corpus, "candidate": spec, "docs": len(texts), "domains": len(names),
                                "subset": len(sub), "fit_docs": len(pick), "fit_s": round(fit_s, 1), "ks": list(ks)}
         for k in ks:
             row[f"nmi_k{k}"] = float(np.mean(scores[k]))
+            row[f"nmi_k{k}_spread"] = round(float(np.max(scores[k]) - np.min(scores[k])), 4)
             row[f"nmi_k{k}_runs"] = [round(v, 4) for v in scores[k]]
         rows.append(row)
         print(json.dumps(row), flush=True)

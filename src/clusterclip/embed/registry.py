@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.embed.base import Embedder, EmbedderBase, FittedEmbedder
+from clusterclip.embed.charwb import CharWbEmbedder
 from clusterclip.embed.hashing import HashingEmbedder
 from clusterclip.embed.lsa import LsaEmbedder
 from clusterclip.embed.minilm import MiniLMEmbedder
@@ -30,6 +31,7 @@ EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
     StaticVocabEmbedder,
     MiniLMEmbedder,
     HashingEmbedder,
+    CharWbEmbedder,
 )}
 """Every embedder by name, in the order ``--help`` lists them."""
 DEFAULT_EMBEDDER = "lsa"

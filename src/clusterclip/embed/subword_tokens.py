@@ -118,6 +118,15 @@ class CodePoints:
         order = np.argsort(at, kind="stable")
         return at[order], to[order]
 
+    def pieces(self) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end (exclusive) of every run of word characters and of every run of other characters that
+        are not white space, in text order: ``foo(bar);`` is ``foo``, ``(``, ``bar``, ``);``."""
+        kind = np.where(space_table()[self.cps], 0, np.where(word_table()[self.cps], 1, 2)).astype(np.int8)
+        change = np.flatnonzero(np.diff(kind, prepend=np.int8(0), append=np.int8(0)) != 0)
+        starts, ends = change[:-1], change[1:]
+        keep = kind[starts] != 0
+        return starts[keep], ends[keep]
+
     def span_hash(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Polynomial hash of each span ``cps[a:b]`` (0 for an empty span)."""
         with np.errstate(over="ignore"):
@@ -185,14 +194,18 @@ class TokenBatch:
     """A batch's words: ``counts`` (float32 CSR, documents x distinct words sorted by key), each word's ``keys`` and
     one span of it (``starts``, ``ends``) in the batch's code points ``cp``.
 
-    The documents are lowercased (``str.lower``, as the vectorizers do) and joined with a space."""
+    The documents are lowercased (``str.lower``, as the vectorizers do) and joined with a space. With ``chunks``,
+    ``split`` says what a word is: ``words``, runs of 2+ word characters (:meth:`CodePoints.runs`); ``chunks``,
+    the white-space separated chunks (``str.split()``, what scikit-learn's ``char_wb`` analyzer cuts on);
+    ``pieces``, runs of word characters and runs of other characters (:meth:`CodePoints.pieces`)."""
 
-    def __init__(self, texts: Sequence[str], cjk: bool = False) -> None:
+    def __init__(self, texts: Sequence[str], cjk: bool = False, split: str = "words") -> None:
         lows = list(map(str.lower, texts))
         lengths = np.fromiter(map(len, lows), dtype=np.int64, count=len(lows))
         self.cp = CodePoints(" ".join(lows))
         self.offsets = np.concatenate([[0], np.cumsum(lengths + 1)])
-        self.counts, self.keys, self.starts, self.ends = self._count(*self.cp.runs(cjk=cjk))
+        spans = self.cp.pieces() if split == "pieces" else self.cp.runs(chunks=split == "chunks", cjk=cjk)
+        self.counts, self.keys, self.starts, self.ends = self._count(*spans)
 
     def _count(self, starts: np.ndarray, ends: np.ndarray,
                docs: np.ndarray | None = None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, np.ndarray]:
