@@ -106,3 +106,48 @@ def test_a_stage_record_reads_its_settings_typed_and_writes_them_back() -> None:
 def test_the_planner_builds_its_config_from_the_recorded_settings() -> None:
     config = PlanConfig.from_recorded(PlanSettings.from_json(PLAN))
     assert config.to_json() == PLAN and config.name() == "clusterclip-R4-tokens-B2epochs-s0"
+
+
+# an export's settings as `clusterclip export --tokenizer T --seq-len 8` records them, and before --pad-to-multiple
+EXPORT = {"fmt": "jsonl", "shard_size": 100000, "memory_mb": 4096, "tokenizer": "t", "append_eos": False, "seq_len": 8,
+          "pad_to_multiple": None, "tokenizer_sha256": "abc"}
+EXPORT_BEFORE_PAD = {k: v for k, v in EXPORT.items() if k != "pad_to_multiple"}
+
+
+def test_export_settings_read_back_key_for_key_and_settings_added_later_only_when_on() -> None:
+    from clusterclip.contract.export import ExportSettings
+
+    first = {k: v for k, v in EXPORT.items() if k != "tokenizer_sha256"}
+    blend = {**first, "keep_record": True, "blend": True, "tokenizer_sha256": "abc"}
+    for obj in (EXPORT, blend):
+        assert json.dumps(ExportSettings.from_json(obj, "export.json").to_json()) == json.dumps(obj)
+
+
+def test_an_export_record_written_before_pad_to_multiple_reads_and_an_unknown_setting_is_refused() -> None:
+    from clusterclip.contract.export import ExportSettings
+    from clusterclip.export.stage import ExportConfig
+
+    old = ExportSettings.from_json(EXPORT_BEFORE_PAD, "export.json")
+    assert old.pad_to_multiple is None and not old.blend and not old.keep_record
+    assert ExportConfig.from_recorded(old).seq_len == 8
+    with pytest.raises(RecordError, match=r"export\.json: config: unknown field\(s\) surprise"):
+        ExportSettings.from_json({**EXPORT, "surprise": 1}, "export.json")
+
+
+def test_experiment_and_tune_settings_read_back_key_for_key_and_build_their_config() -> None:
+    from clusterclip.contract.experiment import ExperimentSettings, ProxyRunSettings, SearchSettings
+    from clusterclip.experiment.config import ExperimentConfig
+    from clusterclip.experiment.specs import DEFAULT_ONLINE_UPDATES
+
+    cfg = ExperimentConfig(docs=100, objective="sft")
+    recorded = json.loads(json.dumps(cfg.recorded()))
+    settings = ExperimentSettings.from_json(recorded, "experiment.json")
+    assert json.dumps(settings.to_json()) == json.dumps(recorded)
+    assert ExperimentConfig.from_recorded(settings) == cfg
+    before = {k: v for k, v in recorded.items() if k not in ("online_updates", "quality_scorer", "objective")}
+    assert ExperimentSettings.from_json(before).online_updates == DEFAULT_ONLINE_UPDATES
+    for cls, obj in ((ProxyRunSettings, {"spec": {"strategy": "random"}, "split": 0, "seed": 1}),
+                     (SearchSettings, {"config": {}, "tune": {}, "write_plan": True})):
+        assert json.dumps(cls.from_json(obj).to_json()) == json.dumps(obj)
+        with pytest.raises(RecordError, match="unknown field"):
+            cls.from_json({**obj, "surprise": 1})

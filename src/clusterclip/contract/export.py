@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from clusterclip.errors import ClusterClipError
 from clusterclip.store import config_hash, load_json
-from clusterclip.store.record import RecordError, StageRecord
+from clusterclip.store.record import RecordedConfig, RecordError, StageRecord, later
 from clusterclip.store.replica import local_path
 
 EXPORT_STAGE = "export"
@@ -59,6 +59,37 @@ def export_shard(i: int, fmt: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ExportSettings(RecordedConfig):
+    """``export.json``'s ``config``: the export's settings as ``clusterclip export`` writes them (its ``ExportConfig``
+    without ``workers``, which changes how, not what), then the tokenizer file's SHA-256. Settings added after the
+    first typed export (2026-12-05) are optional, with the value exports written before them had; the stage writes
+    ``keep_record``, ``assistant_only_loss`` and ``blend`` only when on, so an export that does not use them keeps
+    the settings (and the record) it had. ``ExportConfig.from_recorded`` builds the exporter's settings from
+    them."""
+
+    WHAT: ClassVar[str] = "the export settings"
+
+    fmt: str
+    shard_size: int
+    memory_mb: int
+    tokenizer: str | None
+    append_eos: bool
+    seq_len: int | None
+    pad_to_multiple: int | None = later(None, always=True)
+    """Added 2026-12-05 (``--pad-to-multiple``): None in earlier exports (no pad rows; :func:`stream_identity`
+    assumes the same of an identity without it). Written every time since, null when unset."""
+    keep_record: bool = later(False)
+    """Added 2026-12-07 (``--keep-record``): written (True) only when the export keeps each input record's fields.
+    Written after ``blend`` when it was implied (a corpus of conversations, no ``--keep-record``), so such a
+    record written back from these settings names it earlier (the hash, over sorted keys, is the same)."""
+    assistant_only_loss: bool = later(False)
+    """Added 2026-12-07 (``--assistant-only-loss``): written (True) only when on."""
+    blend: bool = later(False)
+    """Added 2026-12-05 (``--blend``): written (True) only for a blend export."""
+    tokenizer_sha256: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ExportRecord(StageRecord):
     """``export.json``. ``identity`` names the plan (its name, SHA-256 and identity), the format and the
     tokenizer; ``stream_identity`` the rows (see the module docstring); ``files`` every file written, in
@@ -66,6 +97,7 @@ class ExportRecord(StageRecord):
 
     NAME: ClassVar[str] = EXPORT_STAGE
 
+    config: ExportSettings
     identity: dict[str, Any]
     stream_identity: str
     run_dir: str
@@ -263,5 +295,5 @@ def check_export(folder: str | os.PathLike[str], state: Mapping[str, Any] | str)
 
 
 __all__ = ["EXPORT_IDENTITY", "EXPORT_MANIFEST", "EXPORT_STAGE", "EXPORT_STAGING", "META_KEY", "ExportInfo",
-           "ExportMismatchError", "ExportRecord", "check_export", "export_shard", "file_sizes", "metadata",
-           "planned_stream", "read_export", "stream_identity"]
+           "ExportMismatchError", "ExportRecord", "ExportSettings", "check_export", "export_shard", "file_sizes",
+           "metadata", "planned_stream", "read_export", "stream_identity"]

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clusterclip.contract.experiment import ExperimentSettings
 from clusterclip.corpus.config import CorpusConfig
 from clusterclip.corpus.quality import QUALITY_FIELD, SCORERS
 from clusterclip.corpus.records import ReadOptions
@@ -253,6 +254,13 @@ class ExperimentConfig(Settings):
         if d["objective"] == "lm":
             del d["objective"]
         return d
+
+    @classmethod
+    def from_recorded(cls, settings: ExperimentSettings) -> ExperimentConfig:
+        """The settings an experiment's record holds (:class:`clusterclip.contract.experiment.ExperimentSettings`),
+        validated (lists as the tuples they were, ``model`` and ``train`` as their classes)."""
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in dataclasses.asdict(settings).items()}
+        return cls(**{**values, "model": ModelConfig(**settings.model), "train": TrainConfig(**settings.train)})
 
     def strategy_specs(self) -> list[dict[str, Any]]:
         """One entry per trained strategy: name and the :class:`PlanConfig` options it needs (files and plans that

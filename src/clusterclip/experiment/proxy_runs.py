@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from clusterclip.contract.experiment import EXPERIMENT_STAGE
+from clusterclip.contract.experiment import EXPERIMENT_STAGE, ExperimentRecord
 from clusterclip.contract.experiment_results import RESULTS_VERSION, ExperimentResults
 from clusterclip.experiment.commands import experiment_argv
 from clusterclip.experiment.config import ExperimentConfig
@@ -87,7 +87,7 @@ def run_experiment(
         return Built([RESULTS, TABLE, *results.get("plots", [])])
 
     stage = Stage(EXPERIMENT_STAGE, cfg.recorded(), _inputs_hash(inputs, cfg), build,
-                  command=experiment_argv(inputs, out, cfg))
+                  command=experiment_argv(inputs, out, cfg), record=ExperimentRecord)
     run_stage(exp, stage, force)
     return results or ExperimentResults.read(exp.path(RESULTS)).to_json()
 

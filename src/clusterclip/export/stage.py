@@ -18,7 +18,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from clusterclip.contract.export import EXPORT_MANIFEST, content_hash, metadata, stream_identity
+from clusterclip.contract.export import (
+    EXPORT_MANIFEST,
+    ExportRecord,
+    ExportSettings,
+    content_hash,
+    metadata,
+    stream_identity,
+)
 from clusterclip.engines import EngineConfig, available_cores
 from clusterclip.errors import ClusterClipError
 from clusterclip.export.blend import estimate_bytes as blend_bytes
@@ -88,6 +95,15 @@ class ExportConfig(Settings):
                                       "order) and the plan's token mixture as Megatron --data-path weights and an "
                                       "OLMo-core source mixture; megatron only (docs/export.md)",
                           check=lambda v: None if isinstance(v, bool) else f"must be true or false, got {v!r}")
+
+    @classmethod
+    def from_recorded(cls, settings: ExportSettings) -> ExportConfig:
+        """The settings an export's record holds (:class:`clusterclip.contract.export.ExportSettings`), validated
+        against the writers' registry (``workers``, never recorded, is unset; ``keep_record`` whether the export kept
+        the records)."""
+        recorded = {**settings.to_json(), "keep_record": settings.keep_record}
+        del recorded["tokenizer_sha256"]
+        return cls(**recorded)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -171,8 +187,7 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     # options that joined the settings later stay out of an export that does not use them, which keeps the
     # settings (and so the record) it had; --workers changes how, not what: it stays out of the settings
     settings = {k: v for k, v in asdict(cfg).items() if (k not in later or v) and k != "workers"}
-    if src.keep_record:
-        settings["keep_record"] = True
+    settings.update({"keep_record": True} if src.keep_record else {})
     settings["tokenizer_sha256"] = tokenizer["sha256"] if tokenizer is not None else None
     # The command goes into the record as a field (a tuple, so the store keeps no commands.json beside it):
     # the folder holds the exported files, export.json and the lock, nothing else.
@@ -180,12 +195,13 @@ def export_plan(run: RunDir | str | os.PathLike[str], plan_name: str | None, out
     with exclusive(folder.out, what="export folder"), engine.session():
         try:
             folder.claim()
-            record = run_stage(RunDir(folder.out), Stage(STAGE, settings, src.plan_sha256, build), force)
+            record = run_stage(RunDir(folder.out), Stage(STAGE, settings, src.plan_sha256, build,
+                                                         record=ExportRecord), force)
             folder.finish()
         except Exception:
             folder.forget()
             raise
-    return [folder.out / rel for rel in record["files"]]
+    return [folder.out / rel for rel in record.files]
 
 
 def _write_stream(src: PlanStream, cfg: ExportConfig, engine: EngineConfig, folder: ExportFolder) -> dict[str, Any]:

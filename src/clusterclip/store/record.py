@@ -191,13 +191,29 @@ class RecordedConfig:
         return fields_json(self)
 
 
+def later(default: Any, *, always: bool = False) -> Any:
+    """A setting added after a record's first version: optional, ``default`` when a record lacks it (the value the
+    code assumes for records written before it existed). Written back only when it is not ``default``, unless
+    ``always`` (the stage now writes it every time, even as ``default``)."""
+    return dataclasses.field(default=default, metadata={"unset": default, "always": always})
+
+
+def _unset(f: dataclasses.Field[Any], value: Any) -> bool:
+    """Whether an optional field holding ``value`` is left out of its JSON."""
+    if _required(f) or f.metadata.get("always"):
+        return False
+    return value is None or ("unset" in f.metadata and type(value) is type(f.metadata["unset"])
+                             and value == f.metadata["unset"])
+
+
 def fields_json(obj: Any) -> dict[str, Any]:
     """The dataclass instance ``obj`` (a record, a record's settings) as its JSON: every field in declaration order,
-    one with a default only when set (not None), a typed piece (with a ``to_json``) as its JSON."""
+    one with a default only when set (not None, nor its :func:`later` default), a typed piece (with a ``to_json``)
+    as its JSON."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
-        if value is None and not _required(f):
+        if _unset(f, value):
             continue
         out[f.name] = value.to_json() if hasattr(value, "to_json") else value
     return out

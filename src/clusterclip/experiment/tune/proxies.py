@@ -10,13 +10,17 @@ warning), never fatal.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from clusterclip.contract.experiment import ProxyRunRecord
 from clusterclip.stages import Built, Stage, run_stage
 from clusterclip.store import RunDir, config_hash
+from clusterclip.store.record import RecordError
 
+log = logging.getLogger(__name__)
 Pair = tuple[int, int]
 """(held-out split, seed)."""
 RUNS = "runs"
@@ -49,11 +53,14 @@ class ProxyStages:
         name = self.name(spec, pair)
         if not self.run.is_fresh(name, _settings(spec, pair), self.inputs):
             return None
-        metrics = self.run.require(name, verify=False).get("metrics")
-        return metrics if isinstance(metrics, dict) else None
+        try:
+            return ProxyRunRecord.require(self.run, name, verify=False).metrics
+        except RecordError as exc:  # a damaged record is trained again, as a missing one
+            log.warning("%s: training it again", exc)
+            return None
 
     def train(self, spec: dict[str, Any], pair: Pair, train: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Train a proxy run that is not finished (``train`` returns its metrics) and write its record."""
         stage = Stage(self.name(spec, pair), _settings(spec, pair), self.inputs,
-                      lambda job: Built([], {"metrics": train()}))
-        return run_stage(self.run, stage, force=True)["metrics"]
+                      lambda job: Built([], {"metrics": train()}), record=ProxyRunRecord)
+        return run_stage(self.run, stage, force=True).metrics

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from clusterclip.contract.experiment import TUNE_DIR, TUNE_SEARCH_STAGE
+from clusterclip.contract.experiment import TUNE_DIR, TUNE_SEARCH_STAGE, SearchRecord
 from clusterclip.contract.tune_results import TUNE_VERSION
 from clusterclip.experiment.commands import config_flags, settings_flags
 from clusterclip.experiment.config import PROXY_FIELDS, TUNE_DATA_FIELDS, ExperimentConfig
@@ -62,7 +62,8 @@ def run_tune(
 
     settings = {"config": asdict(cfg), "tune": asdict(tune), "write_plan": write_plan}
     run_stage(RunDir(tune_dir), Stage(SEARCH_STAGE, settings, s.proxies.inputs, build,
-                                      command=tune_argv(inputs, out, cfg, tune, write_plan)), force=True)
+                                      command=tune_argv(inputs, out, cfg, tune, write_plan), record=SearchRecord),
+              force=True)
     return s.results
 
 
