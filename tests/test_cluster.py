@@ -69,8 +69,8 @@ def fake_embed_run(tmp_path, x: np.ndarray, shard: int = 300) -> RunDir:
         save_npy(run.root / rel, x[start:start + shard].astype(np.float16))
         rels.append(rel)
     shards = [{"file": rel, "rows": len(np.load(run.root / rel))} for rel in rels]
-    write_record(run, "embed", {"embedder": "fake"}, "corpus-hash", rels, 0.0, count=len(x), dim=x.shape[1],
-                     model="fake", shards=shards)
+    write_record(run, "embed", {"embedder": {"name": "fake"}, "shard_size": shard}, "corpus-hash", rels, 0.0,
+                 count=len(x), dim=x.shape[1], model="fake", shards=shards)
     return run
 
 
