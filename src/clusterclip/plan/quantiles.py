@@ -23,40 +23,42 @@ SIGMAS = 6.0
 """Half-width of a bracket in binomial standard deviations of the sample rank, plus a few ranks."""
 
 
-def quantile_tiers(v: np.ndarray, tiers: int) -> tuple[np.ndarray, np.ndarray]:
+def quantile_tiers(v: np.ndarray, tiers: int, ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(qs, index)``: ``qs = np.quantile(present, linspace(0, 1, tiers + 1))`` over the non-NaN values and
-    ``index = searchsorted(qs[1:-1], v, side="right")`` (NaN: 0), as :func:`reference_tiers` computes them."""
-    ok = ~np.isnan(v)
+    ``index = searchsorted(qs[1:-1], v, side="right")`` (NaN: 0), as :func:`reference_tiers` computes them
+    (``ok``: ``~np.isnan(v)``, when the caller has it)."""
+    ok = ~np.isnan(v) if ok is None else ok
     n = int(np.count_nonzero(ok))
     if n < SMALL or not 2 <= tiers <= FAST_TIERS:
-        return reference_tiers(v, tiers)
+        return reference_tiers(v, tiers, ok)
     lo, hi = np.fmin.reduce(v), np.fmax.reduce(v)
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return reference_tiers(v, tiers)
+        return reference_tiers(v, tiers, ok)
     q = np.linspace(0, 1, tiers + 1)
     vi = (n - 1) * q[1:-1]
     prev = np.floor(vi).astype(np.intp)
-    ranks = np.unique(np.r_[prev, np.minimum(prev + 1, n - 1)])
+    nxt = np.minimum(prev + 1, n - 1)
+    ranks = np.unique(np.r_[prev, nxt])
     sample = np.sort(v[:: max(1, v.size // SAMPLE)])
     sample = sample[~np.isnan(sample)]
     found = _select(v, ranks, sample, n) if sample.size >= 1024 else None
     if found is None:
-        return reference_tiers(v, tiers)
+        return reference_tiers(v, tiers, ok)
     stats, bracket = found
-    a, b = stats[np.searchsorted(ranks, prev)], stats[np.searchsorted(ranks, np.minimum(prev + 1, n - 1))]
+    a, b = stats[np.searchsorted(ranks, prev)], stats[np.searchsorted(ranks, nxt)]
     inner = _lerp(a, b, vi - prev)
     lows, highs = bracket[0], bracket[1]
     home = np.searchsorted(highs, inner, side="left")
     if (home >= lows.size).any() or (inner < lows[np.minimum(home, lows.size - 1)]).any():
-        return reference_tiers(v, tiers)  # an edge outside its bracket (values near the float range's ends)
+        return reference_tiers(v, tiers, ok)  # an edge outside its bracket (values near the float range's ends)
     qs = np.r_[_lerp(np.array([lo]), np.array([lo]), np.zeros(1)), inner,
                _lerp(np.array([hi]), np.array([hi]), np.array([float(n)]))]
     return qs, _tiers(inner, home, bracket)
 
 
-def reference_tiers(v: np.ndarray, tiers: int) -> tuple[np.ndarray, np.ndarray]:
+def reference_tiers(v: np.ndarray, tiers: int, ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The same by ``np.quantile`` and a comparison per edge (small inputs, and the fallback)."""
-    ok = ~np.isnan(v)
+    ok = ~np.isnan(v) if ok is None else ok
     present = v if ok.all() else v[ok]
     qs = np.quantile(present, np.linspace(0, 1, tiers + 1)) if present.size else np.zeros(tiers + 1)
     return qs, tier_of(v, qs[1:-1])

@@ -149,8 +149,8 @@ def _axis_tiers(axis: Axis, values: FieldValues, weights: dict[str, float], caps
             raise PlanConfigError("strata", f"gives {axis.text()!r}, but {axis.field!r} is categorical: tiers split a "
                                   f"numeric field; use cluster,{axis.field}")
         v = values.values
-        qs, index = quantile_tiers(v, axis.tiers)
         missing = np.isnan(v)
+        qs, index = quantile_tiers(v, axis.tiers, ~missing)
         if missing.any():
             index[missing] = axis.tiers
         labels = [str(t) for t in range(axis.tiers)]
