@@ -118,7 +118,7 @@ def test_hashing_seed_and_dim() -> None:
 
 def test_get_embedder_names_and_errors(static_cache: Path) -> None:
     assert tuple(EMBEDDERS) == ("lsa", "subword", "subword-fast", "static", "static-vocab", "minilm", "hashing",
-                              "charwb")
+                              "charwb", "chargram")
     assert all(name == cls.name for name, cls in EMBEDDERS.items())
     h = get_embedder("Hashing", seed=3, dim=32, progress=False)
     assert isinstance(h, HashingEmbedder) and h.seed == 3 and h.dim == 32

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from clusterclip.embed.base import Embedder, EmbedderBase, FittedEmbedder
+from clusterclip.embed.chargram import CharGramEmbedder
 from clusterclip.embed.charwb import CharWbEmbedder
 from clusterclip.embed.hashing import HashingEmbedder
 from clusterclip.embed.lsa import LsaEmbedder
@@ -32,6 +33,7 @@ EMBEDDERS: dict[str, type[EmbedderBase]] = {cls.name: cls for cls in (
     MiniLMEmbedder,
     HashingEmbedder,
     CharWbEmbedder,
+    CharGramEmbedder,
 )}
 """Every embedder by name, in the order ``--help`` lists them."""
 DEFAULT_EMBEDDER = "lsa"
