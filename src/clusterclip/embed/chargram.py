@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from clusterclip.contract.embed import model_dir
 from clusterclip.embed import ngram_kernels as kernels
 from clusterclip.embed.base import EmbedderBase, FittedEmbedder
+from clusterclip.embed.subword_tokens import inverse, row_norms, scale_rows
 from clusterclip.errors import ClusterClipError
 from clusterclip.progress import progress_steps
 
@@ -123,9 +124,7 @@ class CharGramEmbedder(FittedEmbedder):
             hit = col >= 0
             data = ((1.0 + np.log(counts[hit])) * idf[col[hit]]).astype(np.float32)
             x = sp.csr_matrix((data, (rows[hit], col[hit])), shape=(n, len(kept)), dtype=np.float32)
-            norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1), dtype=np.float64).ravel())
-            x = sp.csr_matrix(sp.diags(np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)) @ x,
-                              dtype=np.float32)
+            x = scale_rows(x, inverse(row_norms(x)))
             k = min(self.dim, *x.shape)
             step(f"SVD of {n:,} x {len(kept):,} n-grams to {k} dimensions")
             comps_t = np.zeros((len(kept), self.dim), dtype=np.float32)

@@ -63,28 +63,33 @@ def _rehash(table: np.ndarray, used: np.ndarray, n_used: int, bits: int) -> tupl
         used = np.empty(len(table) // 2 + 1, np.int64)
     mask = np.uint64((1 << (bits + 1)) - 1)
     for u in range(n_used):
-        slot = (moved[u] >> _S24) & mask
-        while table[slot] != _ZERO:
-            slot = (slot + _ONE) & mask
+        slot = _probe(table, mask, moved[u] & TAG)
         table[slot] = moved[u]
         used[u] = slot
     return table, used, bits + 1
 
 
 @nb.njit(cache=True, inline="always")
+def _probe(table: np.ndarray, mask: np.uint64, tag: np.uint64) -> np.uint64:
+    """The slot of ``tag`` in a table of ``mask + 1`` slots: the one holding it, else the empty slot where it
+    belongs (linear probing from the tag's home slot). Every table of this module is probed through here."""
+    slot = (tag >> _S24) & mask
+    while table[slot] != _ZERO and (table[slot] & TAG) != tag:
+        slot = (slot + _ONE) & mask
+    return slot
+
+
+@nb.njit(cache=True, inline="always")
 def _insert(table: np.ndarray, mask: np.uint64, tag: np.uint64) -> int:
     """Count ``tag`` in ``table``; its slot when it is new there, else -1."""
-    slot = (tag >> _S24) & mask
-    while True:
-        entry = table[slot]
-        if entry == _ZERO:
-            table[slot] = tag | _ONE
-            return np.int64(slot)
-        if (entry & TAG) == tag:
-            if (entry & LOW) != LOW:
-                table[slot] = entry + _ONE
-            return -1
-        slot = (slot + _ONE) & mask
+    slot = _probe(table, mask, tag)
+    entry = table[slot]
+    if entry == _ZERO:
+        table[slot] = tag | _ONE
+        return np.int64(slot)
+    if (entry & LOW) != LOW:
+        table[slot] = entry + _ONE
+    return -1
 
 
 @nb.njit(cache=True, inline="always")
@@ -178,23 +183,14 @@ def build_index(tags: np.ndarray) -> np.ndarray:
     index = np.zeros(size, np.uint64)
     mask = np.uint64(size - 1)
     for r in range(len(tags)):
-        slot = (tags[r] >> _S24) & mask
-        while index[slot] != _ZERO:
-            slot = (slot + _ONE) & mask
-        index[slot] = tags[r] | np.uint64(r + 1)
+        index[_probe(index, mask, tags[r])] = tags[r] | np.uint64(r + 1)
     return index
 
 
 @nb.njit(cache=True, inline="always")
 def _row(index: np.ndarray, mask: np.uint64, tag: np.uint64) -> int:
-    slot = (tag >> _S24) & mask
-    while True:
-        entry = index[slot]
-        if entry == _ZERO:
-            return -1
-        if (entry & TAG) == tag:
-            return np.int64(entry & LOW) - 1
-        slot = (slot + _ONE) & mask
+    """The fitted row of ``tag``, or -1."""
+    return np.int64(index[_probe(index, mask, tag)] & LOW) - 1
 
 
 @nb.njit(cache=True, nogil=True, fastmath=True)
